@@ -1,0 +1,266 @@
+"""seqio Tasks and Mixtures for every registered corpus.
+
+`import data_tasks` registers one Task per translation direction of each built-in corpus,
+named `<corpus>_<src>.<tgt>` with FLORES-200 codes (seqio allows no '-' in task names, so
+the direction's `<src>-<tgt>` is written with a dot here), and the named mixtures below. Other
+projects import this module to reuse the registry, and register their own corpora with
+`register_corpus_tasks`.
+
+Three run-level choices are read from gin when a dataset is built, not when tasks are
+registered, so that one registry serves every run:
+  * the vocabulary file (`vocabulary_path.path`, macro VOCABULARY_PATH in gin/runs),
+  * the tag strategy (`tag_strategy.strategy`, METHODS.md section 4),
+  * the sampling temperature tau of mixtures (`temperature_rate.temperature`).
+"""
+
+from collections.abc import Iterable, Sequence
+import dataclasses
+import functools
+import os
+
+import gin
+import seqio
+import tensorflow as tf
+
+from t5x_mt import languages
+from t5x_mt.data import corpora
+from t5x_mt.data import directions
+from t5x_mt.data import tags
+from t5x_mt.errors import UserError
+
+DEFAULT_VOCABULARY_PATH = os.path.join(
+    os.environ.get('T5X_MT_CACHE', os.path.expanduser('~/.cache/t5x_mt')), 'vocab',
+    'default.model')
+
+# The directions of the embedded CLDR demo: English-centric both ways, French-centric
+# and non-English pairs, so every evaluation category (X-ENG, ENG-X, X-FRA, FRA-X, X-X)
+# is present. Sizes differ by language as CLDR's coverage does.
+CLDR_DEMO_LANGUAGES = ('hau_Latn', 'swh_Latn', 'zul_Latn', 'amh_Ethi', 'yor_Latn')
+CLDR_DEMO_DIRECTIONS = tuple(
+    [(x, y) for lang in ('fra_Latn',) + CLDR_DEMO_LANGUAGES
+     for x, y in (('eng_Latn', lang), (lang, 'eng_Latn'))]
+    + [(x, y) for lang in ('hau_Latn', 'swh_Latn')
+       for x, y in (('fra_Latn', lang), (lang, 'fra_Latn'))]
+    + [('hau_Latn', 'swh_Latn'), ('swh_Latn', 'hau_Latn'), ('zul_Latn', 'amh_Ethi'),
+       ('amh_Ethi', 'zul_Latn')])
+
+# NTREX-128 is multi-way parallel; the default run trains these English-centric
+# directions and validates on FLORES-200 dev.
+NTREX_DIRECTIONS = tuple(
+    (x, y) for lang in ('fra_Latn', 'hau_Latn', 'swh_Latn', 'zul_Latn', 'afr_Latn')
+    for x, y in (('eng_Latn', lang), (lang, 'eng_Latn')))
+
+
+@dataclasses.dataclass(frozen=True)
+class Direction:
+  """What a registered translation Task reads: one direction of one corpus."""
+  corpus: str
+  src_lang: str
+  tgt_lang: str
+
+  @property
+  def name(self) -> str:
+    return directions.direction_name(self.src_lang, self.tgt_lang)
+
+
+# Registry: Task name -> the corpus direction it reads.
+TASK_DIRECTIONS: dict[str, Direction] = {}
+
+
+@gin.configurable
+def vocabulary_path(path: str = DEFAULT_VOCABULARY_PATH) -> str:
+  """The SentencePiece model file of this run (bound by gin/runs as VOCABULARY_PATH)."""
+  return os.path.expanduser(path)
+
+
+@gin.configurable
+def tag_strategy(strategy: str = tags.DEFAULT_TAG_STRATEGY) -> str:
+  """The tag strategy of this run: t_enc, s_enc_t_dec or t_enc_t_dec."""
+  return tags.check_tag_strategy(strategy, 'tag_strategy.strategy')
+
+
+@gin.configurable
+def temperature_rate(task: seqio.Task, temperature: float = 5.0) -> float:
+  """Mixing rate |D_i|^(1/tau): p_i = |D_i|^(1/tau) / sum_j |D_j|^(1/tau) (METHODS.md 5)."""
+  if temperature <= 0:
+    raise UserError(f'temperature_rate.temperature: must be > 0, got {temperature}')
+  return float(num_train_pairs(task.name)) ** (1.0 / temperature)
+
+
+class RunVocabulary(seqio.SentencePieceVocabulary):
+  """The SentencePiece vocabulary of the current run, resolved on first use.
+
+  Tasks are registered at import, before a run's gin config is parsed; resolving the file
+  through `vocabulary_path()` when the vocabulary is first used lets one registry serve
+  runs with different vocabularies.
+  """
+
+  def __init__(self):
+    super().__init__(sentencepiece_model_file=DEFAULT_VOCABULARY_PATH)
+
+  @property
+  def sentencepiece_model_file(self) -> str:
+    return vocabulary_path()
+
+  def _model_context(self):
+    path = vocabulary_path()
+    if path != self._sentencepiece_model_file:
+      self._sentencepiece_model_file = path
+      self._model = None
+    if self._model is None and not tf.io.gfile.exists(path):
+      raise UserError(f'{path}: vocabulary file not found (build it with '
+                      'launch/build_vocab.py, or let launch/train.py build it)')
+    return super()._model_context()
+
+
+VOCABULARY = RunVocabulary()
+
+
+def output_features() -> dict[str, seqio.Feature]:
+  """Shared-vocabulary inputs and targets ending in EOS, and the targets' direction ids."""
+  return {
+      'inputs': seqio.Feature(vocabulary=VOCABULARY, add_eos=True, required=True),
+      'targets': seqio.Feature(vocabulary=VOCABULARY, add_eos=True),
+      'targets_direction': seqio.Feature(vocabulary=seqio.PassThroughVocabulary(size=0),
+                                         add_eos=False, required=False),
+  }
+
+
+def num_train_pairs(task_name: str) -> int:
+  """Training pairs of a registered translation Task's direction."""
+  direction = TASK_DIRECTIONS[task_name]
+  corpus = corpora.get_corpus(direction.corpus)
+  return len(corpus.pairs('train', direction.src_lang, direction.tgt_lang))
+
+
+def task_name(corpus: str, src_lang: str, tgt_lang: str) -> str:
+  """`<corpus>_<src>.<tgt>`."""
+  return f'{corpus}_{src_lang}.{tgt_lang}'
+
+
+def _pairs_dataset(direction: Direction, split: str, shuffle_files: bool,
+                   seed: int | None = None) -> tf.data.Dataset:
+  """The direction's pairs as an in-memory, checkpointable tf.data source."""
+  del shuffle_files, seed  # One in-memory shard; examples are shuffled by seqio.
+  pairs = corpora.get_corpus(direction.corpus).pairs(split, direction.src_lang,
+                                                     direction.tgt_lang)
+  if not pairs:
+    raise UserError(f'{direction.corpus}: no {split} pairs for {direction.name}')
+  sources, targets = zip(*pairs)
+  return tf.data.Dataset.from_tensor_slices({'source': list(sources),
+                                             'target': list(targets)})
+
+
+def _to_inputs_targets(dataset: tf.data.Dataset) -> tf.data.Dataset:
+  return dataset.map(lambda ex: {'inputs': ex['source'], 'targets': ex['target']},
+                     num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _add_tags_and_direction(dataset: tf.data.Dataset, src_lang: str,
+                            tgt_lang: str) -> tf.data.Dataset:
+  """Prepends the tag ids of the run's tag strategy; adds the per-token direction id.
+
+  Tags are prepended as ids, not text, so the tag is one piece whatever SentencePiece
+  would do with the text around it.
+  """
+  direction_tags = tags.tags_for(tag_strategy(), src_lang, tgt_lang)
+  tokenizer = VOCABULARY.tokenizer
+  encoder_prefix = tf.constant([tokenizer.piece_to_id(direction_tags.encoder_tag)], tf.int32)
+  decoder_prefix = tf.constant(
+      [tokenizer.piece_to_id(direction_tags.decoder_tag)] if direction_tags.decoder_tag else [],
+      tf.int32)
+  direction = directions.direction_id(src_lang, tgt_lang)
+
+  def add(example):
+    example = dict(example)
+    example['inputs'] = tf.concat([encoder_prefix, example['inputs']], axis=0)
+    example['targets'] = tf.concat([decoder_prefix, example['targets']], axis=0)
+    return example
+
+  return dataset.map(add, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _add_direction(dataset: tf.data.Dataset, direction: int) -> tf.data.Dataset:
+  """`targets_direction`: the direction id on every target token (packed with targets)."""
+
+  def add(example):
+    example = dict(example)
+    example['targets_direction'] = tf.fill(tf.shape(example['targets']), direction)
+    return example
+
+  return dataset.map(add, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
+  """Registers (once) the Task reading one direction of a registered corpus."""
+  name = task_name(corpus, src_lang, tgt_lang)
+  if name in TASK_DIRECTIONS:
+    return name
+  languages.check_language(src_lang, f'{name}: source language')
+  languages.check_language(tgt_lang, f'{name}: target language')
+  direction = Direction(corpus, src_lang, tgt_lang)
+  seqio.TaskRegistry.add(
+      name,
+      source=seqio.FunctionDataSource(
+          functools.partial(_pairs_dataset, direction),
+          splits=('train', 'validation', 'test')),
+      preprocessors=[
+          _to_inputs_targets,
+          seqio.preprocessors.tokenize,
+          functools.partial(_add_tags_and_direction, src_lang=src_lang, tgt_lang=tgt_lang),
+          seqio.preprocessors.append_eos_after_trim,
+          functools.partial(_add_direction,
+                            direction=directions.direction_id(src_lang, tgt_lang)),
+      ],
+      output_features=output_features(),
+      metric_fns=[])
+  TASK_DIRECTIONS[name] = direction
+  return name
+
+
+def register_mixture(name: str, corpus: str,
+                     corpus_directions: Iterable[tuple[str, str]]) -> str:
+  """Registers a temperature-sampled mixture over directions of one corpus."""
+  task_names = [register_direction_task(corpus, src, tgt) for src, tgt in corpus_directions]
+  seqio.MixtureRegistry.add(name, task_names, default_rate=temperature_rate)
+  return name
+
+
+def mixture_directions(mixture_or_task_name: str) -> list[Direction]:
+  """The corpus directions a registered mixture or translation Task reads."""
+  provider = get_mixture_or_task(mixture_or_task_name)
+  tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
+  return [TASK_DIRECTIONS[task.name] for task in tasks]
+
+
+def get_mixture_or_task(name: str) -> seqio.Task | seqio.Mixture:
+  """seqio's lookup, with a UserError naming the registered choices."""
+  try:
+    return seqio.get_mixture_or_task(name)
+  except ValueError:
+    known = sorted(n for n in seqio.MixtureRegistry.names()
+                   if not n.startswith('cldr_') or n == 'cldr_demo')
+    raise UserError(f'MIXTURE_OR_TASK_NAME: unknown mixture or task {name!r}; registered '
+                    f'mixtures: {", ".join(known)} (and one task per direction, '
+                    '<corpus>_<src>.<tgt>)') from None
+
+
+def training_sentences(mixture_or_task_name: str) -> dict[str, list[str]]:
+  """Every distinct training sentence per language on either side of the mixture."""
+  per_language: dict[str, dict[str, None]] = {}
+  for direction in mixture_directions(mixture_or_task_name):
+    pairs = corpora.get_corpus(direction.corpus).pairs(
+        'train', direction.src_lang, direction.tgt_lang)
+    for src, tgt in pairs:
+      per_language.setdefault(direction.src_lang, {})[src] = None
+      per_language.setdefault(direction.tgt_lang, {})[tgt] = None
+  return {lang: list(lines) for lang, lines in per_language.items()}
+
+
+def _register_builtins() -> None:
+  register_mixture('cldr_demo', 'cldr', CLDR_DEMO_DIRECTIONS)
+  register_mixture('ntrex128', 'ntrex128', NTREX_DIRECTIONS)
+  register_mixture('flores200', 'flores200', NTREX_DIRECTIONS)
+
+
+_register_builtins()

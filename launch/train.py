@@ -1,0 +1,41 @@
+"""Trains a translation model from gin files.
+
+  python launch/train.py --gin_file=gin/runs/demo.gin [--gin.TRAIN_STEPS=200 ...] [--dry_run]
+
+Re-running the same command resumes from the latest checkpoint in MODEL_DIR.
+"""
+
+import argparse
+import json
+
+from t5x_mt import cli
+from t5x_mt import gin_utils
+
+
+def main(argv: list[str]) -> int:
+  bindings, rest = gin_utils.split_gin_overrides(argv)
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--gin_file', action='append', required=True,
+                      help='gin file (repeatable); later files override earlier ones')
+  parser.add_argument('--gin_bindings', action='append', default=[],
+                      help="extra binding, e.g. \"TRAIN_STEPS = 200\" (same as --gin.NAME=VALUE)")
+  parser.add_argument('--dry_run', action='store_true',
+                      help='print parameter count and per-device memory, then exit')
+  args = parser.parse_args(rest)
+  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  gin_utils.parse_gin(args.gin_file, args.gin_bindings + bindings)
+  if args.dry_run:
+    report = train_loop.dry_run()
+    print(json.dumps(report, indent=1))
+    print(f"parameters: {report['parameters'] / 1e6:.2f}M  per device: params "
+          f"{report['param_bytes_per_device'] / 2**20:.1f} MiB, optimizer state "
+          f"{report['optimizer_bytes_per_device'] / 2**20:.1f} MiB under mesh "
+          f"{tuple(report['mesh_shape'])}")
+    return 0
+  train_loop.train()
+  return 0
+
+
+if __name__ == '__main__':
+  cli.run(main)

@@ -1,0 +1,1 @@
+"""t5x_mt: multilingual machine translation in JAX/Flax."""

@@ -1,0 +1,1 @@
+"""Corpora, cleaning, vocabularies and sampling for multilingual translation."""

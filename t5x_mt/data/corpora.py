@@ -1,0 +1,226 @@
+"""Corpora by name: one Protocol, two implementations, and a lazy registry.
+
+A corpus answers "give me the (src, tgt) pairs of split S" for any two of its languages.
+`MultiwayCorpus` holds rows {language: text} (CLDR, FLORES-200, NTREX-128: any two
+languages of a row translate each other); `ParallelCorpus` holds one language pair (two
+files, a TSV). Registration is lazy: a factory runs on the first `get_corpus`, so importing
+this module never reads a file and never fails where `../shared/data` is absent.
+"""
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Callable, Mapping, Protocol, Sequence
+
+from t5x_mt.data import readers
+from t5x_mt.errors import UserError
+from t5x_mt.languages import check_language
+
+NTREX_VALIDATION_LINES = 200
+
+
+class Corpus(Protocol):
+  """Parallel text in named splits, for any pair of its languages."""
+  name: str
+
+  def languages(self) -> tuple[str, ...]:
+    ...
+
+  def splits(self) -> tuple[str, ...]:
+    ...
+
+  def pairs(self, split: str, src: str, tgt: str) -> list[tuple[str, str]]:
+    ...
+
+  def sentences(self, split: str, lang: str) -> list[str]:
+    ...
+
+
+def _check_split(corpus: Corpus, split: str) -> None:
+  if split not in corpus.splits():
+    raise UserError(f'corpus {corpus.name!r} has no split {split!r} '
+                    f'(it has: {", ".join(corpus.splits())})')
+
+
+def _check_member(corpus: Corpus, lang: str) -> None:
+  check_language(lang, f'corpus {corpus.name!r}')
+  if lang not in corpus.languages():
+    raise UserError(f'corpus {corpus.name!r} has no {lang} text '
+                    f'(it has: {", ".join(corpus.languages())})')
+
+
+class MultiwayCorpus:
+  """Rows {FLORES code: text} where every text of a row translates every other.
+
+  A row holds only the languages that have (non-empty) text for it, so pairs for two
+  languages are the rows they share, in row order.
+  """
+
+  def __init__(self, name: str, rows_by_split: Mapping[str, Sequence[Mapping[str, str]]]):
+    self.name = name
+    self._rows = {split: [{lang: text for lang, text in row.items() if text.strip()}
+                          for row in rows]
+                  for split, rows in rows_by_split.items()}
+    langs = {lang for rows in self._rows.values() for row in rows for lang in row}
+    for lang in langs:
+      check_language(lang, f'corpus {name!r}')
+    self._languages = tuple(sorted(langs))
+
+  def languages(self) -> tuple[str, ...]:
+    return self._languages
+
+  def splits(self) -> tuple[str, ...]:
+    return tuple(self._rows)
+
+  def rows(self, split: str) -> list[dict[str, str]]:
+    """The rows of `split` (copies), for statistics and custom pairings."""
+    _check_split(self, split)
+    return [dict(row) for row in self._rows[split]]
+
+  def pairs(self, split: str, src: str, tgt: str) -> list[tuple[str, str]]:
+    _check_split(self, split)
+    _check_member(self, src)
+    _check_member(self, tgt)
+    return [(row[src], row[tgt]) for row in self._rows[split] if src in row and tgt in row]
+
+  def sentences(self, split: str, lang: str) -> list[str]:
+    _check_split(self, split)
+    _check_member(self, lang)
+    return [row[lang] for row in self._rows[split] if lang in row]
+
+
+class ParallelCorpus:
+  """Pairs of one language pair; `pairs` also serves the reverse direction."""
+
+  def __init__(self, name: str, src_lang: str, tgt_lang: str,
+               pairs_by_split: Mapping[str, Sequence[tuple[str, str]]]):
+    self.name = name
+    self.src_lang = check_language(src_lang, f'corpus {name!r} source language')
+    self.tgt_lang = check_language(tgt_lang, f'corpus {name!r} target language')
+    self._pairs = {split: [(s, t) for s, t in pairs if s.strip() and t.strip()]
+                   for split, pairs in pairs_by_split.items()}
+
+  def languages(self) -> tuple[str, ...]:
+    return (self.src_lang, self.tgt_lang)
+
+  def splits(self) -> tuple[str, ...]:
+    return tuple(self._pairs)
+
+  def pairs(self, split: str, src: str, tgt: str) -> list[tuple[str, str]]:
+    _check_split(self, split)
+    _check_member(self, src)
+    _check_member(self, tgt)
+    if src == tgt:
+      raise UserError(f'corpus {self.name!r}: source and target are both {src}')
+    if src == self.src_lang:
+      return list(self._pairs[split])
+    return [(t, s) for s, t in self._pairs[split]]
+
+  def sentences(self, split: str, lang: str) -> list[str]:
+    _check_split(self, split)
+    _check_member(self, lang)
+    side = 0 if lang == self.src_lang else 1
+    return [pair[side] for pair in self._pairs[split]]
+
+
+# The registry: name -> factory, and name -> corpus once built.
+_FACTORIES: dict[str, Callable[[], Corpus]] = {}
+_BUILT: dict[str, Corpus] = {}
+_NAME = re.compile(r'^[A-Za-z0-9_]+$')
+
+
+def register_corpus(name: str, factory: Callable[[], Corpus], *,
+                    overwrite: bool = False) -> None:
+  """Registers `factory` under `name`; it runs on the first `get_corpus(name)`.
+
+  Names become part of task names (`<corpus>_<src>-<tgt>`), hence letters, digits and '_'.
+  """
+  if not _NAME.match(name):
+    raise UserError(f'corpus name {name!r}: use only letters, digits and _')
+  if name in _FACTORIES and not overwrite:
+    raise UserError(f'corpus {name!r} is already registered')
+  _FACTORIES[name] = factory
+  _BUILT.pop(name, None)
+
+
+def get_corpus(name: str) -> Corpus:
+  """The corpus registered as `name`, built on first use and kept."""
+  if name not in _FACTORIES:
+    raise UserError(f'unknown corpus {name!r}; registered corpora: '
+                    f'{", ".join(registered_corpora())}')
+  if name not in _BUILT:
+    logging.info('Building corpus %r', name)
+    _BUILT[name] = _FACTORIES[name]()
+  return _BUILT[name]
+
+
+def registered_corpora() -> tuple[str, ...]:
+  return tuple(sorted(_FACTORIES))
+
+
+def register_parallel_files(name: str, src_lang: str, tgt_lang: str,
+                            src_file: str | os.PathLike[str], tgt_file: str | os.PathLike[str],
+                            *, split: str = 'train') -> None:
+  """Registers two line-aligned files as split `split` of a one-pair corpus."""
+  check_language(src_lang, f'corpus {name!r} source language')
+  check_language(tgt_lang, f'corpus {name!r} target language')
+  register_corpus(name, lambda: ParallelCorpus(
+      name, src_lang, tgt_lang, {split: readers.read_parallel_files(src_file, tgt_file)}))
+
+
+def register_tsv(name: str, src_lang: str, tgt_lang: str, path: str | os.PathLike[str], *,
+                 src_column: int = 0, tgt_column: int = 1, split: str = 'train') -> None:
+  """Registers two columns of a (gzipped) TSV file as split `split` of a one-pair corpus."""
+  check_language(src_lang, f'corpus {name!r} source language')
+  check_language(tgt_lang, f'corpus {name!r} target language')
+  register_corpus(name, lambda: ParallelCorpus(
+      name, src_lang, tgt_lang, {split: readers.read_tsv(path, src_column, tgt_column)}))
+
+
+def register_multiway_dir(name: str, directory: str | os.PathLike[str], *, suffix: str = '.dev',
+                          split: str = 'validation') -> None:
+  """Registers a folder of `<FLORES code><suffix>` line-aligned files (FLORES-200 layout)."""
+  register_corpus(name, lambda: MultiwayCorpus(
+      name, {split: readers.read_multiway(readers.flores_files(directory, suffix))}))
+
+
+def flores200_corpus(directory: str | os.PathLike[str]) -> MultiwayCorpus:
+  """FLORES-200 dev as split 'validation' (devtest stays out: it is the held-out test)."""
+  rows = readers.read_multiway(readers.flores_files(directory, '.dev'))
+  return MultiwayCorpus('flores200', {'validation': rows})
+
+
+def ntrex128_corpus(directory: str | os.PathLike[str],
+                    validation_lines: int = NTREX_VALIDATION_LINES) -> MultiwayCorpus:
+  """NTREX-128: 'train' = all but the last `validation_lines` lines, 'validation' = those.
+
+  The tail is a held-out block of whole news documents at the end of newstest2019, so
+  validation text shares no document with training text (apart from at most one document
+  cut at the boundary).
+  """
+  rows = readers.read_multiway(readers.ntrex_files(directory))
+  train, validation = readers.split_last(rows, validation_lines)
+  return MultiwayCorpus('ntrex128', {'train': train, 'validation': validation})
+
+
+def _shared_folder(relative: str) -> Path:
+  """A folder under the shared data dir; UserError naming it where it is absent."""
+  root = readers.shared_data_dir()
+  if root is None:
+    raise UserError(f'../shared/data/{relative}: no such folder (set '
+                    f'${readers.SHARED_DATA_ENV} to the folder holding {relative})')
+  folder = root / relative
+  if not folder.is_dir():
+    raise UserError(f'{folder}: no such folder')
+  return folder
+
+
+def _cldr() -> Corpus:
+  from t5x_mt.data import cldr  # pylint: disable=g-import-not-at-top  (cldr imports this)
+  return cldr.cldr_corpus()
+
+
+register_corpus('cldr', _cldr)
+register_corpus('flores200', lambda: flores200_corpus(_shared_folder('flores200/dev')))
+register_corpus('ntrex128', lambda: ntrex128_corpus(_shared_folder('ntrex128')))

@@ -1,0 +1,60 @@
+"""Language-tag strategies: where the source and target language tags go.
+
+Multilingual models learn which language to produce from a tag token. METHODS.md section 4
+names three placements; this module is the one place that knows them, so training data
+(data_tasks) and inference (forced decoder prefix) can never disagree.
+
+  T-ENC        encoder: <2tgt> x            decoder: y
+  S-ENC-T-DEC  encoder: <2src> x            decoder: <2tgt> y   (Tencent, fairseq langtoks)
+  T-ENC-T-DEC  encoder: <2tgt> x            decoder: <2tgt> y   (VolcTrans; the default)
+
+When the decoder carries a tag, it is the first target token: the model learns to predict
+it during training and inference forces it as the first decoded token.
+"""
+
+import dataclasses
+
+from t5x_mt import languages
+from t5x_mt.errors import UserError
+
+T_ENC = 't_enc'
+S_ENC_T_DEC = 's_enc_t_dec'
+T_ENC_T_DEC = 't_enc_t_dec'
+TAG_STRATEGIES = (T_ENC, S_ENC_T_DEC, T_ENC_T_DEC)
+DEFAULT_TAG_STRATEGY = T_ENC_T_DEC
+
+
+@dataclasses.dataclass(frozen=True)
+class Tags:
+  """The tag tokens (as text pieces) one direction puts on each side."""
+  encoder_tag: str
+  decoder_tag: str | None
+
+
+def check_tag_strategy(strategy: str, where: str = 'tag_strategy') -> str:
+  """Returns `strategy` if known, else raises a UserError naming `where`."""
+  if strategy not in TAG_STRATEGIES:
+    raise UserError(f'{where}: unknown tag strategy {strategy!r}; '
+                    f'choose one of {", ".join(TAG_STRATEGIES)}')
+  return strategy
+
+
+def tags_for(strategy: str, src_lang: str, tgt_lang: str) -> Tags:
+  """The tags that `strategy` puts on the encoder and decoder for src_lang -> tgt_lang."""
+  check_tag_strategy(strategy)
+  target_tag = languages.language_tag(tgt_lang)
+  if strategy == T_ENC:
+    return Tags(encoder_tag=target_tag, decoder_tag=None)
+  if strategy == S_ENC_T_DEC:
+    return Tags(encoder_tag=languages.language_tag(src_lang), decoder_tag=target_tag)
+  return Tags(encoder_tag=target_tag, decoder_tag=target_tag)
+
+
+def special_symbols(num_spare: int = 32) -> list[str]:
+  """Every user-defined symbol a vocabulary must hold as one piece.
+
+  Tags for all FLORES-200 languages (so a language added later needs no new vocabulary
+  for its tag), `<BT>` and `<DA>` for tagged synthetic data, and spare `TBD<i>` tokens.
+  """
+  tags = [languages.language_tag(code) for code in languages.FLORES200_CODES]
+  return tags + ['<BT>', '<DA>'] + [f'TBD{i}' for i in range(num_spare)]

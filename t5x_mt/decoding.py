@@ -1,0 +1,287 @@
+"""Autoregressive decoding with a KV cache: beam search and greedy search.
+
+Both searches drive a model through one function, `tokens_to_logits`, that takes the last
+token of every hypothesis and the decoder cache and returns next-token logits and the updated
+cache. They know nothing else about the model, so the same code decodes a single Transformer,
+an ensemble (a `tokens_to_logits` that averages log-probabilities) or a toy model in a test.
+
+Conventions shared with the model and the data pipeline:
+- The decoder's first input is token 0 (BOS is the pad id, seqio's shift-right convention).
+- `prefix` forces the first output token: the target-language tag `<2xxx_Xxxx>` that
+  T-ENC-T-DEC and S-ENC-T-DEC decoders start with. A forced token is not scored and does not
+  count towards the length (it plays the part of fairseq's `--decoder-langtok` BOS).
+- Cache leaves are either scalars (`cache_index`: shared by every row, left as they are) or
+  have the batch as their leading axis (repeated to batch * beam, reordered with the beams).
+
+Beam search follows T5X / Flax examples/wmt: an alive set and a finished set of `beam_size`
+hypotheses each, the top 2 * beam_size expansions per step (enough to refill the alive set
+however many of them end in EOS), and an early stop once no alive hypothesis can beat the
+worst finished one. Unlike T5X, a hypothesis that reaches `max_decode_length` without EOS is
+finished there (as in fairseq), so a batch item always gets `beam_size` ranked outputs when
+that many hypotheses exist.
+"""
+
+import functools
+from typing import Any, Optional, Protocol
+
+import flax
+import jax
+from jax import lax
+import jax.numpy as jnp
+
+from t5x_mt.errors import UserError
+
+# A pytree of arrays: scalars or arrays with the batch as their leading axis.
+Cache = Any
+
+# Stands in for -inf where arithmetic on the value must stay finite.
+NEG_INF = -1.0e7
+# Log-probabilities below this mark a hypothesis that does not exist (a padding beam).
+_INVALID_BELOW = 0.5 * NEG_INF
+
+
+class TokensToLogits(Protocol):
+  """One decoder step: next-token logits for the last tokens of a batch of hypotheses."""
+
+  def __call__(self, tokens: jnp.ndarray, cache: Cache) -> tuple[jnp.ndarray, Cache]:
+    """Maps int32 tokens [N, 1] and a cache to fp32 logits [N, vocab] and the new cache."""
+
+
+def length_penalty(length: jnp.ndarray, alpha: float) -> jnp.ndarray:
+  """Returns length ** alpha, the divisor of a hypothesis' summed log-probability.
+
+  This is fairseq's `--lenpen` (the setting behind the WMT22 systems' "length penalty 1.0"):
+  with alpha = 1 a hypothesis is ranked by its mean per-token log-probability. `length`
+  counts the generated tokens including EOS and excluding a forced prefix; it is clipped to
+  at least 1 so that a prefix-only output divides by 1.
+  """
+  return jnp.maximum(jnp.asarray(length, jnp.float32), 1.0) ** alpha
+
+
+@flax.struct.dataclass
+class _BeamState:
+  """Loop state of beam search; sequences include the initial BOS 0 at position 0."""
+  cur_index: jnp.ndarray        # scalar int32: position of the token fed at this step
+  alive_seqs: jnp.ndarray       # [B, K, L + 1] int32
+  alive_log_probs: jnp.ndarray  # [B, K] fp32, summed log-probabilities
+  finished_seqs: jnp.ndarray    # [B, K, L + 1] int32
+  finished_scores: jnp.ndarray  # [B, K] fp32, log-probabilities / length_penalty
+  finished_flags: jnp.ndarray   # [B, K] bool, False for slots not holding a hypothesis
+  cache: Cache                  # leaves scalar or [B * K, ...]
+
+
+def _batch_size(prefix: Optional[jnp.ndarray], cache: Cache) -> int:
+  """Reads the batch size from the prefix, or from the first batch-leading cache leaf."""
+  if prefix is not None:
+    return prefix.shape[0]
+  for leaf in jax.tree_util.tree_leaves(cache):
+    if jnp.ndim(leaf) > 0:
+      return leaf.shape[0]
+  raise UserError('beam_search: give a prefix or a cache with a batch axis to size the batch')
+
+
+def _expand_to_beams(cache: Cache, beam_size: int) -> Cache:
+  """Repeats every batch-leading leaf beam_size times: row b becomes rows b*K .. b*K+K-1."""
+  return jax.tree_util.tree_map(
+      lambda x: x if jnp.ndim(x) == 0 else jnp.repeat(x, beam_size, axis=0), cache)
+
+
+def _gather_beams(x: jnp.ndarray, beam_indices: jnp.ndarray) -> jnp.ndarray:
+  """Selects x[b, beam_indices[b, j]] for x of shape [B, K_in, ...] -> [B, K_out, ...]."""
+  return jax.vmap(lambda row, idx: row[idx])(x, beam_indices)
+
+
+def _gather_cache(cache: Cache, beam_indices: jnp.ndarray) -> Cache:
+  """Reorders the [B * K, ...] cache leaves to follow the surviving beams."""
+  batch_size, beam_size = beam_indices.shape
+
+  def gather(x):
+    if jnp.ndim(x) == 0:
+      return x
+    x = x.reshape((batch_size, beam_size) + x.shape[1:])
+    return _gather_beams(x, beam_indices).reshape((batch_size * beam_size,) + x.shape[2:])
+
+  return jax.tree_util.tree_map(gather, cache)
+
+
+def _step_log_probs(tokens_to_logits: TokensToLogits, tokens: jnp.ndarray, cache: Cache,
+                    cur_index: jnp.ndarray, prefix: Optional[jnp.ndarray]):
+  """Runs one decoder step; at step 0 a prefix replaces the model's distribution."""
+  logits, new_cache = tokens_to_logits(tokens, cache)
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  if prefix is not None:
+    vocab_size = log_probs.shape[-1]
+    rows_per_example = log_probs.shape[0] // prefix.shape[0]
+    row_prefix = jnp.repeat(prefix, rows_per_example)[:, None]
+    forced = jnp.where(jnp.arange(vocab_size)[None, :] == row_prefix, 0.0, NEG_INF)
+    log_probs = jnp.where(cur_index == 0, forced, log_probs)
+  return log_probs, new_cache
+
+
+def _beam_step(state: _BeamState, *, tokens_to_logits: TokensToLogits,
+               prefix: Optional[jnp.ndarray], alpha: float, max_decode_length: int,
+               eos_id: int) -> _BeamState:
+  """Expands every alive hypothesis by one token and updates the alive and finished sets."""
+  batch_size, beam_size, _ = state.alive_seqs.shape
+  i = state.cur_index
+  tokens = lax.dynamic_slice_in_dim(state.alive_seqs, i, 1, axis=2)
+  log_probs, new_cache = _step_log_probs(
+      tokens_to_logits, tokens.reshape(batch_size * beam_size, 1), state.cache, i, prefix)
+  vocab_size = log_probs.shape[-1]
+
+  # The best 2K of the K * V expansions: at most K of them end here, K stay alive.
+  candidates = state.alive_log_probs[:, :, None] + log_probs.reshape(
+      batch_size, beam_size, vocab_size)
+  topk_log_probs, topk_ids = lax.top_k(
+      candidates.reshape(batch_size, beam_size * vocab_size), 2 * beam_size)
+  topk_beams = topk_ids // vocab_size
+  topk_tokens = topk_ids % vocab_size
+  topk_seqs = lax.dynamic_update_slice_in_dim(
+      _gather_beams(state.alive_seqs, topk_beams), topk_tokens[:, :, None], i + 1, axis=2)
+
+  ends_here = (topk_tokens == eos_id) | (i + 1 == max_decode_length)
+  exists = topk_log_probs > _INVALID_BELOW
+  newly_finished = ends_here & exists
+
+  # Alive set: the best K expansions that do not end here.
+  alive_log_probs, alive_pos = lax.top_k(
+      jnp.where(ends_here, NEG_INF + topk_log_probs, topk_log_probs), beam_size)
+  alive_seqs = _gather_beams(topk_seqs, alive_pos)
+  new_cache = _gather_cache(new_cache, _gather_beams(topk_beams, alive_pos))
+
+  # Finished set: the best K of the old finished set and the hypotheses ending here.
+  generated_length = i + 1 - (0 if prefix is None else 1)
+  new_scores = topk_log_probs / length_penalty(generated_length, alpha)
+  new_scores = jnp.where(newly_finished, new_scores, NEG_INF + new_scores)
+  finished_scores, finished_pos = lax.top_k(
+      jnp.concatenate([state.finished_scores, new_scores], axis=1), beam_size)
+  finished_seqs = _gather_beams(
+      jnp.concatenate([state.finished_seqs, topk_seqs], axis=1), finished_pos)
+  finished_flags = _gather_beams(
+      jnp.concatenate([state.finished_flags, newly_finished], axis=1), finished_pos)
+
+  return _BeamState(cur_index=i + 1, alive_seqs=alive_seqs, alive_log_probs=alive_log_probs,
+                    finished_seqs=finished_seqs, finished_scores=finished_scores,
+                    finished_flags=finished_flags, cache=new_cache)
+
+
+def _beam_search_continues(state: _BeamState, *, alpha: float, max_decode_length: int,
+                           has_prefix: bool) -> jnp.ndarray:
+  """False at the length limit, or once no alive beam can beat the worst finished one.
+
+  Log-probabilities only fall as a hypothesis grows and, for alpha >= 0, the penalty only
+  grows, so an alive hypothesis scores at most log_prob / length_penalty(longest length).
+  """
+  longest = max_decode_length - (1 if has_prefix else 0)
+  best_alive_bound = state.alive_log_probs[:, 0] / length_penalty(longest, alpha)
+  worst_finished = jnp.min(
+      jnp.where(state.finished_flags, state.finished_scores, NEG_INF), axis=1)
+  all_settled = jnp.all(worst_finished > best_alive_bound)
+  return (state.cur_index < max_decode_length) & ~all_settled
+
+
+def beam_search(tokens_to_logits: TokensToLogits,
+                initial_cache: Cache,
+                *,
+                prefix: Optional[jnp.ndarray],
+                beam_size: int = 4,
+                alpha: float = 1.0,
+                max_decode_length: int,
+                eos_id: int = 1) -> tuple[jnp.ndarray, jnp.ndarray]:
+  """Beam search for the hypotheses with the best length-normalised log-probability.
+
+  A hypothesis' score is sum(log p(token)) / length ** alpha (`length_penalty`): the sum runs
+  over the generated tokens including EOS, `length` counts them, and a forced prefix token
+  adds nothing to either. alpha = 1.0 (the default) ranks by mean per-token log-probability,
+  the "length penalty 1.0" of fairseq-based WMT systems; alpha = 0 ranks by raw sum.
+  A hypothesis ends at EOS or at `max_decode_length` tokens.
+
+  Jittable with beam_size, alpha, max_decode_length and eos_id static.
+
+  Args:
+    tokens_to_logits: one decoder step, see `TokensToLogits`; called on [B * beam, 1].
+    initial_cache: decoder cache for B rows (leaves scalar or batch-leading).
+    prefix: int32 [B], the forced first output token (target-language tag), or None.
+    beam_size: hypotheses kept alive (and returned) per batch item.
+    alpha: length-penalty exponent, >= 0.
+    max_decode_length: most output tokens, the forced prefix included.
+    eos_id: the token that ends a hypothesis.
+
+  Returns:
+    sequences: int32 [B, beam_size, max_decode_length], best first, without the initial BOS,
+      starting with the prefix token when given, 0 after EOS. Slots beyond the number of
+      existing hypotheses (tiny vocabularies) hold zeros.
+    scores: fp32 [B, beam_size], the scores above, best first; NEG_INF in empty slots.
+  """
+  if alpha < 0:
+    raise UserError(f'beam_search: length penalty alpha must be >= 0, got {alpha}')
+  if beam_size < 1 or max_decode_length < 1:
+    raise UserError(f'beam_search: beam_size ({beam_size}) and max_decode_length '
+                    f'({max_decode_length}) must be >= 1')
+  batch_size = _batch_size(prefix, initial_cache)
+  seq_shape = (batch_size, beam_size, max_decode_length + 1)
+  # Only beam 0 exists at the start; the other beams are copies that can never win.
+  initial_log_probs = jnp.tile(
+      jnp.array([0.0] + [NEG_INF] * (beam_size - 1), jnp.float32), (batch_size, 1))
+  state = _BeamState(
+      cur_index=jnp.array(0, jnp.int32),
+      alive_seqs=jnp.zeros(seq_shape, jnp.int32),
+      alive_log_probs=initial_log_probs,
+      finished_seqs=jnp.zeros(seq_shape, jnp.int32),
+      finished_scores=jnp.full((batch_size, beam_size), NEG_INF, jnp.float32),
+      finished_flags=jnp.zeros((batch_size, beam_size), jnp.bool_),
+      cache=_expand_to_beams(initial_cache, beam_size))
+  if prefix is not None:
+    prefix = jnp.asarray(prefix, jnp.int32)
+
+  state = lax.while_loop(
+      functools.partial(_beam_search_continues, alpha=alpha,
+                        max_decode_length=max_decode_length, has_prefix=prefix is not None),
+      functools.partial(_beam_step, tokens_to_logits=tokens_to_logits, prefix=prefix,
+                        alpha=alpha, max_decode_length=max_decode_length, eos_id=eos_id),
+      state)
+
+  sequences = jnp.where(state.finished_flags[:, :, None], state.finished_seqs[:, :, 1:], 0)
+  scores = jnp.where(state.finished_flags, state.finished_scores, NEG_INF)
+  return sequences, scores
+
+
+@flax.struct.dataclass
+class _GreedyState:
+  cur_index: jnp.ndarray  # scalar int32
+  seqs: jnp.ndarray       # [B, L + 1] int32, BOS 0 at position 0
+  done: jnp.ndarray       # [B] bool, EOS emitted
+  cache: Cache
+
+
+def greedy_search(tokens_to_logits: TokensToLogits,
+                  initial_cache: Cache,
+                  *,
+                  prefix: Optional[jnp.ndarray],
+                  max_decode_length: int,
+                  eos_id: int = 1) -> jnp.ndarray:
+  """Takes the most likely token at every step until EOS or max_decode_length.
+
+  Same conventions as `beam_search` (BOS 0 first input, forced prefix, cache layout).
+  Returns int32 [B, max_decode_length]: the prefix token first when given, 0 after EOS.
+  """
+  batch_size = _batch_size(prefix, initial_cache)
+  if prefix is not None:
+    prefix = jnp.asarray(prefix, jnp.int32)
+
+  def step(state: _GreedyState) -> _GreedyState:
+    i = state.cur_index
+    tokens = lax.dynamic_slice_in_dim(state.seqs, i, 1, axis=1)
+    log_probs, cache = _step_log_probs(tokens_to_logits, tokens, state.cache, i, prefix)
+    next_tokens = jnp.where(state.done, 0, jnp.argmax(log_probs, axis=-1).astype(jnp.int32))
+    seqs = lax.dynamic_update_slice_in_dim(state.seqs, next_tokens[:, None], i + 1, axis=1)
+    return _GreedyState(cur_index=i + 1, seqs=seqs, done=state.done | (next_tokens == eos_id),
+                        cache=cache)
+
+  def continues(state: _GreedyState) -> jnp.ndarray:
+    return (state.cur_index < max_decode_length) & ~jnp.all(state.done)
+
+  state = _GreedyState(cur_index=jnp.array(0, jnp.int32),
+                       seqs=jnp.zeros((batch_size, max_decode_length + 1), jnp.int32),
+                       done=jnp.zeros((batch_size,), jnp.bool_), cache=initial_cache)
+  return lax.while_loop(continues, step, state).seqs[:, 1:]

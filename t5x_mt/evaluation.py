@@ -1,0 +1,186 @@
+"""Translation quality: sacreBLEU BLEU, chrF++ and spBLEU, per direction and per category.
+
+Scores follow METHODS section 11: BLEU (13a tokenisation) and chrF++ (`word_order=2`) on
+detokenised text, and spBLEU when a FLORES-200 SentencePiece model is given. sacreBLEU's
+own `tokenize='flores200'` downloads that model at run time, so spBLEU here segments both
+sides with the given model file and scores them with `tokenize='none'`, which is the same
+computation without the download.
+
+Directions are named `src-tgt` with FLORES-200 codes. The WMT22 African task reports
+averages over categories of directions (X-ENG, ENG-X, X-FRA, FRA-X, X-X, ALL);
+`summarize` builds the `MODEL_DIR/eval/step_<N>.json` record of DESIGN.md.
+"""
+
+import json
+import logging
+import os
+import pathlib
+import statistics
+import tempfile
+from typing import Any, Optional, Sequence
+
+import sacrebleu
+import sentencepiece as spm
+
+from t5x_mt.errors import UserError
+
+ENGLISH = 'eng_Latn'
+FRENCH = 'fra_Latn'
+CATEGORIES = ('X-ENG', 'ENG-X', 'X-FRA', 'FRA-X', 'X-X', 'ALL')
+
+
+def _sentencepiece_tokenize(lines: Sequence[str], processor: spm.SentencePieceProcessor):
+  return [' '.join(processor.encode(line, out_type=str)) for line in lines]
+
+
+def _load_sentencepiece(spm_model_path: str) -> spm.SentencePieceProcessor:
+  if not os.path.isfile(spm_model_path):
+    raise UserError(f'{spm_model_path}: SentencePiece model for spBLEU not found')
+  return spm.SentencePieceProcessor(model_file=str(spm_model_path))
+
+
+def score_direction(hypotheses: Sequence[str], references: Sequence[str], *,
+                    spm_model_path: Optional[str] = None) -> dict[str, Any]:
+  """Corpus-level scores of one direction's translations against one reference each.
+
+  Returns {'bleu', 'chrf', 'spbleu', 'n'}: sacreBLEU BLEU with its default 13a tokenisation,
+  chrF++ (character 6-grams plus word 2-grams, beta 2), BLEU over SentencePiece pieces of
+  `spm_model_path` (None when no model is given), and the number of sentences.
+  """
+  if len(hypotheses) != len(references):
+    raise UserError(f'{len(hypotheses)} hypotheses but {len(references)} references: '
+                    'each hypothesis needs exactly one reference line')
+  if not hypotheses:
+    raise UserError('no sentences to score: the hypothesis and reference lists are empty')
+  hypotheses, references = list(hypotheses), list(references)
+  spbleu = None
+  if spm_model_path is not None:
+    processor = _load_sentencepiece(spm_model_path)
+    spbleu = sacrebleu.BLEU(tokenize='none').corpus_score(
+        _sentencepiece_tokenize(hypotheses, processor),
+        [_sentencepiece_tokenize(references, processor)]).score
+  return {
+      'bleu': sacrebleu.BLEU().corpus_score(hypotheses, [references]).score,
+      'chrf': sacrebleu.CHRF(word_order=2).corpus_score(hypotheses, [references]).score,
+      'spbleu': spbleu,
+      'n': len(hypotheses),
+  }
+
+
+def split_direction(direction: str) -> tuple[str, str]:
+  """Splits 'src-tgt' into its two language codes."""
+  parts = direction.split('-')
+  if len(parts) != 2 or not all(parts):
+    raise UserError(f'direction {direction!r}: expected "src-tgt", e.g. "eng_Latn-hau_Latn"')
+  return parts[0], parts[1]
+
+
+def category_of(direction: str) -> tuple[str, ...]:
+  """The categories a 'src-tgt' direction is averaged into, in CATEGORIES order.
+
+  X-ENG: into English from any other language; ENG-X: out of English; X-FRA and FRA-X
+  likewise for French; X-X: neither side English nor French; ALL: every direction. A
+  direction can sit in two categories: eng_Latn-fra_Latn is ENG-X and X-FRA, and
+  fra_Latn-eng_Latn is X-ENG and FRA-X. A copy direction (src == tgt) is in ALL only.
+  """
+  src, tgt = split_direction(direction)
+  categories = set()
+  if src != tgt:
+    if tgt == ENGLISH:
+      categories.add('X-ENG')
+    if src == ENGLISH:
+      categories.add('ENG-X')
+    if tgt == FRENCH:
+      categories.add('X-FRA')
+    if src == FRENCH:
+      categories.add('FRA-X')
+    if not {src, tgt} & {ENGLISH, FRENCH}:
+      categories.add('X-X')
+  categories.add('ALL')
+  return tuple(category for category in CATEGORIES if category in categories)
+
+
+def _mean_scores(scores: Sequence[dict[str, Any]]) -> dict[str, Any]:
+  """Unweighted means over directions; spBLEU only when every direction has one."""
+  spbleus = [score['spbleu'] for score in scores]
+  return {
+      'bleu': statistics.fmean(score['bleu'] for score in scores),
+      'chrf': statistics.fmean(score['chrf'] for score in scores),
+      'spbleu': None if None in spbleus else statistics.fmean(spbleus),
+      'n': len(scores),
+  }
+
+
+def summarize(step: int, direction_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
+  """The eval record for one step: per-direction scores, category means and the average.
+
+  Each category's bleu/chrf/spbleu is the unweighted mean over its directions (a direction
+  counts once whatever its sentence count), its 'n' the number of directions; categories
+  without directions are left out. 'average' is the mean BLEU and chrF++ over all directions.
+  """
+  if not direction_scores:
+    raise UserError(f'step {step}: no directions were scored')
+  directions = {name: dict(direction_scores[name]) for name in sorted(direction_scores)}
+  members = {category: [] for category in CATEGORIES}
+  for name, scores in directions.items():
+    for category in category_of(name):
+      members[category].append(scores)
+  categories = {category: _mean_scores(scores)
+                for category, scores in members.items() if scores}
+  return {
+      'step': int(step),
+      'directions': directions,
+      'categories': categories,
+      'average': {'bleu': categories['ALL']['bleu'], 'chrf': categories['ALL']['chrf']},
+  }
+
+
+def write_eval_json(model_dir: str | os.PathLike, summary: dict[str, Any]) -> pathlib.Path:
+  """Writes `summary` to MODEL_DIR/eval/step_<N>.json atomically and returns the path.
+
+  The JSON goes to a temporary file in the same folder, then replaces the target in one
+  rename, so a reader never sees a half-written record, even after a preemption.
+  """
+  eval_dir = pathlib.Path(model_dir) / 'eval'
+  eval_dir.mkdir(parents=True, exist_ok=True)
+  path = eval_dir / f'step_{int(summary["step"])}.json'
+  fd, tmp_name = tempfile.mkstemp(dir=eval_dir, prefix=f'.{path.name}.', suffix='.tmp')
+  try:
+    with os.fdopen(fd, 'w', encoding='utf-8') as f:
+      json.dump(summary, f, indent=2, ensure_ascii=False)
+      f.write('\n')
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp_name, path)
+  except BaseException:
+    os.unlink(tmp_name)
+    raise
+  logging.info('Wrote %s', path)
+  return path
+
+
+def _format_score(value: Optional[float]) -> str:
+  return f'{"-":>7}' if value is None else f'{value:7.2f}'
+
+
+def _format_row(name: str, scores: dict[str, Any], width: int) -> str:
+  return (f'{name:<{width}} {_format_score(scores["bleu"])} {_format_score(scores["chrf"])} '
+          f'{_format_score(scores.get("spbleu"))} {scores["n"]:>7}')
+
+
+def format_table(summary: dict[str, Any]) -> str:
+  """A fixed-width table of a `summarize` record: directions, then categories.
+
+  For directions `n` is the number of sentences; for categories, the number of directions.
+  """
+  names = list(summary['directions']) + list(summary['categories'])
+  width = max(len(name) for name in names + ['direction'])
+  header = f'{"direction":<{width}} {"BLEU":>7} {"chrF++":>7} {"spBLEU":>7} {"n":>7}'
+  rule = '-' * len(header)
+  lines = [f'step {summary["step"]}', header, rule]
+  lines += [_format_row(name, scores, width) for name, scores in summary['directions'].items()]
+  lines += [rule, f'{"category":<{width}} {"BLEU":>7} {"chrF++":>7} {"spBLEU":>7} '
+            f'{"dirs":>7}', rule]
+  lines += [_format_row(name, scores, width)
+            for name, scores in summary['categories'].items()]
+  return '\n'.join(lines)

@@ -1,0 +1,136 @@
+"""Text in, text out: tags, length-bucketed batching, beam search, detokenisation.
+
+The same path serves `launch/translate.py`, `launch/evaluate.py` and evaluation during
+training, so the scores a run reports are the scores its users get.
+"""
+
+from collections.abc import Sequence
+import pathlib
+from typing import Any
+
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import sentencepiece as spm
+
+from t5x_mt import decoding
+from t5x_mt import network
+from t5x_mt import partitioning
+from t5x_mt.data import tags
+from t5x_mt.data import vocab
+from t5x_mt.errors import UserError
+
+# Inputs are padded up to one of these lengths, so a corpus compiles a few shapes only.
+LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512, 1024)
+
+
+def bucket_length(length: int, limit: int) -> int:
+  """The smallest bucket that holds `length` tokens, capped at `limit`."""
+  return min(next((b for b in LENGTH_BUCKETS if b >= length), LENGTH_BUCKETS[-1]), limit)
+
+
+@gin.configurable
+class Translator:
+  """Translates sentences with a model's parameters and the run's vocabulary.
+
+  Attributes:
+    beam_size: beam width; 1 decodes greedily.
+    alpha: length penalty: hypotheses are ranked by sum log p / length^alpha, length
+      counting generated tokens up to and including EOS (fairseq's --lenpen).
+    batch_size: sentences per decoding batch.
+    max_input_length: source tokens kept (tag and EOS included); longer input is cut.
+    max_decode_length: generated tokens at most; each batch allows twice its bucketed
+      input length plus 16, up to this limit.
+  """
+
+  def __init__(self, model: network.Transformer, params: Any, vocabulary_file: str,
+               tag_strategy: str, *, mesh: jax.sharding.Mesh | None = None,
+               rules: partitioning.LogicalRules | None = None, beam_size: int = 4,
+               alpha: float = 1.0, batch_size: int = 64, max_input_length: int = 256,
+               max_decode_length: int = 256):
+    self.model = model
+    self.params = params
+    self.tokenizer = spm.SentencePieceProcessor(model_file=str(vocabulary_file))
+    self.tag_strategy = tags.check_tag_strategy(tag_strategy)
+    self.mesh = mesh
+    self.rules = rules if rules is not None else partitioning.logical_axis_rules()
+    self.beam_size = beam_size
+    self.alpha = alpha
+    self.max_input_length = min(max_input_length, model.config.max_length)
+    self.max_decode_length = min(max_decode_length, model.config.max_length)
+    data_parallel = mesh.shape['data'] if mesh is not None else 1
+    self.batch_size = -(-batch_size // data_parallel) * data_parallel
+    self._decode = jax.jit(self._decode_batch,
+                           static_argnames=('max_decode_length', 'beam_size', 'alpha'))
+
+  def _tag_id(self, tag: str) -> int:
+    piece = self.tokenizer.piece_to_id(tag)
+    if piece == self.tokenizer.unk_id():
+      raise UserError(f'vocabulary: has no piece for the tag {tag}')
+    return piece
+
+  def encode_source(self, sentence: str, direction_tags: tags.Tags) -> list[int]:
+    """Encoder token ids: the encoder tag, the sentence's pieces, EOS (cut to fit)."""
+    pieces = self.tokenizer.encode(sentence)[:self.max_input_length - 2]
+    return [self._tag_id(direction_tags.encoder_tag)] + pieces + [vocab.EOS_ID]
+
+  def decode_target(self, ids: Sequence[int], has_decoder_tag: bool) -> str:
+    """Text of generated ids: without the forced tag, up to the first EOS."""
+    ids = list(ids[1:] if has_decoder_tag else ids)
+    if vocab.EOS_ID in ids:
+      ids = ids[:ids.index(vocab.EOS_ID)]
+    return self.tokenizer.decode([i for i in ids if i > 0])
+
+  def _decode_batch(self, params, encoder_tokens, prefix, *, max_decode_length: int,
+                    beam_size: int, alpha: float):
+    encoded = self.model.apply({'params': params}, encoder_tokens,
+                               method=network.Transformer.encode)
+    # Beam search keeps batch * beam rows; every row of an example sees its encoding.
+    encoded_rows = jnp.repeat(encoded, beam_size, axis=0)
+    encoder_rows = jnp.repeat(encoder_tokens, beam_size, axis=0)
+    cache = network.init_decode_cache(self.model.config, encoder_tokens.shape[0],
+                                      max_decode_length, encoder_tokens.shape[1])
+
+    def tokens_to_logits(tokens, model_cache):
+      logits, variables = self.model.apply(
+          {'params': params, 'cache': model_cache}, encoded_rows, encoder_rows, tokens, tokens,
+          decode=True, mutable=['cache'], method=network.Transformer.decode)
+      return logits[:, -1, :], variables['cache']
+
+    if beam_size == 1:
+      return decoding.greedy_search(tokens_to_logits, cache, prefix=prefix,
+                                    max_decode_length=max_decode_length)
+    sequences, _ = decoding.beam_search(tokens_to_logits, cache, prefix=prefix,
+                                        beam_size=beam_size, alpha=alpha,
+                                        max_decode_length=max_decode_length)
+    return sequences[:, 0, :]
+
+  def _run_batch(self, encoder_ids: list[list[int]], prefix_id: int | None) -> np.ndarray:
+    length = bucket_length(max(len(ids) for ids in encoder_ids), self.max_input_length)
+    tokens = np.zeros((self.batch_size, length), np.int32)
+    tokens[:, 0] = vocab.EOS_ID  # Rows beyond the real sentences decode an empty input.
+    for row, ids in enumerate(encoder_ids):
+      tokens[row, :len(ids)] = ids
+    prefix = None if prefix_id is None else jnp.full((self.batch_size,), prefix_id, jnp.int32)
+    decode_length = min(2 * length + 16, self.max_decode_length)
+    kwargs = dict(max_decode_length=decode_length, beam_size=self.beam_size, alpha=self.alpha)
+    if self.mesh is None:
+      return np.asarray(self._decode(self.params, tokens, prefix, **kwargs))
+    with partitioning.activation_sharding(self.mesh, self.rules):
+      return np.asarray(self._decode(self.params, tokens, prefix, **kwargs))
+
+  def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[str]:
+    """Translations of `sentences` from src_lang into tgt_lang, in input order."""
+    direction_tags = tags.tags_for(self.tag_strategy, src_lang, tgt_lang)
+    prefix_id = (self._tag_id(direction_tags.decoder_tag)
+                 if direction_tags.decoder_tag else None)
+    encoded = [self.encode_source(s, direction_tags) for s in sentences]
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    outputs: list[str] = [''] * len(sentences)
+    for start in range(0, len(order), self.batch_size):
+      rows = order[start:start + self.batch_size]
+      generated = self._run_batch([encoded[i] for i in rows], prefix_id)
+      for row, index in enumerate(rows):
+        outputs[index] = self.decode_target(generated[row], prefix_id is not None)
+    return outputs

@@ -1,0 +1,110 @@
+"""One attention entry point for the whole model, dispatching to a kernel by name.
+
+Layers call `attention(...)` and never a kernel directly, so a faster kernel (Pallas flash
+attention on GPU/TPU) plugs in by `register_implementation('pallas', fn, ...)` without
+touching any caller. 'auto' picks the available implementation with the highest priority.
+"""
+
+import dataclasses
+from typing import Callable, Optional, Protocol
+
+import jax
+
+from t5x_mt.kernels.xla_attention import attention_mask
+from t5x_mt.kernels.xla_attention import xla_attention
+
+Array = jax.Array
+
+__all__ = ['attention', 'attention_mask', 'implementations', 'register_implementation',
+           'resolve_implementation', 'xla_attention']
+
+
+class AttentionFn(Protocol):
+  """What every attention implementation computes; see `attention` for the contract."""
+
+  def __call__(self, q: Array, k: Array, v: Array, *,
+               q_segment_ids: Optional[Array], kv_segment_ids: Optional[Array],
+               bias: Optional[Array], causal: bool, dropout_rate: float,
+               dropout_rng: Optional[Array], interpret: bool) -> Array:
+    ...
+
+
+@dataclasses.dataclass(frozen=True)
+class _Implementation:
+  fn: AttentionFn
+  auto_priority: Optional[int]  # None: 'auto' never picks it.
+  is_available: Callable[[], bool]
+
+
+_IMPLEMENTATIONS: dict[str, _Implementation] = {}
+
+
+def register_implementation(name: str, fn: AttentionFn, *, auto_priority: Optional[int] = None,
+                            is_available: Callable[[], bool] = lambda: True) -> None:
+  """Makes `fn` callable as `attention(..., implementation=name)`.
+
+  Args:
+    name: the name users put in `TransformerConfig.attention_implementation`.
+    fn: the kernel, with the `AttentionFn` signature.
+    auto_priority: rank among candidates for 'auto' (higher wins); None to never auto-pick.
+    is_available: whether the kernel can run here (e.g. on this backend); checked by 'auto'.
+  """
+  if name == 'auto':
+    raise ValueError("'auto' is reserved for automatic selection")
+  _IMPLEMENTATIONS[name] = _Implementation(fn, auto_priority, is_available)
+
+
+def implementations() -> tuple[str, ...]:
+  """Registered implementation names, sorted."""
+  return tuple(sorted(_IMPLEMENTATIONS))
+
+
+def resolve_implementation(implementation: str) -> str:
+  """Turns 'auto' into a concrete name; raises ValueError for unknown names."""
+  if implementation == 'auto':
+    candidates = [(impl.auto_priority, name) for name, impl in _IMPLEMENTATIONS.items()
+                  if impl.auto_priority is not None and impl.is_available()]
+    return max(candidates)[1]
+  if implementation not in _IMPLEMENTATIONS:
+    valid = ', '.join(('auto',) + implementations())
+    raise ValueError(f'unknown attention implementation {implementation!r}; valid: {valid}')
+  return implementation
+
+
+def attention(q: Array, k: Array, v: Array, *,
+              q_segment_ids: Optional[Array] = None,
+              kv_segment_ids: Optional[Array] = None,
+              bias: Optional[Array] = None,
+              causal: bool = False,
+              implementation: str = 'auto',
+              interpret: bool = False,
+              dropout_rate: float = 0.0,
+              dropout_rng: Optional[Array] = None) -> Array:
+  """Multi-head scaled dot-product attention with segment (packing) masks.
+
+  Args:
+    q: queries [batch, q_length, heads, head_dim].
+    k: keys [batch, kv_length, heads, head_dim].
+    v: values [batch, kv_length, heads, head_dim].
+    q_segment_ids: int [batch, q_length]; 0 marks padding. None: all ones.
+    kv_segment_ids: int [batch, kv_length]; 0 marks padding. None: all ones.
+    bias: optional additive logits bias broadcastable to [batch, heads, q_length, kv_length]
+      (e.g. relative positions).
+    causal: a query also may not attend to keys at a later array index.
+    implementation: a registered name ('xla', ...) or 'auto'.
+    interpret: run Pallas kernels in interpret mode (CPU tests); ignored by 'xla'.
+    dropout_rate: attention-probability dropout; applied only when `dropout_rng` is given.
+    dropout_rng: PRNG key for dropout, or None for deterministic attention.
+
+  Returns:
+    [batch, q_length, heads, head_dim] in q's dtype. A query attends to a key only when
+    their segment ids are equal and nonzero; queries with no such key return zeros. Scores are
+    scaled by 1/sqrt(head_dim) and normalised in float32.
+  """
+  fn = _IMPLEMENTATIONS[resolve_implementation(implementation)].fn
+  return fn(q, k, v, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids, bias=bias,
+            causal=causal, dropout_rate=dropout_rate, dropout_rng=dropout_rng,
+            interpret=interpret)
+
+
+register_implementation('xla', xla_attention, auto_priority=0)

@@ -1,0 +1,70 @@
+"""Reference dot-product attention in plain XLA ops.
+
+This is the implementation every other kernel is tested against: it materialises the full
+[batch, heads, q_length, kv_length] score matrix, so it is simple and exact but uses memory
+quadratic in the sequence length. Softmax always runs in float32.
+"""
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def attention_mask(q_segment_ids: Optional[Array], kv_segment_ids: Optional[Array],
+                   batch: int, q_length: int, kv_length: int, causal: bool) -> Array:
+  """Boolean [batch, q_length, kv_length] mask: which keys each query may attend to.
+
+  A query attends to a key when their segment ids are equal and nonzero (0 is padding) and,
+  when causal, the key's array index is not after the query's. Missing segment ids mean one
+  segment covering the whole sequence.
+  """
+  if q_segment_ids is None:
+    q_segment_ids = jnp.ones((batch, q_length), jnp.int32)
+  if kv_segment_ids is None:
+    kv_segment_ids = jnp.ones((batch, kv_length), jnp.int32)
+  q_ids = q_segment_ids[:, :, None]
+  kv_ids = kv_segment_ids[:, None, :]
+  mask = (q_ids == kv_ids) & (q_ids != 0)
+  if causal:
+    q_index = jnp.arange(q_length)[:, None]
+    kv_index = jnp.arange(kv_length)[None, :]
+    mask = mask & (kv_index <= q_index)[None]
+  return mask
+
+
+def xla_attention(q: Array, k: Array, v: Array, *,
+                  q_segment_ids: Optional[Array] = None,
+                  kv_segment_ids: Optional[Array] = None,
+                  bias: Optional[Array] = None,
+                  causal: bool = False,
+                  dropout_rate: float = 0.0,
+                  dropout_rng: Optional[Array] = None,
+                  interpret: bool = False) -> Array:
+  """Masked softmax(q k^T / sqrt(d) + bias) v; see `t5x_mt.kernels.attention`.
+
+  Rows whose every key is masked (padding queries) return exact zeros with zero gradients:
+  masking uses a finite minimum rather than -inf, so such a row's softmax is uniform and
+  finite before it is zeroed.
+  """
+  del interpret  # Only meaningful for Pallas kernels.
+  batch, q_length, _, head_dim = q.shape
+  kv_length = k.shape[1]
+  mask = attention_mask(q_segment_ids, kv_segment_ids, batch, q_length, kv_length, causal)
+  mask = mask[:, None, :, :]  # [batch, 1 (heads), q_length, kv_length]
+
+  logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
+  logits = logits * (1.0 / jnp.sqrt(jnp.float32(head_dim)))
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(logits, axis=-1)
+  probs = jnp.where(mask, probs, 0.0)
+
+  if dropout_rate > 0.0 and dropout_rng is not None:
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
+    probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
+
+  return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v).astype(q.dtype)

@@ -1,0 +1,253 @@
+"""Pre-LN Transformer encoder-decoder for multilingual translation.
+
+Choices (the systems in METHODS.md section 8 are fairseq pre-LN transformers):
+- Pre-LN blocks, x + Dropout(Sublayer(LN(x))), with a final LayerNorm after each stack.
+- LayerNorm with scale and bias; dense layers with biases; ReLU MLP (GELU selectable).
+- Token embeddings ~ N(0, 1) and not multiplied by sqrt(d); learned positions ~ N(0, 0.02),
+  or fixed sinusoids. The decoder's input embedding is always its output projection when
+  `logits_via_embedding`, and then logits are divided by sqrt(d) so that they start with unit
+  variance (as in T5X); otherwise a separate [embed, vocab] projection (no bias) is used.
+- Masks: token 0 is padding. Unpacked inputs derive segment ids from `tokens > 0` (the decoder
+  from `decoder_target_tokens`, since its inputs may start with token 0); packed inputs use
+  the given segment ids, still zeroed where the token is padding.
+"""
+
+import dataclasses
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t5x_mt import layers
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Hyperparameters of `Transformer`; gin-configurable at the launch layer."""
+  vocab_size: int
+  emb_dim: int = 512
+  num_heads: int = 8
+  head_dim: int = 64
+  mlp_dim: int = 2048
+  num_encoder_layers: int = 6
+  num_decoder_layers: int = 6
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.0
+  share_encoder_embedding: bool = True  # The decoder's input and output are always shared.
+  position_embedding: str = 'learned'  # Or 'sinusoidal'.
+  max_length: int = 512
+  dtype: Any = jnp.float32  # Compute dtype; parameters stay float32.
+  attention_implementation: str = 'xla'
+  logits_via_embedding: bool = True
+  mlp_activation: str = 'relu'  # Or 'gelu'.
+
+
+def _segment_ids(tokens: Array, segment_ids: Optional[Array]) -> Array:
+  """Segment ids with padding (token 0) forced to segment 0."""
+  valid = (tokens > 0).astype(jnp.int32)
+  return valid if segment_ids is None else segment_ids.astype(jnp.int32) * valid
+
+
+class EncoderLayer(nn.Module):
+  """Pre-LN self-attention + MLP block."""
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: Array, segment_ids: Array, deterministic: bool) -> Array:
+    cfg = self.config
+    h = layers.LayerNorm(dtype=cfg.dtype, name='pre_attention_norm')(x)
+    h = layers.MultiHeadAttention(
+        cfg.num_heads, cfg.head_dim, cfg.attention_dropout_rate, cfg.attention_implementation,
+        dtype=cfg.dtype, name='attention')(h, h, q_segment_ids=segment_ids,
+                                           kv_segment_ids=segment_ids,
+                                           deterministic=deterministic)
+    x = x + nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+    h = layers.LayerNorm(dtype=cfg.dtype, name='pre_mlp_norm')(x)
+    h = layers.MlpBlock(cfg.mlp_dim, cfg.mlp_activation, dtype=cfg.dtype, name='mlp')(h)
+    x = x + nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+    return nn.with_logical_constraint(x, ('batch', 'length', 'embed'))
+
+
+class DecoderLayer(nn.Module):
+  """Pre-LN causal self-attention + cross-attention + MLP block."""
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: Array, encoded: Array, segment_ids: Optional[Array],
+               encoder_segment_ids: Array, deterministic: bool, decode: bool,
+               max_decode_length: Optional[int]) -> Array:
+    cfg = self.config
+    dropout = nn.Dropout(cfg.dropout_rate)
+
+    def attention(name):
+      return layers.MultiHeadAttention(
+          cfg.num_heads, cfg.head_dim, cfg.attention_dropout_rate,
+          cfg.attention_implementation, dtype=cfg.dtype, name=name)
+
+    h = layers.LayerNorm(dtype=cfg.dtype, name='pre_self_attention_norm')(x)
+    h = attention('self_attention')(h, h, q_segment_ids=segment_ids, kv_segment_ids=segment_ids,
+                                    causal=True, decode=decode,
+                                    max_decode_length=max_decode_length,
+                                    deterministic=deterministic)
+    x = x + dropout(h, deterministic=deterministic)
+    h = layers.LayerNorm(dtype=cfg.dtype, name='pre_cross_attention_norm')(x)
+    h = attention('encoder_decoder_attention')(h, encoded, q_segment_ids=segment_ids,
+                                               kv_segment_ids=encoder_segment_ids,
+                                               deterministic=deterministic)
+    x = x + dropout(h, deterministic=deterministic)
+    h = layers.LayerNorm(dtype=cfg.dtype, name='pre_mlp_norm')(x)
+    h = layers.MlpBlock(cfg.mlp_dim, cfg.mlp_activation, dtype=cfg.dtype, name='mlp')(h)
+    x = x + dropout(h, deterministic=deterministic)
+    return nn.with_logical_constraint(x, ('batch', 'length', 'embed'))
+
+
+class Encoder(nn.Module):
+  """Embeds source tokens and runs the encoder stack; returns [batch, length, embed]."""
+  config: TransformerConfig
+  embedding: layers.Embed
+
+  @nn.compact
+  def __call__(self, tokens: Array, segment_ids: Array, positions: Optional[Array],
+               deterministic: bool) -> Array:
+    cfg = self.config
+    x = self.embedding(tokens)
+    x = layers.PositionEmbedding(cfg.max_length, cfg.position_embedding, dtype=cfg.dtype,
+                                 name='posembed')(x, positions)
+    x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+    for i in range(cfg.num_encoder_layers):
+      x = EncoderLayer(cfg, name=f'layers_{i}')(x, segment_ids, deterministic)
+    return layers.LayerNorm(dtype=cfg.dtype, name='encoder_norm')(x)
+
+
+class Decoder(nn.Module):
+  """Embeds target tokens, runs the decoder stack and returns float32 logits [B, L, vocab]."""
+  config: TransformerConfig
+  embedding: layers.Embed
+
+  @nn.compact
+  def __call__(self, encoded: Array, tokens: Array, segment_ids: Optional[Array],
+               encoder_segment_ids: Array, positions: Optional[Array], deterministic: bool,
+               decode: bool, max_decode_length: Optional[int]) -> Array:
+    cfg = self.config
+    x = self.embedding(tokens)
+    x = layers.PositionEmbedding(cfg.max_length, cfg.position_embedding, dtype=cfg.dtype,
+                                 name='posembed')(x, positions, decode=decode)
+    x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+    for i in range(cfg.num_decoder_layers):
+      x = DecoderLayer(cfg, name=f'layers_{i}')(x, encoded, segment_ids, encoder_segment_ids,
+                                                deterministic, decode, max_decode_length)
+    x = layers.LayerNorm(dtype=cfg.dtype, name='decoder_norm')(x)
+    if cfg.logits_via_embedding:
+      logits = self.embedding.attend(x) / jnp.sqrt(jnp.float32(cfg.emb_dim)).astype(cfg.dtype)
+    else:
+      logits = layers.DenseGeneral((cfg.vocab_size,), ('embed', 'vocab'), use_bias=False,
+                                   dtype=cfg.dtype, name='logits_dense')(x)
+    logits = nn.with_logical_constraint(logits, ('batch', 'length', 'vocab'))
+    return logits.astype(jnp.float32)
+
+
+class Transformer(nn.Module):
+  """Encoder-decoder translation model (see module docstring for the design choices).
+
+  Parameters: `shared_embedding` (decoder input and, with `logits_via_embedding`, output;
+  also the encoder's input when `share_encoder_embedding`), `encoder_embedding` (only when not
+  shared), `encoder`, `decoder`.
+  """
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    self.shared_embedding = layers.Embed(cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype)
+    if cfg.share_encoder_embedding:
+      self.encoder = Encoder(cfg, self.shared_embedding)
+    else:
+      self.encoder_embedding = layers.Embed(cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype)
+      self.encoder = Encoder(cfg, self.encoder_embedding)
+    self.decoder = Decoder(cfg, self.shared_embedding)
+
+  def encode(self, encoder_input_tokens: Array, encoder_segment_ids: Optional[Array] = None,
+             encoder_positions: Optional[Array] = None, *,
+             enable_dropout: bool = False) -> Array:
+    """Encodes source tokens [B, Le] into [B, Le, emb_dim] (in `config.dtype`)."""
+    segment_ids = _segment_ids(encoder_input_tokens, encoder_segment_ids)
+    return self.encoder(encoder_input_tokens, segment_ids, encoder_positions,
+                        deterministic=not enable_dropout)
+
+  def decode(self, encoded: Array, encoder_input_tokens: Array, decoder_input_tokens: Array,
+             decoder_target_tokens: Array, encoder_segment_ids: Optional[Array] = None,
+             decoder_segment_ids: Optional[Array] = None,
+             decoder_positions: Optional[Array] = None, *, enable_dropout: bool = False,
+             decode: bool = False, max_decode_length: Optional[int] = None) -> Array:
+    """Float32 logits [B, Ld, vocab] for the next token at every decoder position.
+
+    With `decode=True` (autoregressive decoding) `decoder_input_tokens` is [B, 1], positions
+    and self-attention masks come from the 'cache' collection (which must be mutable), and
+    `decoder_target_tokens` is ignored. The first such call, inside `init`, creates a cache
+    of length `max_decode_length` (default: the decoder input length).
+    """
+    encoder_segment_ids = _segment_ids(encoder_input_tokens, encoder_segment_ids)
+    if decode:
+      decoder_segment_ids = None
+      decoder_positions = None
+    else:
+      decoder_segment_ids = _segment_ids(decoder_target_tokens, decoder_segment_ids)
+    return self.decoder(encoded, decoder_input_tokens, decoder_segment_ids, encoder_segment_ids,
+                        decoder_positions, deterministic=not enable_dropout, decode=decode,
+                        max_decode_length=max_decode_length)
+
+  def __call__(self, encoder_input_tokens: Array, decoder_input_tokens: Array,
+               decoder_target_tokens: Array, encoder_segment_ids: Optional[Array] = None,
+               decoder_segment_ids: Optional[Array] = None,
+               encoder_positions: Optional[Array] = None,
+               decoder_positions: Optional[Array] = None, *,
+               enable_dropout: bool = False) -> Array:
+    """Teacher-forced float32 logits [B, Ld, vocab]."""
+    encoded = self.encode(encoder_input_tokens, encoder_segment_ids, encoder_positions,
+                          enable_dropout=enable_dropout)
+    return self.decode(encoded, encoder_input_tokens, decoder_input_tokens,
+                       decoder_target_tokens, encoder_segment_ids, decoder_segment_ids,
+                       decoder_positions, enable_dropout=enable_dropout)
+
+
+def _dummy_tokens(batch_size: int, length: int) -> jax.ShapeDtypeStruct:
+  return jax.ShapeDtypeStruct((batch_size, length), jnp.int32)
+
+
+def abstract_variables(config: TransformerConfig) -> dict[str, Any]:
+  """Shapes and dtypes (jax.ShapeDtypeStruct, boxed with logical axis names) of all
+  variables of `Transformer(config)`, computed with `jax.eval_shape`: nothing is allocated."""
+  model = Transformer(config)
+  tokens = _dummy_tokens(1, 1)
+  return jax.eval_shape(lambda rng, t: model.init(rng, t, t, t), jax.random.key(0), tokens)
+
+
+def count_params(config: TransformerConfig) -> int:
+  """Number of trainable parameters of `Transformer(config)`, without allocating any."""
+  params = nn.meta.unbox(abstract_variables(config)['params'])
+  return int(sum(np.prod(leaf.shape, dtype=np.int64) for leaf in jax.tree.leaves(params)))
+
+
+def init_decode_cache(config: TransformerConfig, batch_size: int, max_decode_length: int,
+                      encoder_length: int = 1) -> dict[str, Any]:
+  """A zero-filled 'cache' collection for autoregressive decoding of `batch_size` sequences.
+
+  Leaves are the scalar `cache_index`es and `cached_key`/`cached_value` of shape
+  [batch_size, max_decode_length, num_heads, head_dim] in `config.dtype`. Built from
+  shapes only (no parameters are initialised).
+  """
+  model = Transformer(config)
+
+  def init(rng, encoded, encoder_tokens, decoder_tokens):
+    return model.init(rng, encoded, encoder_tokens, decoder_tokens, decoder_tokens,
+                      decode=True, max_decode_length=max_decode_length,
+                      method=Transformer.decode)
+
+  encoded = jax.ShapeDtypeStruct((batch_size, encoder_length, config.emb_dim), config.dtype)
+  shapes = jax.eval_shape(init, jax.random.key(0), encoded, _dummy_tokens(batch_size,
+                                                                          encoder_length),
+                          _dummy_tokens(batch_size, 1))['cache']
+  return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)

@@ -1,0 +1,293 @@
+"""The training run: from a gin config to checkpoints, metrics and evaluation files.
+
+`train()` is what `launch/train.py` calls once gin is parsed. Re-running the same command
+resumes from the latest checkpoint in MODEL_DIR (parameters, optimizer, step and input
+position) and continues the same loss curve.
+"""
+
+from collections.abc import Sequence
+import json
+import logging
+import os
+import pathlib
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import flax.linen as nn
+import gin
+import jax
+from jax.sharding import PartitionSpec
+import numpy as np
+import tensorboardX
+import tensorflow as tf
+import tqdm
+
+import data_tasks
+from t5x_mt import checkpoints
+from t5x_mt import evaluation
+from t5x_mt import inference
+from t5x_mt import network
+from t5x_mt import partitioning
+from t5x_mt import trainer
+from t5x_mt.data import directions
+from t5x_mt.data import input_pipeline
+from t5x_mt.data import vocab
+from t5x_mt.errors import UserError
+
+VOCABULARY_FILE = 'vocab.model'
+CONFIG_FILE = 'config.gin'
+METRICS_FILE = 'metrics.jsonl'
+
+# The model's hyperparameters come from gin/models/*.gin; the vocabulary size from the run.
+model_config = gin.external_configurable(network.TransformerConfig, module='network')
+
+
+def write_atomically(path: pathlib.Path, text: str) -> None:
+  """Writes a text file under a temporary name and renames it into place."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with tempfile.NamedTemporaryFile('w', dir=path.parent, delete=False, encoding='utf-8',
+                                   prefix=f'.{path.name}.') as f:
+    f.write(text)
+  os.replace(f.name, path)
+
+
+@gin.configurable
+def build_vocabulary(mixture_or_task_name: str, output_path: str, vocab_size: int = 8000,
+                     alpha: float = 0.3, num_sentences: int = 1_000_000, seed: int = 0) -> str:
+  """Trains the run's SentencePiece model on the training side of the mixture."""
+  sentences = data_tasks.training_sentences(mixture_or_task_name)
+  return vocab.train_sentencepiece(sentences, output_path, vocab_size=vocab_size, alpha=alpha,
+                                   num_sentences=num_sentences, seed=seed)
+
+
+def padded_vocab_size(num_pieces: int, multiple: int = 128) -> int:
+  """Embedding rows: the vocabulary rounded up so the 'vocab' axis shards evenly."""
+  return -(-num_pieces // multiple) * multiple
+
+
+def ensure_vocabulary(mixture_or_task_name: str, model_dir: pathlib.Path) -> str:
+  """The run's vocabulary file, built from the mixture if it does not exist yet.
+
+  A copy lives in MODEL_DIR so that translation needs only the checkpoint directory.
+  """
+  path = data_tasks.vocabulary_path()
+  if not tf.io.gfile.exists(path):
+    logging.info('Vocabulary %s not found: building it from %s', path, mixture_or_task_name)
+    build_vocabulary(mixture_or_task_name, path)
+  local_copy = model_dir / VOCABULARY_FILE
+  if not local_copy.exists():
+    shutil.copyfile(path, local_copy.with_suffix('.tmp'))
+    os.replace(local_copy.with_suffix('.tmp'), local_copy)
+  return path
+
+
+class MetricsLog:
+  """metrics.jsonl (one object per logged step) and TensorBoard event files."""
+
+  def __init__(self, model_dir: pathlib.Path, resume_step: int):
+    self.path = model_dir / METRICS_FILE
+    self._truncate_after(resume_step)
+    self._tensorboard = tensorboardX.SummaryWriter(str(model_dir / 'tensorboard'))
+
+  def _truncate_after(self, step: int) -> None:
+    """A resumed run rewrites the steps after its checkpoint; drop their old records."""
+    if not self.path.exists():
+      return
+    kept = [line for line in self.path.read_text(encoding='utf-8').splitlines()
+            if line.strip() and json.loads(line)['step'] <= step]
+    write_atomically(self.path, ''.join(line + '\n' for line in kept))
+
+  def write(self, record: dict[str, Any]) -> None:
+    with self.path.open('a', encoding='utf-8') as f:
+      f.write(json.dumps(record, sort_keys=True) + '\n')
+    for name, value in record.items():
+      if name != 'step':
+        self._tensorboard.add_scalar(name, value, record['step'])
+    self._tensorboard.flush()
+
+
+@gin.configurable
+def evaluate_directions(translator: inference.Translator, mixture_or_task_name: str, step: int,
+                        *, split: str = 'validation', max_sentences: int | None = 200,
+                        spm_model_path: str | None = None) -> dict[str, Any]:
+  """Translates each direction's `split` and scores it (the eval/step_<N>.json summary)."""
+  scores = {}
+  for direction in data_tasks.mixture_directions(mixture_or_task_name):
+    pairs = data_tasks.corpora.get_corpus(direction.corpus).pairs(
+        split, direction.src_lang, direction.tgt_lang)[:max_sentences]
+    if not pairs:
+      continue
+    sources, references = zip(*pairs)
+    hypotheses = translator.translate(list(sources), direction.src_lang, direction.tgt_lang)
+    scores[direction.name] = evaluation.score_direction(hypotheses, list(references),
+                                                        spm_model_path=spm_model_path)
+  summary = evaluation.summarize(step, scores)
+  summary['split'] = split
+  return summary
+
+
+def _write_evaluation(model_dir: pathlib.Path, summary: dict[str, Any], test: bool) -> None:
+  evaluation.write_eval_json(str(model_dir / 'test') if test else str(model_dir), summary)
+  print(evaluation.format_table(summary), flush=True)
+
+
+@gin.configurable
+def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
+          batch_size: int = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRED,
+          mesh_shape: Sequence[int] = (-1, 1), log_every_steps: int = 50,
+          eval_every_steps: int = 0, checkpoint_every_steps: int = 500,
+          keep_checkpoints: int = 3, seed: int = 0, inputs_length: int = 64,
+          targets_length: int = 64, pack: bool = True, num_microbatches: int = 1,
+          label_smoothing: float = 0.1, evaluate_test_split: bool = True,
+          progress_bar: bool = True) -> dict[str, Any]:
+  """Trains, checkpoints, logs and evaluates a run; returns the last logged metrics.
+
+  Args:
+    model_dir: MODEL_DIR, receives config.gin, vocab.model, metrics.jsonl, tensorboard/,
+      checkpoints/, input_state/ and eval/step_<N>.json.
+    train_steps: TRAIN_STEPS, the step the run ends at (a resumed run counts from its
+      checkpoint).
+    batch_size: BATCH_SIZE, global rows per step; with `pack` each row holds as many
+      sentence pairs as fit in inputs_length/targets_length, without it one pair.
+    mesh_shape: MESH_SHAPE, sizes of the mesh axes ('data', 'model').
+    eval_every_steps: EVAL_EVERY_STEPS; 0 evaluates only at the end.
+    evaluate_test_split: after training, also score the 'test' split into
+      MODEL_DIR/test/eval/step_<N>.json.
+  """
+  run_dir = pathlib.Path(model_dir)
+  checkpoints.check_writable(model_dir)
+  data_tasks.get_mixture_or_task(mixture_or_task_name)
+  write_atomically(run_dir / CONFIG_FILE, gin.config_str())
+  ensure_vocabulary(mixture_or_task_name, run_dir)
+
+  mesh = partitioning.create_mesh(mesh_shape)
+  rules = partitioning.logical_axis_rules()
+  partitioning.check_batch_divisible(batch_size, mesh)
+  trainer.check_microbatches(batch_size, num_microbatches, mesh.shape['data'])
+  config = model_config(vocab_size=padded_vocab_size(data_tasks.VOCABULARY.vocab_size))
+  model = network.Transformer(config)
+  schedule = trainer.inverse_sqrt_schedule()
+  optimizer = trainer.make_optimizer(learning_rate=schedule)
+
+  run_directions = data_tasks.mixture_directions(mixture_or_task_name)
+  direction_ids = sorted({directions.direction_id(d.src_lang, d.tgt_lang)
+                          for d in run_directions})
+  direction_names = [directions.direction_from_id(i) for i in direction_ids]
+
+  state, state_shardings = partitioning.shard_init(
+      lambda rng: trainer.init_train_state(model, optimizer, rng, inputs_length,
+                                           targets_length),
+      mesh, rules, jax.random.PRNGKey(seed))
+  run_checkpoints = checkpoints.RunCheckpoints(model_dir, keep=keep_checkpoints)
+  dataset = input_pipeline.train_dataset(
+      mixture_or_task_name, global_batch_size=batch_size, inputs_length=inputs_length,
+      targets_length=targets_length, seed=seed, pack=pack)
+  data_iterator = iter(dataset)
+  start_step = run_checkpoints.latest_step() or 0
+  if start_step:
+    logging.info('Resuming from checkpoint at step %d', start_step)
+    state = run_checkpoints.restore(start_step, state)
+    run_checkpoints.restore_input(start_step, data_iterator)
+
+  train_step = trainer.jit_train_step(
+      trainer.make_train_step(model, optimizer, direction_ids=direction_ids,
+                              label_smoothing=label_smoothing,
+                              num_microbatches=num_microbatches),
+      state_shardings, mesh, rules)
+  metrics_log = MetricsLog(run_dir, start_step)
+  translator = inference.Translator(model, state.params, str(run_dir / VOCABULARY_FILE),
+                                    data_tasks.tag_strategy(), mesh=mesh, rules=rules)
+  step_rng = jax.random.PRNGKey(seed + 1)
+  last_record: dict[str, Any] = {}
+  window_tokens, window_start = 0.0, time.perf_counter()
+  progress = tqdm.tqdm(total=train_steps, initial=start_step, disable=not progress_bar,
+                       desc='train', unit='step', dynamic_ncols=True)
+  step = start_step
+  while step < train_steps:
+    batch = partitioning.host_batch_to_global(
+        {name: value.numpy() for name, value in next(data_iterator).items()}, mesh)
+    state, metrics = train_step(state, batch, step_rng)
+    step += 1
+    progress.update(1)
+    if step % log_every_steps == 0 or step == train_steps:
+      summary = trainer.summarize_metrics(metrics, direction_names)
+      window_tokens += summary['tokens']
+      elapsed = time.perf_counter() - window_start
+      last_record = {'step': step, 'loss': summary['loss'],
+                     'learning_rate': float(schedule(step - 1)),
+                     'tokens_per_second': window_tokens / max(elapsed, 1e-9),
+                     'grad_norm': summary['grad_norm'],
+                     **{k: v for k, v in summary.items() if k.startswith('loss/')}}
+      metrics_log.write(last_record)
+      progress.set_postfix(loss=f'{summary["loss"]:.3f}')
+      window_tokens, window_start = 0.0, time.perf_counter()
+    if step % checkpoint_every_steps == 0 or step == train_steps:
+      run_checkpoints.save(step, state, data_iterator)
+    if eval_every_steps and step % eval_every_steps == 0 and step != train_steps:
+      translator.params = state.params
+      _write_evaluation(run_dir, evaluate_directions(translator, mixture_or_task_name, step),
+                        test=False)
+  progress.close()
+  run_checkpoints.close()
+  translator.params = state.params
+  summary = evaluate_directions(translator, mixture_or_task_name, step)
+  _write_evaluation(run_dir, summary, test=False)
+  if evaluate_test_split:
+    test_summary = evaluate_directions(translator, mixture_or_task_name, step, split='test')
+    _write_evaluation(run_dir, test_summary, test=True)
+  return last_record
+
+
+def _shard_bytes(abstract_tree: Any, mesh_sizes: dict[str, int], rules) -> int:
+  """Bytes one device holds of a boxed abstract tree under the given mesh axis sizes."""
+  specs = nn.get_partition_spec(abstract_tree)
+  mesh_specs = nn.logical_to_mesh(specs, rules)
+  total = 0
+  for leaf, spec in zip(jax.tree_util.tree_leaves(nn.unbox(abstract_tree)),
+                        jax.tree_util.tree_leaves(
+                            mesh_specs, is_leaf=lambda x: isinstance(x, PartitionSpec))):
+    shape = list(leaf.shape)
+    for dim, axes in enumerate(tuple(spec)[:len(shape)]):
+      for axis in (axes if isinstance(axes, tuple) else (axes,)):
+        if axis is not None:
+          shape[dim] = -(-shape[dim] // mesh_sizes[axis])
+    total += int(np.prod(shape, dtype=np.int64)) * leaf.dtype.itemsize
+  return total
+
+
+@gin.configurable
+def dry_run(mesh_shape: Sequence[int] = (-1, 1), inputs_length: int = 64,
+            targets_length: int = 64, vocab_size: int | None = None) -> dict[str, Any]:
+  """Builds the model abstractly and reports its size and per-device memory.
+
+  Nothing is allocated: shapes come from `jax.eval_shape`. The vocabulary size is the
+  run's vocabulary file if it exists, else `vocab_size` (gin), else the size the
+  vocabulary would be built with.
+  """
+  if vocab_size is None:
+    if tf.io.gfile.exists(data_tasks.vocabulary_path()):
+      vocab_size = data_tasks.VOCABULARY.vocab_size
+    else:
+      vocab_size = gin.query_parameter('build_vocabulary.vocab_size')
+  config = model_config(vocab_size=padded_vocab_size(vocab_size))
+  model = network.Transformer(config)
+  optimizer = trainer.make_optimizer()
+  abstract = jax.eval_shape(
+      lambda rng: trainer.init_train_state(model, optimizer, rng, inputs_length, targets_length),
+      jax.random.PRNGKey(0))
+  shape = list(mesh_shape)
+  if -1 in shape:
+    known = int(np.prod([s for s in shape if s != -1]))
+    shape[shape.index(-1)] = max(jax.device_count() // known, 1)
+  mesh_sizes = dict(zip(partitioning.MESH_AXES, shape))
+  rules = partitioning.logical_axis_rules()
+  report = {
+      'parameters': network.count_params(config),
+      'vocab_size': config.vocab_size,
+      'mesh_shape': shape,
+      'param_bytes_per_device': _shard_bytes(abstract.params, mesh_sizes, rules),
+      'optimizer_bytes_per_device': _shard_bytes(abstract.opt_state, mesh_sizes, rules),
+  }
+  return report

@@ -1,0 +1,186 @@
+"""Train state, optimizer, learning-rate schedule and the sharded train step.
+
+The train step is one `jax.jit` with explicit in/out shardings and the state donated, so
+the same function runs on one CPU and on a pod. Gradient accumulation scans over
+microbatches and normalises by the token count of the whole batch, which makes it equal
+to one large batch (tested), and lets a user trade memory for steps without changing the
+optimisation.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax
+import flax.linen as nn
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from t5x_mt import losses
+from t5x_mt import partitioning
+from t5x_mt.errors import UserError
+
+Batch = dict[str, jax.Array]
+
+# Model inputs that a packed batch from DirectionEncDecFeatureConverter carries.
+MODEL_INPUTS = ('encoder_input_tokens', 'decoder_input_tokens', 'decoder_target_tokens',
+                'encoder_segment_ids', 'decoder_segment_ids', 'encoder_positions',
+                'decoder_positions')
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything a resumed run needs from the device: step, parameters, optimizer state."""
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+@gin.configurable
+def inverse_sqrt_schedule(peak_learning_rate: float = 1e-3,
+                          warmup_steps: int = 4000) -> optax.Schedule:
+  """Linear warmup to the peak, then decay with 1/sqrt(step) (Vaswani et al.).
+
+  lr(s) = peak * min(s / warmup, sqrt(warmup / s)) for update number s = step + 1, so the
+  first update already moves the parameters.
+  """
+  warmup = float(max(warmup_steps, 1))
+
+  def schedule(step):
+    s = jnp.asarray(step, jnp.float32) + 1.0
+    return peak_learning_rate * jnp.minimum(s / warmup, jnp.sqrt(warmup / s))
+
+  return schedule
+
+
+def _decay_mask(params: Any) -> Any:
+  """Weight decay applies to matrices, not to norm scales, biases or other vectors."""
+  return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
+
+
+@gin.configurable
+def make_optimizer(learning_rate: optax.Schedule | None = None, b1: float = 0.9,
+                   b2: float = 0.98, eps: float = 1e-9, weight_decay: float = 0.0,
+                   clip_norm: float | None = 1.0) -> optax.GradientTransformation:
+  """AdamW with betas (0.9, 0.98) and global-norm clipping (METHODS.md section 9)."""
+  schedule = learning_rate or inverse_sqrt_schedule()
+  parts = [optax.clip_by_global_norm(clip_norm)] if clip_norm else []
+  parts.append(optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
+                           mask=_decay_mask))
+  return optax.chain(*parts)
+
+
+def dummy_batch(batch_size: int, encoder_length: int, decoder_length: int) -> Batch:
+  """An all-padding batch with the shapes and dtypes of real ones, for initialisation."""
+  shapes = {name: (batch_size, decoder_length if name.startswith('decoder') else encoder_length)
+            for name in MODEL_INPUTS}
+  return {name: jnp.ones(shape, jnp.int32) for name, shape in shapes.items()}
+
+
+def model_kwargs(batch: Batch) -> dict[str, jax.Array]:
+  """The subset of a batch the model takes, tolerating unpacked batches."""
+  return {name: batch[name] for name in MODEL_INPUTS if name in batch}
+
+
+def init_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
+                     rng: jax.Array, encoder_length: int, decoder_length: int) -> TrainState:
+  """Initialises a TrainState (boxed with logical axis names; see partitioning.shard_init)."""
+  batch = dummy_batch(1, encoder_length, decoder_length)
+  variables = model.init(rng, **model_kwargs(batch), enable_dropout=False)
+  params = variables['params']
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                    opt_state=optimizer.init(params))
+
+
+def _microbatches(batch: Batch, num_microbatches: int) -> Batch:
+  """[B, ...] -> [num_microbatches, B / num_microbatches, ...]."""
+  return jax.tree_util.tree_map(
+      lambda x: x.reshape((num_microbatches, x.shape[0] // num_microbatches) + x.shape[1:]),
+      batch)
+
+
+def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *,
+                    direction_ids: Sequence[int], label_smoothing: float = 0.1,
+                    num_microbatches: int = 1) -> Callable[[TrainState, Batch, jax.Array],
+                                                          tuple[TrainState, dict]]:
+  """The (unjitted) train step: accumulate gradients, clip, AdamW update.
+
+  Returns new state and metrics: the loss sum and token count of the whole batch, the
+  learning rate, the global gradient norm, and per-direction loss sums and token counts
+  in the order of sorted `direction_ids`.
+  """
+  ids = jnp.asarray(sorted(direction_ids) or [0], jnp.int32)
+
+  def loss_and_sums(params, microbatch, dropout_rng):
+    logits = model.apply({'params': params}, **model_kwargs(microbatch), enable_dropout=True,
+                         rngs={'dropout': dropout_rng})
+    weights = microbatch['decoder_loss_weights'].astype(jnp.float32)
+    token_loss = losses.label_smoothed_cross_entropy(
+        logits, microbatch['decoder_target_tokens'], weights, label_smoothing)
+    direction_loss, direction_tokens = losses.direction_sums(
+        token_loss, weights, microbatch['decoder_direction_ids'], ids)
+    sums = {'loss_sum': token_loss.sum(), 'tokens': weights.sum(),
+            'direction_loss_sums': direction_loss, 'direction_tokens': direction_tokens}
+    return token_loss.sum(), sums
+
+  grad_fn = jax.grad(loss_and_sums, has_aux=True)
+
+  def train_step(state: TrainState, batch: Batch, rng: jax.Array):
+    dropout_rng = jax.random.fold_in(rng, state.step)
+    micro = _microbatches(batch, num_microbatches)
+
+    def accumulate(carry, index_and_microbatch):
+      index, microbatch = index_and_microbatch
+      grads, sums = grad_fn(state.params, microbatch, jax.random.fold_in(dropout_rng, index))
+      return jax.tree_util.tree_map(jnp.add, carry, (grads, sums)), None
+
+    zero_grads = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+    zero_sums = {'loss_sum': jnp.zeros(()), 'tokens': jnp.zeros(()),
+                 'direction_loss_sums': jnp.zeros(ids.shape),
+                 'direction_tokens': jnp.zeros(ids.shape)}
+    (grad_sums, sums), _ = jax.lax.scan(
+        accumulate, (zero_grads, zero_sums), (jnp.arange(num_microbatches), micro))
+    grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(sums['tokens'], 1.0), grad_sums)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = dict(sums, grad_norm=optax.global_norm(grads))
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  return train_step
+
+
+def check_microbatches(batch_size: int, num_microbatches: int, data_parallel: int) -> None:
+  """Each microbatch must still split evenly over the data-parallel devices."""
+  if num_microbatches < 1 or batch_size % (num_microbatches * data_parallel):
+    raise UserError(f'NUM_MICROBATCHES: BATCH_SIZE {batch_size} must be divisible by '
+                    f'NUM_MICROBATCHES ({num_microbatches}) x data-parallel devices '
+                    f'({data_parallel})')
+
+
+def jit_train_step(train_step, state_shardings, mesh, rules):
+  """Compiles the step with explicit shardings; the input state's buffers are donated."""
+  batch_sharding = partitioning.batch_sharding(mesh)
+  replicated = partitioning.replicated(mesh)
+  jitted = jax.jit(train_step, in_shardings=(state_shardings, batch_sharding, replicated),
+                   out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+
+  def step(state, batch, rng):
+    with partitioning.activation_sharding(mesh, rules):
+      return jitted(state, batch, rng)
+
+  return step
+
+
+def summarize_metrics(metrics: dict, direction_names: Sequence[str]) -> dict[str, Any]:
+  """Host-side scalars for logging: mean loss, tokens, per-direction mean losses."""
+  metrics = jax.device_get(metrics)
+  tokens = float(metrics['tokens'])
+  summary = {'loss': float(metrics['loss_sum']) / max(tokens, 1.0), 'tokens': tokens,
+             'grad_norm': float(metrics['grad_norm'])}
+  for name, loss_sum, count in zip(direction_names, np.asarray(metrics['direction_loss_sums']),
+                                   np.asarray(metrics['direction_tokens'])):
+    if count > 0:
+      summary[f'loss/{name}'] = float(loss_sum) / float(count)
+  return summary

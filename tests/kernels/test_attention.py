@@ -1,0 +1,157 @@
+"""Tests for t5x_mt.kernels.attention: masks, packing isolation, padding, dispatch."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5x_mt import kernels
+
+
+def naive_attention(q, k, v, q_segment_ids, kv_segment_ids, causal=False, bias=None):
+  """Loop-per-query NumPy reference in float64."""
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  batch, q_length, heads, head_dim = q.shape
+  out = np.zeros_like(q)
+  for b in range(batch):
+    for h in range(heads):
+      for i in range(q_length):
+        keys = [j for j in range(k.shape[1])
+                if q_segment_ids[b, i] != 0 and q_segment_ids[b, i] == kv_segment_ids[b, j]
+                and (not causal or j <= i)]
+        if not keys:
+          continue
+        scores = np.array([q[b, i, h] @ k[b, j, h] for j in keys]) / np.sqrt(head_dim)
+        if bias is not None:
+          scores = scores + np.array([bias[b, h, i, j] for j in keys])
+        weights = np.exp(scores - scores.max())
+        weights /= weights.sum()
+        out[b, i, h] = sum(w * v[b, j, h] for w, j in zip(weights, keys))
+  return out
+
+
+def random_qkv(q_length, kv_length, batch=2, heads=2, head_dim=4, seed=0):
+  rng = np.random.default_rng(seed)
+  q = rng.normal(size=(batch, q_length, heads, head_dim)).astype(np.float32)
+  k = rng.normal(size=(batch, kv_length, heads, head_dim)).astype(np.float32)
+  v = rng.normal(size=(batch, kv_length, heads, head_dim)).astype(np.float32)
+  return q, k, v
+
+
+# Packed cross-attention: decoder segments (q) against encoder segments (kv), Lq != Lk.
+Q_SEGMENTS = np.array([[1, 1, 1, 2, 2, 0], [1, 2, 2, 2, 3, 3]], np.int32)
+KV_SEGMENTS = np.array([[1, 1, 2, 2, 2, 2, 0, 0], [1, 1, 1, 2, 3, 3, 3, 0]], np.int32)
+
+
+def test_cross_attention_matches_naive_reference_on_packed_batch():
+  q, k, v = random_qkv(6, 8)
+  out = kernels.attention(q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS)
+  expected = naive_attention(q, k, v, Q_SEGMENTS, KV_SEGMENTS)
+  np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+def test_causal_packed_self_attention_matches_naive_reference():
+  q, k, v = random_qkv(8, 8, seed=1)
+  bias = np.random.default_rng(2).normal(size=(2, 2, 8, 8)).astype(np.float32)
+  out = kernels.attention(q, k, v, q_segment_ids=KV_SEGMENTS, kv_segment_ids=KV_SEGMENTS,
+                          bias=bias, causal=True)
+  expected = naive_attention(q, k, v, KV_SEGMENTS, KV_SEGMENTS, causal=True, bias=bias)
+  np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+def test_first_causal_query_copies_its_own_value():
+  q, k, v = random_qkv(5, 5, seed=3)
+  out = kernels.attention(q, k, v, causal=True)
+  np.testing.assert_allclose(out[:, 0], v[:, 0], atol=1e-6)
+
+
+def test_segments_never_influence_each_other_forward_and_backward():
+  q, k, v = random_qkv(6, 8, seed=4)
+  segment2_keys = KV_SEGMENTS[0] == 2
+  segment1_queries = Q_SEGMENTS[0] == 1
+
+  def segment1_output(k, v):
+    out = kernels.attention(q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS)
+    return out[0, segment1_queries]
+
+  perturbed_k = k.copy()
+  perturbed_v = v.copy()
+  perturbed_k[0, segment2_keys] += 10.0
+  perturbed_v[0, segment2_keys] -= 7.0
+  np.testing.assert_array_equal(segment1_output(k, v), segment1_output(perturbed_k, perturbed_v))
+
+  grad_k, grad_v = jax.grad(lambda k, v: segment1_output(k, v).sum(), argnums=(0, 1))(k, v)
+  assert np.all(np.asarray(grad_k)[0, segment2_keys] == 0)
+  assert np.all(np.asarray(grad_v)[0, segment2_keys] == 0)
+  assert np.abs(np.asarray(grad_v)[0, KV_SEGMENTS[0] == 1]).sum() > 0
+
+
+def test_padding_queries_give_zeros_and_finite_gradients():
+  q, k, v = random_qkv(6, 8, seed=5)
+
+  def loss(q, k, v):
+    out = kernels.attention(q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS,
+                            causal=False)
+    return jnp.sum(out ** 2), out
+
+  (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+  np.testing.assert_array_equal(out[0, 5], 0.0)  # Query segment 0: padding.
+  for grad in grads:
+    assert np.all(np.isfinite(grad))
+  np.testing.assert_array_equal(grads[0][0, 5], 0.0)
+  np.testing.assert_array_equal(grads[1][0, 6:], 0.0)  # Padding keys get no gradient.
+
+
+def test_bfloat16_inputs_keep_dtype_and_stay_close_to_float32():
+  q, k, v = random_qkv(6, 8, seed=6)
+  bf16 = [jnp.asarray(x, jnp.bfloat16) for x in (q, k, v)]
+  out = kernels.attention(*bf16, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS)
+  assert out.dtype == jnp.bfloat16
+  expected = naive_attention(*(np.asarray(x, np.float32) for x in bf16), Q_SEGMENTS,
+                             KV_SEGMENTS)
+  np.testing.assert_allclose(np.asarray(out, np.float32), expected, atol=3e-2)
+
+
+def test_jit_and_auto_match_xla():
+  q, k, v = random_qkv(6, 8, seed=7)
+  jitted = jax.jit(lambda q, k, v: kernels.attention(
+      q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS, implementation='auto'))
+  eager = kernels.attention(q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS,
+                            implementation='xla')
+  np.testing.assert_allclose(jitted(q, k, v), eager, atol=1e-6)
+  assert kernels.resolve_implementation('auto') == 'xla'
+
+
+def test_unknown_implementation_names_the_valid_ones():
+  q, k, v = random_qkv(2, 2)
+  with pytest.raises(ValueError, match="'flash'.*auto, xla"):
+    kernels.attention(q, k, v, implementation='flash')
+
+
+def test_registered_implementation_is_dispatched_and_auto_prefers_priority(monkeypatch):
+  monkeypatch.setattr(kernels, '_IMPLEMENTATIONS', dict(kernels._IMPLEMENTATIONS))
+  calls = []
+
+  def fake(q, k, v, **kwargs):
+    calls.append(kwargs['causal'])
+    return jnp.zeros_like(q)
+
+  kernels.register_implementation('pallas', fake, auto_priority=10)
+  q, k, v = random_qkv(2, 2)
+  assert np.all(kernels.attention(q, k, v, causal=True) == 0)
+  assert calls == [True]
+  kernels.register_implementation('pallas', fake, auto_priority=10, is_available=lambda: False)
+  assert kernels.resolve_implementation('auto') == 'xla'
+
+
+def test_attention_dropout_zeroes_or_rescales_each_probability():
+  q, k, _ = random_qkv(4, 4, seed=8)
+  v = np.broadcast_to(np.eye(4, dtype=np.float32)[None, :, None, :], (2, 4, 2, 4))
+  probs = kernels.attention(q, k, v)  # One-hot values: outputs are the probabilities.
+  np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
+  np.testing.assert_array_equal(kernels.attention(q, k, v, dropout_rate=0.5), probs)
+  dropped = np.asarray(kernels.attention(q, k, v, dropout_rate=0.5,
+                                         dropout_rng=jax.random.key(0)))
+  kept = dropped != 0
+  assert 0 < kept.mean() < 1
+  np.testing.assert_allclose(dropped[kept], 2.0 * np.asarray(probs)[kept], rtol=1e-6)

@@ -1,0 +1,211 @@
+"""Tests for t5x_mt.decoding: beam search against exhaustive search on a toy model."""
+
+import functools
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5x_mt import decoding
+from t5x_mt.errors import UserError
+
+VOCAB = 5
+LENGTH = 4
+EOS = 1
+NUM_STATES = 3
+
+
+def _toy_table(seed: int = 0) -> np.ndarray:
+  """Logits indexed by [step, previous token, per-example state, next token]."""
+  return np.random.RandomState(seed).normal(
+      scale=2.0, size=(LENGTH, VOCAB, NUM_STATES, VOCAB)).astype(np.float32)
+
+
+def _toy_tokens_to_logits(table: np.ndarray):
+  """A model whose next-token logits depend on the step, the last token and a running state.
+
+  The state (sum of the tokens fed so far, mod NUM_STATES) lives in the cache with the batch
+  as leading axis, so a beam search that reorders beams without reordering the cache decodes
+  a different model than the exhaustive search below.
+  """
+  table = jnp.asarray(table)
+
+  def tokens_to_logits(tokens, cache):
+    last = tokens[:, 0]
+    state = (cache['state'] + last) % NUM_STATES
+    logits = table[cache['index'], last, state]
+    return logits, {'index': cache['index'] + 1, 'state': state}
+
+  return tokens_to_logits
+
+
+def _initial_cache(initial_states):
+  return {'index': jnp.array(0, jnp.int32),
+          'state': jnp.asarray(initial_states, jnp.int32)}
+
+
+def _log_prob(table, initial_state, sequence):
+  """Summed log-probability of every token in `sequence` under the toy model (numpy)."""
+  state, last, log_probs = initial_state, 0, []
+  for step, token in enumerate(sequence):
+    state = (state + last) % NUM_STATES
+    logits = table[step, last, state].astype(np.float64)
+    log_probs.append(logits[token] - np.log(np.sum(np.exp(logits))))
+    last = token
+  return log_probs
+
+
+def _all_hypotheses(prefix_token):
+  """Every output the search may produce: EOS only at the end, or the full length."""
+  forced = [] if prefix_token is None else [prefix_token]
+  for length in range(1, LENGTH - len(forced)):
+    for body in itertools.product([t for t in range(VOCAB) if t != EOS], repeat=length - 1):
+      yield forced + list(body) + [EOS]
+  for body in itertools.product(range(VOCAB), repeat=LENGTH - len(forced)):
+    if EOS not in body[:-1]:
+      yield forced + list(body)
+
+
+def _brute_force(table, initial_state, prefix_token, alpha, top):
+  """The `top` best hypotheses and scores, by enumerating all of them."""
+  scored = []
+  for hypothesis in _all_hypotheses(prefix_token):
+    log_probs = _log_prob(table, initial_state, hypothesis)
+    if prefix_token is not None:
+      log_probs = log_probs[1:]
+    scored.append((sum(log_probs) / max(len(log_probs), 1) ** alpha, hypothesis))
+  scored.sort(key=lambda pair: -pair[0])
+  sequences = np.zeros((top, LENGTH), np.int32)
+  for row, (_, hypothesis) in enumerate(scored[:top]):
+    sequences[row, :len(hypothesis)] = hypothesis
+  return sequences, np.array([score for score, _ in scored[:top]])
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted_beam_search(seed, beam_size, alpha, has_prefix):
+  fn = functools.partial(decoding.beam_search, _toy_tokens_to_logits(_toy_table(seed)),
+                         beam_size=beam_size, alpha=alpha, max_decode_length=LENGTH,
+                         eos_id=EOS)
+  if has_prefix:
+    return jax.jit(lambda cache, prefix: fn(cache, prefix=prefix))
+  return jax.jit(lambda cache: fn(cache, prefix=None))
+
+
+# (V - 1) ** (L - 1) beams hold every unfinished hypothesis at every step, so the search is
+# exhaustive and its whole beam must equal the brute-force top list.
+EXHAUSTIVE_BEAM = (VOCAB - 1) ** (LENGTH - 1)
+
+
+@pytest.mark.parametrize('alpha', [0.0, 1.0])
+def test_exhaustive_beam_equals_brute_force_top_list(alpha):
+  initial_states = [0, 1, 2]
+  sequences, scores = _jitted_beam_search(0, EXHAUSTIVE_BEAM, alpha, False)(
+      _initial_cache(initial_states))
+  for b, initial_state in enumerate(initial_states):
+    want_sequences, want_scores = _brute_force(
+        _toy_table(0), initial_state, None, alpha, EXHAUSTIVE_BEAM)
+    np.testing.assert_array_equal(np.asarray(sequences[b]), want_sequences)
+    np.testing.assert_allclose(np.asarray(scores[b]), want_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_exhaustive_beam_with_prefix_equals_brute_force():
+  prefixes = [3, 4]
+  initial_states = [1, 2]
+  sequences, scores = _jitted_beam_search(1, EXHAUSTIVE_BEAM, 1.0, True)(
+      _initial_cache(initial_states), jnp.array(prefixes, jnp.int32))
+  for b, (prefix, initial_state) in enumerate(zip(prefixes, initial_states)):
+    want_sequences, want_scores = _brute_force(_toy_table(1), initial_state, prefix, 1.0, 8)
+    np.testing.assert_array_equal(np.asarray(sequences[b, :8]), want_sequences)
+    np.testing.assert_allclose(np.asarray(scores[b, :8]), want_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_small_beam_scores_are_penalised_log_prob_of_its_sequences():
+  prefixes = [3, 2, 4]
+  initial_states = [0, 1, 2]
+  sequences, scores = _jitted_beam_search(2, 2, 1.0, True)(
+      _initial_cache(initial_states), jnp.array(prefixes, jnp.int32))
+  sequences, scores = np.asarray(sequences), np.asarray(scores)
+  assert np.all(sequences[:, :, 0] == np.array(prefixes)[:, None])
+  assert np.all(np.diff(scores, axis=1) <= 0)
+  for b, initial_state in enumerate(initial_states):
+    for k in range(2):
+      hypothesis = list(sequences[b, k])
+      length = hypothesis.index(EOS) + 1 if EOS in hypothesis else LENGTH
+      assert not any(hypothesis[length:])  # zeros after EOS
+      generated = _log_prob(_toy_table(2), initial_state, hypothesis[:length])[1:]
+      assert scores[b, k] == pytest.approx(sum(generated) / len(generated), abs=1e-5)
+
+
+def _fixed_distribution_model(step_probs):
+  """Next-token probabilities that depend on the step only; cache = {'index'} + a batch leaf."""
+  step_log_probs = jnp.log(jnp.asarray(step_probs, jnp.float32))
+
+  def tokens_to_logits(tokens, cache):
+    logits = jnp.broadcast_to(step_log_probs[cache['index']],
+                              (tokens.shape[0], step_log_probs.shape[1]))
+    return logits, {'index': cache['index'] + 1, 'seen': cache['seen'] + tokens[:, 0]}
+
+  return tokens_to_logits
+
+
+# Tokens 0, 1 (EOS), 2; worked by hand in the test below.
+HAND_PROBS = [[0.1, 0.3, 0.6], [0.1, 0.6, 0.3], [0.1, 0.2, 0.7]]
+
+
+@pytest.mark.parametrize('alpha, want_sequences, want_scores', [
+    # [2, EOS]: (ln .6 + ln .6) / 2; [2, 2, 2]: (ln .6 + ln .3 + ln .7) / 3.
+    (1.0, [[2, 1, 0], [2, 2, 2]],
+     [math.log(0.6), (math.log(0.6) + math.log(0.3) + math.log(0.7)) / 3]),
+    # Raw sums: [2, EOS] = ln .36 beats [EOS] = ln .3.
+    (0.0, [[2, 1, 0], [1, 0, 0]], [math.log(0.36), math.log(0.3)]),
+])
+def test_beam_of_two_matches_hand_worked_example(alpha, want_sequences, want_scores):
+  sequences, scores = decoding.beam_search(
+      _fixed_distribution_model(HAND_PROBS),
+      {'index': jnp.array(0, jnp.int32), 'seen': jnp.zeros((1,), jnp.int32)},
+      prefix=None, beam_size=2, alpha=alpha, max_decode_length=3, eos_id=EOS)
+  np.testing.assert_array_equal(np.asarray(sequences[0]), want_sequences)
+  np.testing.assert_allclose(np.asarray(scores[0]), want_scores, rtol=1e-5)
+
+
+def test_beam_of_one_equals_greedy_when_eos_is_never_likely():
+  # Beam 1 keeps a passed-up EOS hypothesis in its finished set, which greedy search cannot
+  # return; without EOS both follow the argmax path to the length limit.
+  table = _toy_table(3)
+  table[..., EOS] = -30.0
+  prefixes = jnp.array([3, 2, 4, 0], jnp.int32)
+  cache = _initial_cache([0, 1, 2, 1])
+  tokens_to_logits = _toy_tokens_to_logits(table)
+  beam, _ = jax.jit(lambda c, p: decoding.beam_search(
+      tokens_to_logits, c, prefix=p, beam_size=1, max_decode_length=LENGTH))(cache, prefixes)
+  greedy = jax.jit(lambda c, p: decoding.greedy_search(
+      tokens_to_logits, c, prefix=p, max_decode_length=LENGTH))(cache, prefixes)
+  np.testing.assert_array_equal(np.asarray(beam[:, 0]), np.asarray(greedy))
+  assert np.all(np.asarray(greedy[:, 0]) == np.asarray(prefixes))
+  assert not np.any(np.asarray(greedy) == EOS)
+
+
+def test_greedy_takes_argmax_and_pads_after_eos():
+  greedy = decoding.greedy_search(
+      _fixed_distribution_model([[0.1, 0.3, 0.6], [0.1, 0.6, 0.3], [0.1, 0.2, 0.7]]),
+      {'index': jnp.array(0, jnp.int32), 'seen': jnp.zeros((2,), jnp.int32)},
+      prefix=None, max_decode_length=3, eos_id=EOS)
+  np.testing.assert_array_equal(np.asarray(greedy), [[2, 1, 0], [2, 1, 0]])
+
+
+def test_greedy_forces_prefix():
+  greedy = decoding.greedy_search(
+      _fixed_distribution_model(HAND_PROBS),
+      {'index': jnp.array(0, jnp.int32), 'seen': jnp.zeros((2,), jnp.int32)},
+      prefix=jnp.array([0, 1], jnp.int32), max_decode_length=3, eos_id=EOS)
+  # Row 0: forced 0, then argmax at steps 1, 2 (EOS); row 1: forced EOS ends it.
+  np.testing.assert_array_equal(np.asarray(greedy), [[0, 1, 0], [1, 0, 0]])
+
+
+def test_negative_alpha_is_rejected():
+  with pytest.raises(UserError, match='alpha'):
+    decoding.beam_search(_toy_tokens_to_logits(_toy_table()), _initial_cache([0]),
+                         prefix=None, alpha=-1.0, max_decode_length=LENGTH)
