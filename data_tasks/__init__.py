@@ -3,8 +3,8 @@
 `import data_tasks` registers one Task per translation direction of each built-in corpus,
 named `<corpus>_<src>.<tgt>` with FLORES-200 codes (seqio allows no '-' in task names, so
 the direction's `<src>-<tgt>` is written with a dot here), and the named mixtures below. Other
-projects import this module to reuse the registry, and register their own corpora with
-`register_corpus_tasks`.
+projects import this module to reuse the registry, and register mixtures over their own
+corpora with `register_mixture` (or single directions with `register_direction_task`).
 
 Three run-level choices are read from gin when a dataset is built, not when tasks are
 registered, so that one registry serves every run:
@@ -13,7 +13,7 @@ registered, so that one registry serves every run:
   * the sampling temperature tau of mixtures (`temperature_rate.temperature`).
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 import dataclasses
 import functools
 import os
@@ -156,20 +156,26 @@ def _to_inputs_targets(dataset: tf.data.Dataset) -> tf.data.Dataset:
                      num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def _add_tags_and_direction(dataset: tf.data.Dataset, src_lang: str,
-                            tgt_lang: str) -> tf.data.Dataset:
-  """Prepends the tag ids of the run's tag strategy; adds the per-token direction id.
+def _tag_id(tag: str) -> int:
+  """The tag's piece id; a vocabulary without it would silently train on <unk> tags."""
+  tokenizer = VOCABULARY.tokenizer
+  piece_id = tokenizer.piece_to_id(tag)
+  if piece_id == tokenizer.unk_id():
+    raise UserError(f'{vocabulary_path()}: the vocabulary has no piece {tag} (build it with '
+                    'launch/build_vocab.py)')
+  return piece_id
+
+
+def _add_tags(dataset: tf.data.Dataset, src_lang: str, tgt_lang: str) -> tf.data.Dataset:
+  """Prepends the tag ids of the run's tag strategy to inputs and (if any) targets.
 
   Tags are prepended as ids, not text, so the tag is one piece whatever SentencePiece
   would do with the text around it.
   """
   direction_tags = tags.tags_for(tag_strategy(), src_lang, tgt_lang)
-  tokenizer = VOCABULARY.tokenizer
-  encoder_prefix = tf.constant([tokenizer.piece_to_id(direction_tags.encoder_tag)], tf.int32)
+  encoder_prefix = tf.constant([_tag_id(direction_tags.encoder_tag)], tf.int32)
   decoder_prefix = tf.constant(
-      [tokenizer.piece_to_id(direction_tags.decoder_tag)] if direction_tags.decoder_tag else [],
-      tf.int32)
-  direction = directions.direction_id(src_lang, tgt_lang)
+      [_tag_id(direction_tags.decoder_tag)] if direction_tags.decoder_tag else [], tf.int32)
 
   def add(example):
     example = dict(example)
@@ -207,7 +213,7 @@ def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
       preprocessors=[
           _to_inputs_targets,
           seqio.preprocessors.tokenize,
-          functools.partial(_add_tags_and_direction, src_lang=src_lang, tgt_lang=tgt_lang),
+          functools.partial(_add_tags, src_lang=src_lang, tgt_lang=tgt_lang),
           seqio.preprocessors.append_eos_after_trim,
           functools.partial(_add_direction,
                             direction=directions.direction_id(src_lang, tgt_lang)),

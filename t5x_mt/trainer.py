@@ -145,7 +145,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *
     grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(sums['tokens'], 1.0), grad_sums)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = dict(sums, grad_norm=optax.global_norm(grads))
+    metrics = dict(sums, grad_norm=optax.tree.norm(grads))
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step

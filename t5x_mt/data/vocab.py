@@ -7,10 +7,11 @@ so small languages are upsampled and large ones downsampled before SentencePiece
 """
 
 from collections.abc import Mapping, Sequence
+import dataclasses
+import io
 import logging
 import os
 import pathlib
-import tempfile
 
 import numpy as np
 import sentencepiece as spm
@@ -19,6 +20,13 @@ from t5x_mt.data import tags
 from t5x_mt.errors import UserError
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+# SentencePiece splits the E-step over threads and sums their float statistics, so the
+# pieces and scores depend on the thread count: a fixed count (not the machine's cores)
+# makes the model file the same on every machine.
+NUM_THREADS = 16
+# Upper bound on the sample, relative to the distinct lines available: enough to upsample
+# small languages without SentencePiece reading millions of copies of a tiny corpus.
+MAX_UPSAMPLING = 4
 
 
 def language_sampling_probabilities(sizes: Mapping[str, int], alpha: float) -> dict[str, float]:
@@ -31,6 +39,27 @@ def language_sampling_probabilities(sizes: Mapping[str, int], alpha: float) -> d
   return {lang: w / total for lang, w in sorted(weights.items())}
 
 
+def sample_size(sentences: Mapping[str, Sequence[str]], num_sentences: int) -> int:
+  """Lines SentencePiece is trained on: `num_sentences`, at most MAX_UPSAMPLING x the text."""
+  total_lines = sum(len(lines) for lines in sentences.values())
+  return min(num_sentences, max(total_lines, 1) * MAX_UPSAMPLING)
+
+
+def _draw_line_counts(probabilities: Mapping[str, float], num_sentences: int,
+                      rng: np.random.Generator) -> dict[str, int]:
+  langs = list(probabilities)
+  counts = rng.multinomial(num_sentences, [probabilities[lang] for lang in langs])
+  return {lang: int(count) for lang, count in zip(langs, counts)}
+
+
+def sampled_line_counts(sentences: Mapping[str, Sequence[str]], *, alpha: float,
+                        num_sentences: int, seed: int) -> dict[str, int]:
+  """Lines per language that `sample_training_text` draws with the same arguments."""
+  probabilities = language_sampling_probabilities(
+      {lang: len(lines) for lang, lines in sentences.items()}, alpha)
+  return _draw_line_counts(probabilities, num_sentences, np.random.default_rng(seed))
+
+
 def sample_training_text(sentences: Mapping[str, Sequence[str]], *, alpha: float,
                          num_sentences: int, seed: int) -> list[str]:
   """Draws `num_sentences` lines, language l with probability p_l, uniformly within l.
@@ -41,10 +70,8 @@ def sample_training_text(sentences: Mapping[str, Sequence[str]], *, alpha: float
   probabilities = language_sampling_probabilities(
       {lang: len(lines) for lang, lines in sentences.items()}, alpha)
   rng = np.random.default_rng(seed)
-  langs = list(probabilities)
-  counts = rng.multinomial(num_sentences, [probabilities[lang] for lang in langs])
   sample = []
-  for lang, count in zip(langs, counts):
+  for lang, count in _draw_line_counts(probabilities, num_sentences, rng).items():
     lines = sentences[lang]
     sample.extend(lines[i] for i in rng.integers(0, len(lines), size=count))
   rng.shuffle(sample)
@@ -53,36 +80,94 @@ def sample_training_text(sentences: Mapping[str, Sequence[str]], *, alpha: float
 
 def train_sentencepiece(sentences: Mapping[str, Sequence[str]], output_path: str, *,
                         vocab_size: int, alpha: float = 0.3, num_sentences: int = 1_000_000,
-                        character_coverage: float = 0.9995, seed: int = 0) -> str:
+                        character_coverage: float = 0.9995, seed: int = 0,
+                        num_threads: int = NUM_THREADS) -> str:
   """Trains a unigram model on language-balanced text and writes `output_path`.
 
   The model reserves pad=0, eos=1, unk=2 (seqio's convention, no BOS), holds every
   language tag, `<BT>`, `<DA>` and `TBD0..TBD31` as single pieces, and falls back to
   bytes for characters it has not seen. `vocab_size` is an upper bound: for small corpora
-  SentencePiece stops at the number of pieces the text supports. The file appears only
-  when complete.
+  SentencePiece stops at the number of pieces the text supports (it must still exceed the
+  ~500 pieces that symbols, bytes and characters need). The same arguments give the same
+  file bytes on any machine: training runs in memory (no temporary paths recorded in the
+  model) with a fixed thread count. The file appears only when complete.
   """
-  total_lines = sum(len(lines) for lines in sentences.values())
   sample = sample_training_text(sentences, alpha=alpha,
-                                num_sentences=min(num_sentences, max(total_lines, 1) * 4),
-                                seed=seed)
-  output = pathlib.Path(output_path)
-  output.parent.mkdir(parents=True, exist_ok=True)
-  with tempfile.TemporaryDirectory(dir=output.parent) as workdir:
-    text_file = os.path.join(workdir, 'text.txt')
-    with open(text_file, 'w', encoding='utf-8') as f:
-      for line in sample:
-        f.write(line.replace('\n', ' ') + '\n')
-    prefix = os.path.join(workdir, 'spm')
-    spm.set_random_generator_seed(seed)
+                                num_sentences=sample_size(sentences, num_sentences), seed=seed)
+  model = io.BytesIO()
+  spm.set_random_generator_seed(seed)
+  try:
     spm.SentencePieceTrainer.train(
-        input=text_file, model_prefix=prefix, model_type='unigram', vocab_size=vocab_size,
+        sentence_iterator=iter([line.replace('\n', ' ') for line in sample]),
+        model_writer=model, model_type='unigram', vocab_size=vocab_size,
         hard_vocab_limit=False, character_coverage=character_coverage, byte_fallback=True,
         pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
-        user_defined_symbols=tags.special_symbols(), input_sentence_size=len(sample),
-        shuffle_input_sentence=False, num_threads=os.cpu_count() or 1,
-        minloglevel=2)
-    os.replace(prefix + '.model', output)
+        user_defined_symbols=tags.special_symbols(), input_sentence_size=0,
+        shuffle_input_sentence=False, num_threads=num_threads, minloglevel=2)
+  except RuntimeError as error:
+    raise UserError(f'build_vocabulary: SentencePiece cannot train on this text with '
+                    f'vocab_size={vocab_size}: {str(error).splitlines()[0]}') from None
+  output = pathlib.Path(output_path)
+  output.parent.mkdir(parents=True, exist_ok=True)
+  partial = output.with_name(f'.{output.name}.{os.getpid()}.tmp')
+  partial.write_bytes(model.getvalue())
+  os.replace(partial, output)
   logging.info('Wrote %s from %d sampled lines of %d languages', output, len(sample),
                len(sentences))
   return str(output)
+
+
+def pieces_per_word(processor: spm.SentencePieceProcessor, lines: Sequence[str]) -> float:
+  """SentencePiece pieces per whitespace-separated word.
+
+  1.0 means whole words; higher means the language is fragmented, which is what sampling
+  with alpha < 1 is meant to even out across languages.
+  """
+  words = sum(len(line.split()) for line in lines)
+  pieces = sum(len(ids) for ids in processor.encode(list(lines)))
+  return pieces / max(words, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class LanguageReport:
+  """How one language fared in the vocabulary: its data, its share, its segmentation."""
+  language: str
+  sentences: int
+  sampled_share: float
+  pieces_per_word: float
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabularyReport:
+  """The model's size and what it gives each language."""
+  num_pieces: int
+  languages: tuple[LanguageReport, ...]
+
+
+def vocabulary_report(model_path: str, sentences: Mapping[str, Sequence[str]], *,
+                      alpha: float, num_sentences: int, seed: int) -> VocabularyReport:
+  """What a trained vocabulary gives each language, for `launch/build_vocab.py` to print.
+
+  Per language (sorted): its share of the lines the model was trained on (pass the
+  arguments given to train_sentencepiece) and its pieces per word on `sentences`.
+  """
+  processor = spm.SentencePieceProcessor(model_file=model_path)
+  counts = sampled_line_counts(sentences, alpha=alpha,
+                               num_sentences=sample_size(sentences, num_sentences), seed=seed)
+  total = max(sum(counts.values()), 1)
+  return VocabularyReport(
+      num_pieces=processor.get_piece_size(),
+      languages=tuple(
+          LanguageReport(language=lang, sentences=len(sentences[lang]),
+                         sampled_share=counts[lang] / total,
+                         pieces_per_word=pieces_per_word(processor, sentences[lang]))
+          for lang in sorted(counts)))
+
+
+def format_report(report: VocabularyReport) -> str:
+  """A table: one row per language, then the number of pieces."""
+  rows = [f'{"language":<10} {"sentences":>10} {"sampled":>8} {"pieces/word":>12}']
+  rows += [f'{r.language:<10} {r.sentences:>10d} {r.sampled_share:>8.1%} '
+           f'{r.pieces_per_word:>12.2f}' for r in report.languages]
+  rows.append(f'pieces: {report.num_pieces}')
+  return '\n'.join(rows)

@@ -1,0 +1,61 @@
+"""Trains a run's SentencePiece vocabulary on the training side of its mixture.
+
+  python launch/build_vocab.py --gin_file=gin/runs/demo.gin [--gin.VOCAB_SIZE=8000 ...]
+      [--output=PATH]
+
+Languages are sampled with p ∝ n^alpha (gin `build_vocabulary.alpha`, 0.3) before
+SentencePiece sees them. The model goes to the run's VOCABULARY_PATH (or --output); the
+command prints its number of pieces and, per language, its share of the sampled text and
+its pieces per word on the training text.
+"""
+
+import argparse
+import inspect
+
+import gin
+
+from t5x_mt import cli
+from t5x_mt import gin_utils
+from t5x_mt.errors import UserError
+
+
+def main(argv: list[str]) -> int:
+  bindings, rest = gin_utils.split_gin_overrides(argv)
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--gin_file', action='append', required=True,
+                      help='gin file (repeatable); later files override earlier ones')
+  parser.add_argument('--gin_bindings', action='append', default=[],
+                      help='extra binding, e.g. "VOCAB_SIZE = 8000" (same as --gin.NAME=VALUE)')
+  parser.add_argument('--output', default=None,
+                      help="where to write the model (default: the run's VOCABULARY_PATH)")
+  args = parser.parse_args(rest)
+  # pylint: disable=g-import-not-at-top  (TF after cli setup; gin needs the configurables)
+  import data_tasks
+  from t5x_mt import train_loop
+  from t5x_mt.data import vocab
+  # pylint: enable=g-import-not-at-top
+  gin_utils.parse_gin(args.gin_file, args.gin_bindings + bindings)
+  try:
+    mixture_or_task_name = gin.query_parameter('%MIXTURE_OR_TASK_NAME')
+  except ValueError:
+    raise UserError('--gin_file: MIXTURE_OR_TASK_NAME is not set') from None
+  sentences = data_tasks.training_sentences(mixture_or_task_name)
+  # The arguments gin gives build_vocabulary, passed explicitly so the report describes
+  # exactly the sample the model was trained on.
+  settings = {name: parameter.default for name, parameter in
+              inspect.signature(train_loop.build_vocabulary).parameters.items()
+              if parameter.default is not inspect.Parameter.empty}
+  settings.update(gin.get_bindings(train_loop.build_vocabulary))
+  output = train_loop.build_vocabulary(mixture_or_task_name,
+                                       args.output or data_tasks.vocabulary_path(), **settings)
+  report = vocab.vocabulary_report(output, sentences, alpha=settings['alpha'],
+                                   num_sentences=settings['num_sentences'],
+                                   seed=settings['seed'])
+  print(vocab.format_report(report))
+  print(f'wrote {output}')
+  return 0
+
+
+if __name__ == '__main__':
+  cli.run(main)

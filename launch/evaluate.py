@@ -1,0 +1,141 @@
+"""Scores a trained run: BLEU, chrF++ and spBLEU of its translations.
+
+One direction from two line-aligned files prints one JSON object {bleu, chrf, spbleu, n}:
+
+  python launch/evaluate.py --checkpoint_dir=/tmp/t5x_mt/demo --src_lang=eng_Latn \
+      --tgt_lang=hau_Latn --src_file=dev.eng --ref_file=dev.hau [--spm_model=flores200.model]
+
+Registered mixtures or tasks (data_tasks) evaluate every direction's --split into
+MODEL_DIR/eval/step_<N>.json (other splits: MODEL_DIR/<split>/eval/step_<N>.json, as
+training writes 'test') and print the per-direction and per-category table:
+
+  python launch/evaluate.py --checkpoint_dir=/tmp/t5x_mt/demo --tasks=cldr_demo
+
+spBLEU needs the FLORES-200 SentencePiece model file (--spm_model); without it spbleu is
+null. The decoding flags override the run's config.gin.
+"""
+
+import argparse
+import json
+import pathlib
+from typing import Any
+
+from t5x_mt import cli
+from t5x_mt import languages
+from t5x_mt.errors import UserError
+
+SINGLE_DIRECTION_FLAGS = ('src_lang', 'tgt_lang', 'src_file', 'ref_file')
+
+
+def parse_flags(argv: list[str]) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--checkpoint_dir', required=True, help="the training run's MODEL_DIR")
+  parser.add_argument('--step', type=int, default=None,
+                      help='checkpoint step to load (default: the latest)')
+  parser.add_argument('--beam_size', type=int, default=4, help='beam width; 1 is greedy')
+  parser.add_argument('--alpha', type=float, default=1.0, help='length penalty exponent')
+  parser.add_argument('--batch_size', type=int, default=64, help='sentences per batch')
+  parser.add_argument('--src_lang', help='FLORES-200 code of --src_file, e.g. eng_Latn')
+  parser.add_argument('--tgt_lang', help='FLORES-200 code of --ref_file, e.g. hau_Latn')
+  parser.add_argument('--src_file', help='source sentences, one per line')
+  parser.add_argument('--ref_file', help='reference translations, line-aligned with --src_file')
+  parser.add_argument('--spm_model', default=None,
+                      help='FLORES-200 SentencePiece model for spBLEU (default: no spBLEU)')
+  parser.add_argument('--output_json', default=None, help='also write the scores here')
+  parser.add_argument('--tasks', default=None,
+                      help='registered mixtures or tasks, comma-separated, instead of files')
+  parser.add_argument('--split', default='validation', help='split of --tasks to evaluate')
+  parser.add_argument('--max_sentences', type=int, default=None,
+                      help="sentences per direction of --tasks (default: the run's setting)")
+  args = parser.parse_args(argv)
+  if args.beam_size < 1:
+    raise UserError(f'--beam_size: must be >= 1, got {args.beam_size}')
+  if args.batch_size < 1:
+    raise UserError(f'--batch_size: must be >= 1, got {args.batch_size}')
+  if args.max_sentences is not None and args.max_sentences < 1:
+    raise UserError(f'--max_sentences: must be >= 1, got {args.max_sentences}')
+  given = [f'--{name}' for name in SINGLE_DIRECTION_FLAGS if getattr(args, name) is not None]
+  if args.tasks is not None and given:
+    raise UserError(f'--tasks: evaluates registered tasks; leave out {", ".join(given)}')
+  if args.tasks is None:
+    missing = [f'--{name}' for name in SINGLE_DIRECTION_FLAGS if getattr(args, name) is None]
+    if missing:
+      raise UserError(f'{", ".join(missing)}: required unless --tasks is given')
+    languages.check_language(args.src_lang, '--src_lang')
+    languages.check_language(args.tgt_lang, '--tgt_lang')
+  return args
+
+
+def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[str, Any]:
+  """Scores the translations of --src_file against --ref_file."""
+  from t5x_mt import evaluation  # pylint: disable=g-import-not-at-top
+  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data import readers  # pylint: disable=g-import-not-at-top
+  sources = readers.read_lines(args.src_file)
+  references = readers.read_lines(args.ref_file)
+  if len(sources) != len(references):
+    raise UserError(f'{args.src_file} has {len(sources)} lines but {args.ref_file} has '
+                    f'{len(references)}: --src_file and --ref_file must be line-aligned')
+  translator = run_loading.load_translator(args.checkpoint_dir, args.step, **decoding)
+  hypotheses = run_loading.translate_lines(translator, sources, args.src_lang, args.tgt_lang,
+                                           progress_bar=True)
+  return evaluation.score_direction(hypotheses, references, spm_model_path=args.spm_model)
+
+
+def _check_task(name: str) -> None:
+  import data_tasks  # pylint: disable=g-import-not-at-top
+  try:
+    data_tasks.get_mixture_or_task(name)
+  except UserError as error:
+    raise UserError(f'--tasks: {str(error).removeprefix("MIXTURE_OR_TASK_NAME: ")}') from None
+
+
+def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[str, Any]:
+  """Scores every direction of the --tasks and writes the run's eval/step_<N>.json."""
+  from t5x_mt import evaluation  # pylint: disable=g-import-not-at-top
+  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
+  names = [name.strip() for name in args.tasks.split(',') if name.strip()]
+  if not names:
+    raise UserError('--tasks: give at least one registered mixture or task name')
+  step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
+  translator = run_loading.load_translator(args.checkpoint_dir, step, **decoding)
+  for name in names:  # After loading: the run's config.gin may import its own registrations.
+    _check_task(name)
+  options: dict[str, Any] = {'split': args.split}
+  if args.max_sentences is not None:
+    options['max_sentences'] = args.max_sentences
+  if args.spm_model is not None:
+    options['spm_model_path'] = args.spm_model
+  direction_scores = {}
+  for name in names:
+    summary = train_loop.evaluate_directions(translator, name, step, **options)
+    direction_scores.update(summary['directions'])
+  summary = evaluation.summarize(step, direction_scores)
+  summary['split'] = args.split
+  model_dir = pathlib.Path(args.checkpoint_dir)
+  evaluation.write_eval_json(model_dir if args.split == 'validation' else model_dir / args.split,
+                             summary)
+  return summary
+
+
+def main(argv: list[str]) -> int:
+  args = parse_flags(argv)
+  decoding = {'beam_size': args.beam_size, 'alpha': args.alpha, 'batch_size': args.batch_size}
+  if args.tasks is None:
+    result = evaluate_files(args, decoding)
+    print(json.dumps(result, sort_keys=True), flush=True)
+  else:
+    result = evaluate_tasks(args, decoding)
+    from t5x_mt import evaluation  # pylint: disable=g-import-not-at-top
+    print(evaluation.format_table(result), flush=True)
+  if args.output_json is not None:
+    from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
+    train_loop.write_atomically(pathlib.Path(args.output_json),
+                                json.dumps(result, indent=2, sort_keys=True) + '\n')
+  return 0
+
+
+if __name__ == '__main__':
+  cli.run(main)

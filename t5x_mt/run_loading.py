@@ -1,0 +1,160 @@
+"""A training run's MODEL_DIR as a translator: its gin config, vocabulary and parameters.
+
+A run leaves everything translation needs in MODEL_DIR (see `train_loop.train`):
+`config.gin` (the operative config), `vocab.model` and Orbax checkpoints. Loading reads
+only the checkpoint's 'params' item, never the optimizer state, so a model that trained
+with Adam's two moments per weight translates in a third of the memory.
+
+Loading a run parses its config.gin into the process's gin config, replacing whatever was
+there: the model hyperparameters, tag strategy, logical axis rules and evaluation settings
+of the run are then the ones every gin-configurable function sees. Decoding settings given
+as arguments (beam size, alpha, batch size) still override the run's.
+"""
+
+from collections.abc import Sequence
+import pathlib
+import sys
+from typing import Any
+
+import flax.linen as nn
+import gin
+import jax
+import sentencepiece as spm
+import tqdm
+
+import data_tasks
+from t5x_mt import checkpoints
+from t5x_mt import gin_utils
+from t5x_mt import inference
+from t5x_mt import network
+from t5x_mt import partitioning
+from t5x_mt import train_loop
+from t5x_mt.errors import UserError
+
+# Sentences handed to Translator.translate at once, in batches: large enough that its
+# length-sorting keeps batches full of similar lengths, small enough for a live progress bar.
+TRANSLATE_CHUNK_BATCHES = 16
+
+
+def _run_file(checkpoint_dir: str, name: str, what: str) -> pathlib.Path:
+  """`checkpoint_dir/name`, or a UserError naming the path that is missing."""
+  run_dir = pathlib.Path(checkpoint_dir)
+  if not run_dir.is_dir():
+    raise UserError(f'--checkpoint_dir: {checkpoint_dir} is not a directory')
+  path = run_dir / name
+  if not path.is_file():
+    raise UserError(f'{path}: not found; --checkpoint_dir must be the MODEL_DIR of a '
+                    f'training run, which holds {what}')
+  return path
+
+
+def load_run_config(checkpoint_dir: str) -> pathlib.Path:
+  """Replaces the process's gin config with the run's config.gin; returns the run folder.
+
+  Unknown configurables are skipped, so a run written by a newer or older t5x_mt (or with
+  project-specific bindings) still loads for translation.
+  """
+  config_file = _run_file(checkpoint_dir, train_loop.CONFIG_FILE, 'its config.gin')
+  gin.clear_config()
+  gin_utils.parse_gin([str(config_file)], [], skip_unknown=True)
+  return config_file.parent
+
+
+def checkpoint_step(checkpoint_dir: str, step: int | None = None) -> int:
+  """The checkpoint step to load: `step` if the run saved it, else the latest."""
+  _run_file(checkpoint_dir, train_loop.CONFIG_FILE, 'its config.gin')
+  run_checkpoints = checkpoints.RunCheckpoints(checkpoint_dir, read_only=True)
+  try:
+    steps = run_checkpoints.all_steps()
+  finally:
+    run_checkpoints.close()
+  if not steps:
+    raise UserError(f'{run_checkpoints.directory}: holds no finished checkpoint')
+  if step is None:
+    return steps[-1]
+  if step not in steps:
+    raise UserError(f'--step: {run_checkpoints.directory} has no checkpoint {step} '
+                    f'(it has {", ".join(map(str, steps))})')
+  return step
+
+
+def abstract_params(config: network.TransformerConfig, mesh: jax.sharding.Mesh,
+                    rules: partitioning.LogicalRules) -> Any:
+  """ShapeDtypeStructs of the model's parameters, sharded as the run's rules say.
+
+  Shapes come from `jax.eval_shape`, so nothing is allocated before Orbax reads each
+  device's shard straight into place.
+  """
+  boxed = network.abstract_variables(config)['params']
+  shardings = partitioning.logical_to_shardings(boxed, mesh, rules)
+  return jax.tree_util.tree_map(
+      lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
+      nn.unbox(boxed), shardings)
+
+
+def _restore_params(run_dir: pathlib.Path, step: int, target: Any) -> Any:
+  run_checkpoints = checkpoints.RunCheckpoints(str(run_dir), read_only=True)
+  try:
+    return run_checkpoints.restore_params(step, target)
+  except UserError:
+    raise
+  except (ValueError, KeyError) as error:
+    # A config.gin edited after training describes a different model than was saved.
+    raise UserError(f'{run_dir / checkpoints.CHECKPOINTS}: checkpoint {step} does not match '
+                    f'the model of {run_dir / train_loop.CONFIG_FILE} '
+                    f'({str(error).splitlines()[0] if str(error) else type(error).__name__})'
+                    ) from None
+  finally:
+    run_checkpoints.close()
+
+
+def load_translator(checkpoint_dir: str, step: int | None = None, *,
+                    mesh_shape: Sequence[int] = (-1, 1),
+                    **translator_overrides: Any) -> inference.Translator:
+  """A Translator with the run's model, parameters at `step` (latest if None) and vocabulary.
+
+  Replaces the process's gin config with the run's (see the module docstring).
+
+  Args:
+    checkpoint_dir: the run's MODEL_DIR.
+    step: checkpoint step to load; None loads the latest.
+    mesh_shape: sizes of the mesh axes ('data', 'model') to translate on; the default
+      replicates the parameters and splits batches over every local device.
+    **translator_overrides: `inference.Translator` keyword arguments (beam_size, alpha,
+      batch_size, ...) that take precedence over the run's config.gin.
+  """
+  step = checkpoint_step(checkpoint_dir, step)
+  run_dir = load_run_config(checkpoint_dir)
+  vocabulary_file = _run_file(checkpoint_dir, train_loop.VOCABULARY_FILE,
+                              'a copy of its SentencePiece model')
+  num_pieces = spm.SentencePieceProcessor(model_file=str(vocabulary_file)).get_piece_size()
+  config = train_loop.model_config(vocab_size=train_loop.padded_vocab_size(num_pieces))
+  mesh = partitioning.create_mesh(mesh_shape)
+  rules = partitioning.logical_axis_rules()
+  params = _restore_params(run_dir, step, abstract_params(config, mesh, rules))
+  return inference.Translator(network.Transformer(config), params, str(vocabulary_file),
+                              data_tasks.tag_strategy(), mesh=mesh, rules=rules,
+                              **translator_overrides)
+
+
+def translate_lines(translator: inference.Translator, lines: Sequence[str], src_lang: str,
+                    tgt_lang: str, *, progress_bar: bool = False) -> list[str]:
+  """Translations of one sentence per line, line for line.
+
+  Empty (or blank) lines become empty lines without reaching the model, which would
+  otherwise invent a sentence from the tag alone; a newline inside a translation becomes a
+  space, so output line i is always the translation of input line i. The progress bar
+  goes to stderr, away from translations written to stdout.
+  """
+  outputs = [''] * len(lines)
+  to_translate = [i for i, line in enumerate(lines) if line.strip()]
+  chunk_size = translator.batch_size * TRANSLATE_CHUNK_BATCHES
+  with tqdm.tqdm(total=len(to_translate), disable=not progress_bar, file=sys.stderr,
+                 desc=f'{src_lang}-{tgt_lang}', unit='sentence', dynamic_ncols=True) as bar:
+    for start in range(0, len(to_translate), chunk_size):
+      chunk = to_translate[start:start + chunk_size]
+      translations = translator.translate([lines[i] for i in chunk], src_lang, tgt_lang)
+      for index, translation in zip(chunk, translations):
+        outputs[index] = ' '.join(translation.splitlines())
+      bar.update(len(chunk))
+  return outputs

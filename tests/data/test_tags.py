@@ -1,0 +1,106 @@
+"""Tests for t5x_mt.data.tags: where each strategy puts the tags, down to the token ids."""
+
+import gin
+import pytest
+import seqio
+import sentencepiece as spm
+
+import data_tasks
+from t5x_mt.data import corpora
+from t5x_mt.data import tags
+from t5x_mt.data import vocab
+from t5x_mt.errors import UserError
+
+CORPUS = 'test_tags'
+ROWS = [{'eng_Latn': f'the cat number {i} sleeps', 'hau_Latn': f'kyanwa na {i} yana barci'}
+        for i in range(8)]
+# Tag ids follow pad, eos, unk in the order of tags.special_symbols() (FLORES-200 order).
+ENG_TAG_ID, HAU_TAG_ID = 51, 70
+ENG_HAU_DIRECTION_ID = 48 * 256 + 67 + 1  # language_index: eng_Latn 48, hau_Latn 67.
+LENGTHS = {'inputs': 64, 'targets': 64}  # Long enough that nothing is trimmed.
+
+
+@pytest.fixture(scope='module')
+def model_path(tmp_path_factory) -> str:
+  corpora.register_corpus(CORPUS, lambda: corpora.MultiwayCorpus(CORPUS, {'train': ROWS}),
+                          overwrite=True)
+  data_tasks.register_direction_task(CORPUS, 'eng_Latn', 'hau_Latn')
+  sentences = {lang: [row[lang] for row in ROWS] for lang in ('eng_Latn', 'hau_Latn')}
+  return vocab.train_sentencepiece(sentences, str(tmp_path_factory.mktemp('spm') / 't.model'),
+                                   vocab_size=1000)
+
+
+@pytest.fixture(autouse=True)
+def run_config(model_path):
+  gin.clear_config()
+  gin.bind_parameter('vocabulary_path.path', model_path)
+  yield
+  gin.clear_config()
+
+
+def _first_example(strategy: str) -> dict:
+  gin.bind_parameter('tag_strategy.strategy', strategy)
+  task = seqio.get_mixture_or_task(data_tasks.task_name(CORPUS, 'eng_Latn', 'hau_Latn'))
+  dataset = task.get_dataset(sequence_length=LENGTHS, split='train', shuffle=False)
+  return next(dataset.as_numpy_iterator())
+
+
+def test_tags_for_each_strategy():
+  assert tags.tags_for('t_enc', 'eng_Latn', 'hau_Latn') == tags.Tags('<2hau_Latn>', None)
+  assert tags.tags_for('s_enc_t_dec', 'eng_Latn', 'hau_Latn') == tags.Tags(
+      '<2eng_Latn>', '<2hau_Latn>')
+  assert tags.tags_for('t_enc_t_dec', 'eng_Latn', 'hau_Latn') == tags.Tags(
+      '<2hau_Latn>', '<2hau_Latn>')
+  assert tags.DEFAULT_TAG_STRATEGY == 't_enc_t_dec'
+
+
+@pytest.mark.parametrize('strategy, encoder_tag, decoder_tags', [
+    ('t_enc', HAU_TAG_ID, []),
+    ('s_enc_t_dec', ENG_TAG_ID, [HAU_TAG_ID]),
+    ('t_enc_t_dec', HAU_TAG_ID, [HAU_TAG_ID]),
+])
+def test_token_ids_fed_to_encoder_and_decoder(model_path, strategy, encoder_tag, decoder_tags):
+  processor = spm.SentencePieceProcessor(model_file=model_path)
+  assert processor.piece_to_id('<2eng_Latn>') == ENG_TAG_ID
+  assert processor.piece_to_id('<2hau_Latn>') == HAU_TAG_ID
+  example = _first_example(strategy)
+  source_ids = processor.encode('the cat number 0 sleeps')
+  target_ids = processor.encode('kyanwa na 0 yana barci')
+  assert example['inputs'].tolist() == [encoder_tag] + source_ids + [1]
+  assert example['targets'].tolist() == decoder_tags + target_ids + [1]
+  assert example['targets_direction'].tolist() == [ENG_HAU_DIRECTION_ID] * (
+      len(decoder_tags) + len(target_ids) + 1)
+
+
+def test_default_strategy_tags_both_sides():
+  example = _first_example(tags.DEFAULT_TAG_STRATEGY)
+  assert example['inputs'][0] == example['targets'][0] == HAU_TAG_ID
+
+
+def test_unknown_strategy_names_the_gin_parameter():
+  with pytest.raises(UserError, match=r"tag_strategy\.strategy: unknown tag strategy 'tenc'"):
+    _first_example('tenc')
+  with pytest.raises(UserError, match='choose one of t_enc, s_enc_t_dec, t_enc_t_dec'):
+    tags.tags_for('tenc', 'eng_Latn', 'hau_Latn')
+
+
+def test_vocabulary_without_tags_is_refused(tmp_path):
+  # A model trained without the user-defined symbols (e.g. someone else's SentencePiece
+  # file) would map every tag to <unk>.
+  prefix = str(tmp_path / 'plain')
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter([row['eng_Latn'] for row in ROWS] * 20), model_prefix=prefix,
+      vocab_size=40, hard_vocab_limit=False, pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
+      minloglevel=2)
+  gin.bind_parameter('vocabulary_path.path', prefix + '.model')
+  with pytest.raises(UserError, match='plain.model: the vocabulary has no piece <2hau_Latn>'):
+    _first_example('t_enc')
+
+
+def test_special_symbols_hold_every_language_tag_then_bt_da_and_spares():
+  symbols = tags.special_symbols()
+  assert len(symbols) == 238 and len(set(symbols)) == 238
+  assert symbols[:2] == ['<2ace_Arab>', '<2ace_Latn>']
+  assert symbols[204:208] == ['<BT>', '<DA>', 'TBD0', 'TBD1']
+  assert symbols[-1] == 'TBD31'
+  assert tags.special_symbols(num_spare=2)[-2:] == ['TBD0', 'TBD1']

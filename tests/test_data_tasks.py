@@ -1,0 +1,202 @@
+"""Tests for data_tasks (registry, temperature-sampled mixtures, run vocabulary) and for
+t5x_mt.data.input_pipeline, which turns a registered mixture into packed batches."""
+
+import collections
+
+import gin
+import numpy as np
+import pytest
+import seqio
+import tensorflow as tf
+
+import data_tasks
+from t5x_mt.data import corpora
+from t5x_mt.data import directions
+from t5x_mt.data import input_pipeline
+from t5x_mt.data import vocab
+from t5x_mt.errors import UserError
+
+CORPUS = 'test_data_tasks'
+MIXTURE = 'test_data_tasks_mix'
+# English rows: all 100 have French, the first 20 Hausa, the first 4 Swahili, so the three
+# directions below have 100, 20 and 4 training pairs.
+ROWS = [{'eng_Latn': f'the report {i} is ready', 'fra_Latn': f'le rapport {i} est prêt',
+         'hau_Latn': f'rahoto {i} ya shirya' if i < 20 else '',
+         'swh_Latn': f'ripoti {i} iko tayari' if i < 4 else ''} for i in range(100)]
+MIXTURE_DIRECTIONS = (('eng_Latn', 'fra_Latn'), ('eng_Latn', 'hau_Latn'),
+                      ('eng_Latn', 'swh_Latn'))
+SIZES = {directions.direction_id(*pair): n for pair, n in zip(MIXTURE_DIRECTIONS, (100, 20, 4))}
+LENGTHS = {'inputs': 32, 'targets': 32}
+
+
+@pytest.fixture(scope='module')
+def model_path(tmp_path_factory) -> str:
+  corpora.register_corpus(CORPUS, lambda: corpora.MultiwayCorpus(CORPUS, {'train': ROWS}),
+                          overwrite=True)
+  if MIXTURE not in seqio.MixtureRegistry.names():
+    data_tasks.register_mixture(MIXTURE, CORPUS, MIXTURE_DIRECTIONS)
+  return vocab.train_sentencepiece(data_tasks.training_sentences(MIXTURE),
+                                   str(tmp_path_factory.mktemp('spm') / 'mix.model'),
+                                   vocab_size=1000)
+
+
+@pytest.fixture(autouse=True)
+def run_config(model_path):
+  gin.clear_config()
+  gin.bind_parameter('vocabulary_path.path', model_path)
+  yield
+  gin.clear_config()
+
+
+def test_registry_names_tasks_by_corpus_and_direction():
+  assert [d.name for d in data_tasks.mixture_directions(MIXTURE)] == [
+      'eng_Latn-fra_Latn', 'eng_Latn-hau_Latn', 'eng_Latn-swh_Latn']
+  task = data_tasks.task_name(CORPUS, 'eng_Latn', 'hau_Latn')
+  assert task == 'test_data_tasks_eng_Latn.hau_Latn'
+  assert data_tasks.num_train_pairs(task) == 20
+  assert [d.name for d in data_tasks.mixture_directions(task)] == ['eng_Latn-hau_Latn']
+  # Registering the same direction again returns the existing task.
+  assert data_tasks.register_direction_task(CORPUS, 'eng_Latn', 'hau_Latn') == task
+
+
+def test_training_sentences_are_distinct_per_language():
+  sentences = data_tasks.training_sentences(MIXTURE)
+  assert {lang: len(lines) for lang, lines in sentences.items()} == {
+      'eng_Latn': 100, 'fra_Latn': 100, 'hau_Latn': 20, 'swh_Latn': 4}
+  assert sentences['swh_Latn'][3] == 'ripoti 3 iko tayari'
+
+
+def test_unknown_name_lists_registered_mixtures():
+  with pytest.raises(UserError, match="unknown mixture or task 'nope'") as error:
+    data_tasks.get_mixture_or_task('nope')
+  assert 'MIXTURE_OR_TASK_NAME' in str(error.value)
+  assert 'cldr_demo' in str(error.value) and MIXTURE in str(error.value)
+
+
+def test_missing_vocabulary_file_is_named(tmp_path):
+  gin.bind_parameter('vocabulary_path.path', str(tmp_path / 'absent.model'))
+  with pytest.raises(UserError, match='absent.model: vocabulary file not found'):
+    _ = data_tasks.VOCABULARY.vocab_size
+
+
+def test_vocabulary_follows_gin_binding(model_path):
+  assert data_tasks.VOCABULARY.sentencepiece_model_file == model_path
+  assert data_tasks.VOCABULARY.tokenizer.piece_to_id('<2hau_Latn>') == 70
+
+
+def _observed_shares(num_examples: int) -> dict[int, float]:
+  dataset = seqio.get_mixture_or_task(MIXTURE).get_dataset(
+      LENGTHS, split='train', shuffle=True, seed=0, num_epochs=None)
+  counts = collections.Counter(
+      int(example['targets_direction'][0])
+      for example in dataset.take(num_examples).as_numpy_iterator())
+  return {direction: counts[direction] / num_examples for direction in SIZES}
+
+
+@pytest.mark.parametrize('tau, expected', [
+    # n^(1/5) = 2.5119, 1.8206, 1.3195 over their sum 5.6520.
+    (5.0, {100: 0.444428, 20: 0.322112, 4: 0.233460}),
+    # tau = 1 samples in proportion to the data: 100, 20, 4 of 124.
+    (1.0, {100: 100 / 124, 20: 20 / 124, 4: 4 / 124}),
+])
+def test_temperature_sampling_rates_and_frequencies(tau, expected):
+  gin.bind_parameter('temperature_rate.temperature', tau)
+  mixture = seqio.get_mixture_or_task(MIXTURE)
+  rates = {directions.direction_id(*pair): mixture.get_rate(seqio.get_mixture_or_task(
+      data_tasks.task_name(CORPUS, *pair))) for pair in MIXTURE_DIRECTIONS}
+  assert rates == pytest.approx({d: n ** (1 / tau) for d, n in SIZES.items()})
+  total = sum(rates.values())
+  probabilities = {SIZES[d]: rate / total for d, rate in rates.items()}
+  assert probabilities == pytest.approx(expected, abs=1e-6)
+  # 3000 draws: the standard deviation of a share is at most 0.009.
+  observed = {SIZES[d]: share for d, share in _observed_shares(3000).items()}
+  assert observed == pytest.approx(expected, abs=0.03)
+
+
+def test_default_temperature_is_five():
+  mixture = seqio.get_mixture_or_task(MIXTURE)
+  task = seqio.get_mixture_or_task(data_tasks.task_name(CORPUS, 'eng_Latn', 'swh_Latn'))
+  assert mixture.get_rate(task) == pytest.approx(4 ** 0.2)
+
+
+def test_nonpositive_temperature_names_the_gin_parameter():
+  gin.bind_parameter('temperature_rate.temperature', 0.0)
+  mixture = seqio.get_mixture_or_task(MIXTURE)
+  with pytest.raises(UserError, match=r'temperature_rate\.temperature: must be > 0'):
+    mixture.get_rate(mixture.tasks[0])
+
+
+# input_pipeline: from the mixture to packed batches.
+
+BATCH_FEATURES = ('encoder_input_tokens', 'encoder_segment_ids', 'encoder_positions',
+                  'decoder_target_tokens', 'decoder_input_tokens', 'decoder_loss_weights',
+                  'decoder_segment_ids', 'decoder_positions', 'decoder_direction_ids')
+
+
+INPUTS_LENGTH, TARGETS_LENGTH = 40, 36  # Room for two or three pairs per row.
+
+
+def _train_dataset(seed: int) -> tf.data.Dataset:
+  return input_pipeline.train_dataset(MIXTURE, global_batch_size=4,
+                                      inputs_length=INPUTS_LENGTH,
+                                      targets_length=TARGETS_LENGTH, seed=seed)
+
+
+def _next_batches(iterator, count: int) -> list[dict[str, np.ndarray]]:
+  return [{name: value.numpy() for name, value in next(iterator).items()} for _ in range(count)]
+
+
+def _assert_same_batch(batch: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+  assert sorted(batch) == sorted(expected)
+  for name in expected:
+    np.testing.assert_array_equal(batch[name], expected[name], err_msg=name)
+
+
+@pytest.fixture(scope='module')
+def seed0_batches(model_path) -> list[dict[str, np.ndarray]]:
+  """The first three batches of seed 0 (each dataset takes seconds to build)."""
+  gin.bind_parameter('vocabulary_path.path', model_path)  # Set up before run_config.
+  return _next_batches(iter(_train_dataset(seed=0)), 3)
+
+
+def test_train_batches_are_packed_rows_of_the_run_shape(seed0_batches):
+  batch = seed0_batches[0]
+  assert sorted(batch) == sorted(BATCH_FEATURES)
+  for name, value in batch.items():
+    length = INPUTS_LENGTH if name.startswith('encoder') else TARGETS_LENGTH
+    assert value.shape == (4, length), name
+  # Packing: some row holds two or more sentence pairs.
+  assert batch['decoder_segment_ids'].max() >= 2
+  # Every real target token carries a direction of the mixture; padding carries 0.
+  real = batch['decoder_segment_ids'] > 0
+  assert set(np.unique(batch['decoder_direction_ids'][real])) <= set(SIZES)
+  assert (batch['decoder_direction_ids'][~real] == 0).all()
+  assert (batch['decoder_loss_weights'] == real).all()
+
+
+def test_iterator_checkpoint_restores_the_next_batch(seed0_batches, tmp_path):
+  iterator = iter(_train_dataset(seed=0))
+  for batch, expected in zip(_next_batches(iterator, 2), seed0_batches[:2]):
+    _assert_same_batch(batch, expected)  # Same seed, same batches.
+  path = tf.train.Checkpoint(iterator=iterator).write(str(tmp_path / 'input'))
+  _assert_same_batch(_next_batches(iterator, 1)[0], seed0_batches[2])
+  resumed = iter(_train_dataset(seed=0))
+  tf.train.Checkpoint(iterator=resumed).read(path).assert_consumed()
+  restored = _next_batches(resumed, 1)[0]
+  _assert_same_batch(restored, seed0_batches[2])
+  # Not trivially so: a fresh iterator would have started over.
+  assert not np.array_equal(restored['encoder_input_tokens'],
+                            seed0_batches[0]['encoder_input_tokens'])
+
+
+def test_other_seed_gives_other_batches(seed0_batches):
+  other = _next_batches(iter(_train_dataset(seed=1)), 3)
+  assert all(not np.array_equal(a['encoder_input_tokens'], b['encoder_input_tokens'])
+             for a, b in zip(seed0_batches, other))
+
+
+def test_batch_must_split_over_processes(monkeypatch):
+  monkeypatch.setattr(input_pipeline.jax, 'process_count', lambda: 2)
+  with pytest.raises(UserError, match='BATCH_SIZE: 3 does not split over 2 processes'):
+    input_pipeline.train_dataset(MIXTURE, global_batch_size=3, inputs_length=8,
+                                 targets_length=8, seed=0)

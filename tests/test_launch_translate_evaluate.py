@@ -1,0 +1,148 @@
+"""Tests for launch/translate.py and launch/evaluate.py against a real tiny run.
+
+Two commands run as subprocesses, as a user runs them (each pays ~10 s of TensorFlow and
+JAX imports); the rest call the scripts' `main` through `cli.run` in this process, which
+exercises the same flag parsing, error lines and exit codes.
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from t5x_mt import cli
+from t5x_mt import evaluation
+from t5x_mt import gin_utils
+from test_run_loading import trained_run  # pylint: disable=unused-import  (session fixture)
+from test_run_loading import TRAIN_STEPS
+
+LAUNCH = gin_utils.REPO_ROOT / 'launch'
+DECODING_FLAGS = ['--beam_size=2', '--batch_size=4']
+
+
+def run_command(script: str, *flags: str) -> subprocess.CompletedProcess:
+  """Runs launch/<script> on one CPU device (the run trained on eight: loading reshards)."""
+  env = dict(os.environ, XLA_FLAGS='', TF_CPP_MIN_LOG_LEVEL='3')
+  return subprocess.run([sys.executable, str(LAUNCH / script), *flags], capture_output=True,
+                        text=True, env=env, timeout=300, check=False)
+
+
+def run_in_process(script: str, argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
+  """(exit code, stdout, stderr) of launch/<script> run through cli.run in this process."""
+  spec = importlib.util.spec_from_file_location(f'launch_{script[:-3]}', LAUNCH / script)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  monkeypatch.setattr(sys, 'argv', [script, *argv])
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_info:
+    cli.run(module.main)
+  out, err = capsys.readouterr()
+  return exit_info.value.code, out, err
+
+
+def error_lines(stderr: str) -> list[str]:
+  return [line for line in stderr.splitlines() if line.startswith('error: ')]
+
+
+def test_translate_then_evaluate_files_agree_with_score_direction(trained_run, tmp_path):
+  src_file = tmp_path / 'src.eng'
+  src_file.write_text('Monday\n\n10 kilometres\n', encoding='utf-8')
+  translated = run_command('translate.py', f'--checkpoint_dir={trained_run}',
+                           '--src_lang=eng_Latn', '--tgt_lang=hau_Latn', f'--input={src_file}',
+                           *DECODING_FLAGS)
+  assert translated.returncode == 0, translated.stderr
+  hypotheses = translated.stdout.split('\n')
+  assert len(hypotheses) == 4 and hypotheses[3] == ''  # Three lines, each ending in '\n'.
+  hypotheses = hypotheses[:3]
+  assert hypotheses[1] == ''
+
+  # References that share text with the hypotheses, so chrF is not trivially zero.
+  references = [f'{hypotheses[0]} Litinin', 'babu', f'kilomita 10 {hypotheses[2]}']
+  ref_file = tmp_path / 'ref.hau'
+  ref_file.write_text(''.join(line + '\n' for line in references), encoding='utf-8')
+  output_json = tmp_path / 'scores.json'
+  evaluated = run_command('evaluate.py', f'--checkpoint_dir={trained_run}',
+                          '--src_lang=eng_Latn', '--tgt_lang=hau_Latn', f'--src_file={src_file}',
+                          f'--ref_file={ref_file}', f'--output_json={output_json}',
+                          *DECODING_FLAGS)
+  assert evaluated.returncode == 0, evaluated.stderr
+  printed = json.loads(evaluated.stdout)
+  assert set(printed) == {'bleu', 'chrf', 'spbleu', 'n'}
+  assert printed['n'] == 3 and printed['spbleu'] is None
+  expected = evaluation.score_direction(hypotheses, references)
+  assert printed['chrf'] == pytest.approx(expected['chrf'], abs=1e-9)
+  assert printed['bleu'] == pytest.approx(expected['bleu'], abs=1e-9)
+  assert json.loads(output_json.read_text()) == printed
+
+
+def test_evaluate_tasks_writes_eval_json_for_the_checkpoint_step(trained_run, monkeypatch,
+                                                                 capsys):
+  code, out, err = run_in_process(
+      'evaluate.py', [f'--checkpoint_dir={trained_run}', '--beam_size=1',
+                      '--tasks=cldr_eng_Latn.hau_Latn, cldr_hau_Latn.eng_Latn'],
+      monkeypatch, capsys)
+  assert code == 0, err
+  summary = json.loads((trained_run / 'eval' / f'step_{TRAIN_STEPS}.json').read_text())
+  assert summary['step'] == TRAIN_STEPS and summary['split'] == 'validation'
+  assert sorted(summary['directions']) == ['eng_Latn-hau_Latn', 'hau_Latn-eng_Latn']
+  # max_sentences comes from the run's config.gin (4), not evaluate_directions' default.
+  assert [d['n'] for d in summary['directions'].values()] == [4, 4]
+  assert sorted(summary['categories']) == ['ALL', 'ENG-X', 'X-ENG']
+  assert summary['categories']['ALL']['chrf'] == pytest.approx(
+      (summary['directions']['eng_Latn-hau_Latn']['chrf']
+       + summary['directions']['hau_Latn-eng_Latn']['chrf']) / 2)
+  assert out.startswith(f'step {TRAIN_STEPS}\n') and 'hau_Latn-eng_Latn' in out
+
+
+def test_bad_src_lang_is_one_line_suggesting_the_flores_code(monkeypatch, capsys, tmp_path):
+  code, out, err = run_in_process(
+      'translate.py', [f'--checkpoint_dir={tmp_path}', '--src_lang=hau', '--tgt_lang=eng_Latn'],
+      monkeypatch, capsys)
+  assert code == 2 and out == ''
+  assert len(err.strip().splitlines()) == 1
+  assert err.startswith("error: --src_lang: 'hau' is not a FLORES-200 language code")
+  assert "did you mean 'hau_Latn'?" in err
+
+
+def test_missing_checkpoint_dir_is_named(monkeypatch, capsys, tmp_path):
+  missing = tmp_path / 'no_run'
+  src_file = tmp_path / 'src.txt'
+  src_file.write_text('hello\n', encoding='utf-8')
+  code, out, err = run_in_process(
+      'evaluate.py', [f'--checkpoint_dir={missing}', '--src_lang=eng_Latn',
+                      '--tgt_lang=hau_Latn', f'--src_file={src_file}', f'--ref_file={src_file}'],
+      monkeypatch, capsys)
+  assert code == 2 and out == ''
+  assert error_lines(err) == [f'error: --checkpoint_dir: {missing} is not a directory']
+
+
+def test_evaluate_names_both_files_when_line_counts_differ(monkeypatch, capsys, tmp_path):
+  src_file, ref_file = tmp_path / 'src.txt', tmp_path / 'ref.txt'
+  src_file.write_text('one\ntwo\nthree\n', encoding='utf-8')
+  ref_file.write_text('een\ntwee\n', encoding='utf-8')
+  code, _, err = run_in_process(
+      'evaluate.py', [f'--checkpoint_dir={tmp_path}', '--src_lang=eng_Latn',
+                      '--tgt_lang=hau_Latn', f'--src_file={src_file}', f'--ref_file={ref_file}'],
+      monkeypatch, capsys)
+  assert code == 2
+  assert error_lines(err) == [f'error: {src_file} has 3 lines but {ref_file} has 2: '
+                              '--src_file and --ref_file must be line-aligned']
+
+
+def test_failed_translation_leaves_no_output_file(trained_run, monkeypatch, capsys, tmp_path):
+  src_file = tmp_path / 'src.txt'
+  src_file.write_text('Monday\n', encoding='utf-8')
+  output = tmp_path / 'out' / 'hyp.hau'
+  code, out, err = run_in_process(
+      'translate.py', [f'--checkpoint_dir={trained_run}', '--src_lang=eng_Latn',
+                       '--tgt_lang=hau_Latn', f'--input={src_file}', f'--output={output}',
+                       '--step=3'],
+      monkeypatch, capsys)
+  assert code == 2 and out == ''
+  assert len(error_lines(err)) == 1 and '--step:' in err and 'no checkpoint 3' in err
+  assert not output.exists()
+  assert sorted(p.name for p in tmp_path.rglob('*')) == ['src.txt']

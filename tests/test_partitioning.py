@@ -1,0 +1,99 @@
+"""Sharding changes how the work is split, never what is computed."""
+
+import jax
+import numpy as np
+import pytest
+
+from t5x_mt import network
+from t5x_mt import partitioning
+from t5x_mt import trainer
+from t5x_mt.errors import UserError
+
+TINY = network.TransformerConfig(vocab_size=256, emb_dim=32, num_heads=4, head_dim=8,
+                                 mlp_dim=64, num_encoder_layers=2, num_decoder_layers=2,
+                                 dropout_rate=0.1, max_length=64)
+DIRECTIONS = (3, 7)
+
+
+def packed_batch(seed: int, batch_size: int = 16, length: int = 24) -> dict[str, np.ndarray]:
+  """Rows of two packed sentence pairs each, followed by padding, as seqio packs them."""
+  rng = np.random.default_rng(seed)
+  batch = {name: np.zeros((batch_size, length), np.int32)
+           for name in trainer.MODEL_INPUTS + ('decoder_loss_weights', 'decoder_direction_ids')}
+  for row in range(batch_size):
+    start = {'encoder': 0, 'decoder': 0}
+    for segment in (1, 2):
+      for side in ('encoder', 'decoder'):
+        size = int(rng.integers(3, length // 2 - 1))
+        span = slice(start[side], start[side] + size)
+        tokens = rng.integers(3, TINY.vocab_size, size)
+        if side == 'encoder':
+          batch['encoder_input_tokens'][row, span] = tokens
+        else:
+          batch['decoder_target_tokens'][row, span] = tokens
+          batch['decoder_input_tokens'][row, span] = np.concatenate([[0], tokens[:-1]])
+          batch['decoder_loss_weights'][row, span] = 1
+          batch['decoder_direction_ids'][row, span] = DIRECTIONS[segment - 1]
+        batch[f'{side}_segment_ids'][row, span] = segment
+        batch[f'{side}_positions'][row, span] = np.arange(size)
+        start[side] += size
+  return batch
+
+
+def first_losses(mesh_shape, devices, steps: int = 5) -> list[float]:
+  mesh = partitioning.create_mesh(mesh_shape, devices)
+  rules = partitioning.DEFAULT_RULES
+  model = network.Transformer(TINY)
+  optimizer = trainer.make_optimizer(trainer.inverse_sqrt_schedule(1e-3, 10))
+  state, shardings = partitioning.shard_init(
+      lambda rng: trainer.init_train_state(model, optimizer, rng, 24, 24), mesh, rules,
+      jax.random.PRNGKey(0))
+  step = trainer.jit_train_step(
+      trainer.make_train_step(model, optimizer, direction_ids=DIRECTIONS), shardings, mesh,
+      rules)
+  losses = []
+  for i in range(steps):
+    batch = partitioning.host_batch_to_global(packed_batch(i), mesh)
+    state, metrics = step(state, batch, jax.random.PRNGKey(1))
+    losses.append(float(metrics['loss_sum'] / metrics['tokens']))
+  return losses
+
+
+def test_losses_agree_across_meshes():
+  assert jax.device_count() == 8, 'tests/conftest.py fakes 8 CPU devices'
+  single = first_losses((1, 1), jax.devices()[:1])
+  data_parallel = first_losses((8, 1), jax.devices())
+  data_and_model = first_losses((4, 2), jax.devices())
+  assert single[-1] < single[0]  # The model learns, so equal curves are not all-constant.
+  np.testing.assert_allclose(data_parallel, single, rtol=1e-5)
+  np.testing.assert_allclose(data_and_model, single, rtol=1e-5)
+
+
+def test_parameters_are_sharded_over_model_axis():
+  mesh = partitioning.create_mesh((4, 2))
+  model = network.Transformer(TINY)
+  optimizer = trainer.make_optimizer()
+  state, _ = partitioning.shard_init(
+      lambda rng: trainer.init_train_state(model, optimizer, rng, 8, 8), mesh,
+      partitioning.DEFAULT_RULES, jax.random.PRNGKey(0))
+  wi = state.params['encoder']['layers_0']['mlp']['wi']['kernel']
+  assert wi.sharding.spec == jax.sharding.PartitionSpec(None, 'model')
+  assert wi.addressable_shards[0].data.shape == (TINY.emb_dim, TINY.mlp_dim // 2)
+  embedding = state.params['shared_embedding']['embedding']
+  assert embedding.addressable_shards[0].data.shape == (TINY.vocab_size // 2, TINY.emb_dim)
+
+
+def test_mesh_shape_fills_minus_one_and_rejects_mismatch():
+  assert partitioning.create_mesh((-1, 2)).shape == {'data': 4, 'model': 2}
+  with pytest.raises(UserError, match='MESH_SHAPE'):
+    partitioning.create_mesh((3, 2))
+
+
+def test_unknown_mesh_axis_in_rules_is_a_user_error():
+  with pytest.raises(UserError, match='logical_axis_rules.rules'):
+    partitioning.logical_axis_rules((('batch', 'dta'),))
+
+
+def test_batch_must_divide_over_data_axis():
+  with pytest.raises(UserError, match='BATCH_SIZE'):
+    partitioning.check_batch_divisible(12, partitioning.create_mesh((8, 1)))

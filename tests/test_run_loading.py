@@ -1,0 +1,171 @@
+"""Tests for t5x_mt.run_loading: a real tiny run's MODEL_DIR back as a Translator.
+
+`trained_run` trains a tiny model for four steps through gin/runs/demo.gin on one CLDR
+direction (about half a minute on two cores) and is shared, session-scoped, with
+tests/test_launch_translate_evaluate.py.
+"""
+
+import pathlib
+import re
+import shutil
+
+import gin
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from t5x_mt import gin_utils
+from t5x_mt import run_loading
+from t5x_mt import train_loop
+from t5x_mt.errors import UserError
+
+TRAIN_STEPS = 4
+CHECKPOINT_EVERY_STEPS = 2
+
+
+def tiny_run_bindings(root: pathlib.Path) -> list[str]:
+  """demo.gin shrunk to a model and data that train, checkpoint and evaluate in seconds."""
+  return [
+      'network.TransformerConfig.emb_dim = 32',
+      'network.TransformerConfig.num_heads = 2',
+      'network.TransformerConfig.head_dim = 16',
+      'network.TransformerConfig.mlp_dim = 64',
+      'network.TransformerConfig.num_encoder_layers = 1',
+      'network.TransformerConfig.num_decoder_layers = 1',
+      "MIXTURE_OR_TASK_NAME = 'cldr_eng_Latn.hau_Latn'",
+      f'TRAIN_STEPS = {TRAIN_STEPS}',
+      f'CHECKPOINT_EVERY_STEPS = {CHECKPOINT_EVERY_STEPS}',
+      'BATCH_SIZE = 8',  # One row per fake CPU device (tests/conftest.py).
+      'INPUTS_LENGTH = 32',
+      'TARGETS_LENGTH = 32',
+      'VOCAB_SIZE = 700',  # The tags and eng/hau characters alone take ~560 pieces.
+      f"VOCABULARY_PATH = '{root / 'vocab' / 'eng_hau.model'}'",
+      f"MODEL_DIR = '{root / 'run'}'",
+      'train_loop.train.evaluate_test_split = False',
+      'train_loop.train.progress_bar = False',
+      'train_loop.evaluate_directions.max_sentences = 4',
+      'inference.Translator.beam_size = 1',
+      'inference.Translator.batch_size = 8',
+      'inference.Translator.max_decode_length = 8',
+  ]
+
+
+@pytest.fixture(scope='session')
+def trained_run(tmp_path_factory) -> pathlib.Path:
+  """MODEL_DIR of a finished tiny run with checkpoints at steps 2 and 4."""
+  root = tmp_path_factory.mktemp('tiny_run')
+  gin.clear_config()
+  try:
+    gin_utils.parse_gin(['gin/runs/demo.gin'], tiny_run_bindings(root))
+    train_loop.train()
+  finally:
+    gin.clear_config()
+  return root / 'run'
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+  """Loading a run replaces the process's gin config; leave none behind for other tests."""
+  yield
+  gin.clear_config()
+
+
+def saved_params(run_dir: pathlib.Path, step: int) -> dict:
+  """The 'params' item of a checkpoint, read with Orbax directly (no target tree)."""
+  path = (run_dir / 'checkpoints' / str(step) / 'params').absolute()
+  return ocp.StandardCheckpointer().restore(path)
+
+
+def assert_trees_bitwise_equal(actual, expected) -> None:
+  assert (jax.tree_util.tree_structure(actual) == jax.tree_util.tree_structure(expected))
+  for a, e in zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)):
+    assert a.dtype == e.dtype and a.shape == e.shape
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
+
+
+def test_load_translator_restores_latest_checkpoint_params_bitwise(trained_run):
+  translator = run_loading.load_translator(str(trained_run))
+  assert_trees_bitwise_equal(translator.params, saved_params(trained_run, TRAIN_STEPS))
+  # 700 pieces pad to 768 embedding rows; the tiny model's shapes came from config.gin.
+  embedding = jax.tree_util.tree_leaves(
+      {k: v for k, v in translator.params.items() if 'embed' in k.lower()} or translator.params)
+  assert translator.model.config.vocab_size == 768
+  assert translator.model.config.emb_dim == 32
+  assert any(leaf.shape == (768, 32) for leaf in embedding)
+
+
+def test_load_translator_restores_the_step_asked_for(trained_run):
+  early = run_loading.load_translator(str(trained_run), step=CHECKPOINT_EVERY_STEPS)
+  assert_trees_bitwise_equal(early.params, saved_params(trained_run, CHECKPOINT_EVERY_STEPS))
+  late = saved_params(trained_run, TRAIN_STEPS)
+  differs = [not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(
+      jax.tree_util.tree_leaves(early.params), jax.tree_util.tree_leaves(late))]
+  assert any(differs), 'two more training steps should have moved the parameters'
+
+
+def test_run_config_applies_and_decoding_overrides_win(trained_run):
+  gin.bind_parameter('inference.Translator.alpha', 0.25)  # Replaced by the run's config.
+  translator = run_loading.load_translator(str(trained_run), batch_size=16)
+  assert translator.beam_size == 1  # config.gin
+  assert translator.alpha == 1.0  # config.gin, not the binding made before loading
+  assert translator.max_decode_length == 8  # config.gin
+  assert translator.batch_size == 16  # override
+  assert translator.tag_strategy == 't_enc_t_dec'
+  overridden = run_loading.load_translator(str(trained_run), beam_size=3, alpha=0.5)
+  assert (overridden.beam_size, overridden.alpha) == (3, 0.5)
+
+
+def test_checkpoint_step_is_latest_unless_given(trained_run):
+  assert run_loading.checkpoint_step(str(trained_run)) == TRAIN_STEPS
+  assert run_loading.checkpoint_step(str(trained_run), 2) == 2
+  with pytest.raises(UserError, match=r'--step: .*checkpoints has no checkpoint 3 \(it has 2, 4\)'):
+    run_loading.checkpoint_step(str(trained_run), 3)
+
+
+def test_missing_run_folder_names_it(tmp_path):
+  missing = tmp_path / 'no_such_run'
+  with pytest.raises(UserError, match=re.escape(f'--checkpoint_dir: {missing} is not a directory')):
+    run_loading.load_translator(str(missing))
+
+
+def test_folder_without_config_names_config_gin(tmp_path):
+  with pytest.raises(UserError, match=re.escape(f'{tmp_path / "config.gin"}: not found')):
+    run_loading.load_translator(str(tmp_path))
+
+
+def test_run_without_checkpoints_names_checkpoint_folder(trained_run, tmp_path):
+  shutil.copy(trained_run / 'config.gin', tmp_path / 'config.gin')
+  shutil.copy(trained_run / 'vocab.model', tmp_path / 'vocab.model')
+  with pytest.raises(UserError, match=re.escape(f'no checkpoints found (expected {tmp_path / "checkpoints"})')):
+    run_loading.load_translator(str(tmp_path))
+
+
+class RecordingTranslator:
+  """Stands in for inference.Translator: uppercases, and records what reached it."""
+
+  batch_size = 1
+
+  def __init__(self):
+    self.calls = []
+
+  def translate(self, sentences, src_lang, tgt_lang):
+    self.calls.append((list(sentences), src_lang, tgt_lang))
+    return [s.upper() + ('\nsecond line' if s == 'two lines' else '') for s in sentences]
+
+
+def test_translate_lines_keeps_empty_lines_out_of_the_model():
+  translator = RecordingTranslator()
+  lines = ['a', '', 'b', '   ', 'two lines']
+  outputs = run_loading.translate_lines(translator, lines, 'eng_Latn', 'hau_Latn')
+  assert outputs == ['A', '', 'B', '', 'TWO LINES second line']
+  assert translator.calls == [(['a', 'b', 'two lines'], 'eng_Latn', 'hau_Latn')]
+
+
+def test_translate_lines_hands_over_chunks_of_batches():
+  translator = RecordingTranslator()
+  lines = [f's{i}' for i in range(40)]
+  outputs = run_loading.translate_lines(translator, lines, 'eng_Latn', 'hau_Latn')
+  chunk = run_loading.TRANSLATE_CHUNK_BATCHES  # batch_size 1
+  assert [len(call[0]) for call in translator.calls] == [chunk, chunk, 40 - 2 * chunk]
+  assert outputs == [f'S{i}' for i in range(40)]

@@ -1,0 +1,111 @@
+"""A run end to end: outputs in MODEL_DIR, resume after a stop, bad input."""
+
+import json
+import pathlib
+
+import gin
+import pytest
+
+import data_tasks
+from t5x_mt import gin_utils
+from t5x_mt import train_loop
+from t5x_mt.data import corpora
+from t5x_mt.errors import UserError
+
+LANGS = ('eng_Latn', 'fra_Latn', 'hau_Latn')
+WORDS = {'eng_Latn': ['one', 'two', 'three', 'four', 'five', 'six'],
+         'fra_Latn': ['un', 'deux', 'trois', 'quatre', 'cinq', 'six'],
+         'hau_Latn': ['daya', 'biyu', 'uku', 'hudu', 'biyar', 'shida']}
+
+
+def _rows(count: int, offset: int) -> list[dict[str, str]]:
+  rows = []
+  for i in range(count):
+    picks = [(i * 7 + offset + k) % 6 for k in range(1 + i % 3)]
+    rows.append({lang: ' '.join(WORDS[lang][p] for p in picks) for lang in LANGS})
+  return rows
+
+
+@pytest.fixture(scope='module')
+def tiny_mixture():
+  if 'test_loop_numbers' not in corpora.registered_corpora():
+    corpora.register_corpus('test_loop_numbers', lambda: corpora.MultiwayCorpus(
+        'test_loop_numbers',
+        {'train': _rows(60, 0), 'validation': _rows(4, 1), 'test': _rows(4, 2)}))
+    data_tasks.register_mixture('test_loop_numbers', 'test_loop_numbers',
+                                [('eng_Latn', 'fra_Latn'), ('hau_Latn', 'eng_Latn')])
+  return 'test_loop_numbers'
+
+
+def configure(model_dir: pathlib.Path, vocabulary: pathlib.Path, mixture: str,
+              train_steps: int, **extra: str) -> None:
+  """The demo recipe shrunk to seconds: a 1+1-layer model, short rows, tiny decoding."""
+  gin.clear_config()
+  bindings = {
+      'MODEL_DIR': repr(str(model_dir)), 'VOCABULARY_PATH': repr(str(vocabulary)),
+      'MIXTURE_OR_TASK_NAME': repr(mixture), 'TRAIN_STEPS': str(train_steps),
+      'BATCH_SIZE': '8', 'INPUTS_LENGTH': '16', 'TARGETS_LENGTH': '16', 'VOCAB_SIZE': '600',
+      'LOG_EVERY_STEPS': '1', 'CHECKPOINT_EVERY_STEPS': '3', 'WARMUP_STEPS': '5',
+      'network.TransformerConfig.emb_dim': '32', 'network.TransformerConfig.num_heads': '2',
+      'network.TransformerConfig.head_dim': '16', 'network.TransformerConfig.mlp_dim': '64',
+      'network.TransformerConfig.num_encoder_layers': '1',
+      'network.TransformerConfig.num_decoder_layers': '1',
+      'train_loop.train.progress_bar': 'False',
+      'train_loop.train.evaluate_test_split': 'False',
+      'train_loop.evaluate_directions.max_sentences': '2',
+      'inference.Translator.max_decode_length': '6',
+      **extra}
+  gin_utils.parse_gin(['gin/runs/demo.gin'], [f'{k} = {v}' for k, v in bindings.items()])
+
+
+def test_resume_continues_loss_curve(tiny_mixture, tmp_path):
+  vocabulary = tmp_path / 'vocab.model'
+  configure(tmp_path / 'straight', vocabulary, tiny_mixture, train_steps=6)
+  straight = train_loop.train()
+  configure(tmp_path / 'stopped', vocabulary, tiny_mixture, train_steps=3)
+  train_loop.train()
+  configure(tmp_path / 'stopped', vocabulary, tiny_mixture, train_steps=6)
+  resumed = train_loop.train()
+  assert resumed['step'] == straight['step'] == 6
+  assert resumed['loss'] == pytest.approx(straight['loss'], rel=1e-5)
+  # The resumed run's log holds each step once, and equals the uninterrupted log.
+  logged = [json.loads(line) for line in (tmp_path / 'stopped' / 'metrics.jsonl').open()]
+  expected = [json.loads(line) for line in (tmp_path / 'straight' / 'metrics.jsonl').open()]
+  assert [r['step'] for r in logged] == [1, 2, 3, 4, 5, 6]
+  for got, want in zip(logged, expected):
+    assert got['loss'] == pytest.approx(want['loss'], rel=1e-5)
+
+
+def test_run_writes_its_outputs(tiny_mixture, tmp_path):
+  configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, train_steps=3)
+  train_loop.train()
+  run = tmp_path / 'run'
+  assert (run / 'config.gin').read_text().count('MIXTURE_OR_TASK_NAME') >= 1
+  assert (run / 'vocab.model').read_bytes() == (tmp_path / 'vocab.model').read_bytes()
+  record = json.loads((run / 'metrics.jsonl').read_text().splitlines()[-1])
+  assert {'step', 'loss', 'learning_rate', 'tokens_per_second',
+          'loss/eng_Latn-fra_Latn', 'loss/hau_Latn-eng_Latn'} <= set(record)
+  summary = json.loads((run / 'eval' / 'step_3.json').read_text())
+  assert set(summary['directions']) == {'eng_Latn-fra_Latn', 'hau_Latn-eng_Latn'}
+  assert {'X-ENG', 'ENG-X', 'X-FRA', 'ALL'} <= set(summary['categories'])
+  assert sorted(p.name for p in (run / 'checkpoints').iterdir()) == ['3']
+
+
+def test_unwritable_model_dir_is_named(tiny_mixture, tmp_path):
+  blocker = tmp_path / 'file'
+  blocker.write_text('')
+  configure(blocker / 'run', tmp_path / 'vocab.model', tiny_mixture, train_steps=1)
+  with pytest.raises(UserError, match='MODEL_DIR'):
+    train_loop.train()
+
+
+def test_unknown_mixture_is_named(tmp_path):
+  configure(tmp_path / 'run', tmp_path / 'vocab.model', 'no_such_mixture', train_steps=1)
+  with pytest.raises(UserError, match='no_such_mixture'):
+    train_loop.train()
+
+
+def test_gin_typo_names_the_binding():
+  gin.clear_config()
+  with pytest.raises(UserError, match='TRAIN_STEPZ|train_stepz'):
+    gin_utils.parse_gin(['gin/runs/demo.gin'], ['train_loop.train.train_stepz = 3'])
