@@ -31,6 +31,7 @@ from t5x_mt import inference
 from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt import trainer
+from t5x_mt.data import corpora
 from t5x_mt.data import directions
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import vocab
@@ -110,12 +111,18 @@ class MetricsLog:
 
 @gin.configurable
 def evaluate_directions(translator: inference.Translator, mixture_or_task_name: str, step: int,
-                        *, split: str = 'validation', max_sentences: int | None = 200,
+                        *, split: str = 'validation', corpus: str | None = None,
+                        max_sentences: int | None = 200,
                         spm_model_path: str | None = None) -> dict[str, Any]:
-  """Translates each direction's `split` and scores it (the eval/step_<N>.json summary)."""
+  """Translates each direction's `split` and scores it (the eval/step_<N>.json summary).
+
+  By default each direction is evaluated on its training corpus's `split`; `corpus`
+  evaluates the same directions on another registered corpus (e.g. train on NTREX-128,
+  validate on FLORES-200 dev).
+  """
   scores = {}
   for direction in data_tasks.mixture_directions(mixture_or_task_name):
-    pairs = data_tasks.corpora.get_corpus(direction.corpus).pairs(
+    pairs = corpora.get_corpus(corpus or direction.corpus).pairs(
         split, direction.src_lang, direction.tgt_lang)[:max_sentences]
     if not pairs:
       continue
