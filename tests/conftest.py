@@ -9,3 +9,66 @@ import os
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                            ' --xla_force_host_platform_device_count=8').strip()
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+import gin  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from t5x_mt import gin_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+TINY_RUN_STEPS = 4
+TINY_RUN_CHECKPOINT_EVERY = 2
+
+
+def tiny_run_bindings(model_dir: pathlib.Path, vocabulary: pathlib.Path, mixture: str,
+                      train_steps: int, **overrides: str) -> list[str]:
+  """gin/runs/demo.gin shrunk to a model and data that train, checkpoint and evaluate in
+  seconds; `overrides` replace any of these bindings."""
+  bindings = {
+      'network.TransformerConfig.emb_dim': '32', 'network.TransformerConfig.num_heads': '2',
+      'network.TransformerConfig.head_dim': '16', 'network.TransformerConfig.mlp_dim': '64',
+      'network.TransformerConfig.num_encoder_layers': '1',
+      'network.TransformerConfig.num_decoder_layers': '1',
+      'MIXTURE_OR_TASK_NAME': repr(mixture), 'TRAIN_STEPS': str(train_steps),
+      'CHECKPOINT_EVERY_STEPS': str(TINY_RUN_CHECKPOINT_EVERY),
+      'BATCH_SIZE': '8',  # One row per fake CPU device.
+      'INPUTS_LENGTH': '32', 'TARGETS_LENGTH': '32',
+      'VOCAB_SIZE': '700',  # Tags, bytes and characters alone take ~560 pieces.
+      'VOCABULARY_PATH': repr(str(vocabulary)), 'MODEL_DIR': repr(str(model_dir)),
+      'WARMUP_STEPS': '5', 'LOG_EVERY_STEPS': '1',
+      'train_loop.train.evaluate_test_split': 'False',
+      'train_loop.train.progress_bar': 'False',
+      'train_loop.evaluate_directions.max_sentences': '4',
+      'inference.Translator.beam_size': '1',
+      'inference.Translator.batch_size': '8',
+      'inference.Translator.max_decode_length': '8',
+      **overrides}
+  return [f'{name} = {value}' for name, value in bindings.items()]
+
+
+def configure_tiny_run(*args, **overrides) -> None:
+  """Replaces the gin config with demo.gin and tiny_run_bindings(*args, **overrides)."""
+  gin.clear_config()
+  gin_utils.parse_gin(['gin/runs/demo.gin'], tiny_run_bindings(*args, **overrides))
+
+
+@pytest.fixture(scope='session')
+def trained_run(tmp_path_factory) -> pathlib.Path:
+  """MODEL_DIR of a finished tiny eng->hau CLDR run with checkpoints at steps 2 and 4."""
+  root = tmp_path_factory.getbasetemp() / 'tiny_run'
+  configure_tiny_run(root / 'run', root / 'vocab' / 'eng_hau.model', 'cldr_eng_Latn.hau_Latn',
+                     TINY_RUN_STEPS)
+  try:
+    train_loop.train()
+  finally:
+    gin.clear_config()
+  return root / 'run'
+
+
+@pytest.fixture(autouse=True)
+def clean_gin():
+  """Tests that parse or load a run's gin config leave none behind for the next test."""
+  yield
+  gin.clear_config()

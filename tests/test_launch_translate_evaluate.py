@@ -18,8 +18,7 @@ import pytest
 from t5x_mt import cli
 from t5x_mt import evaluation
 from t5x_mt import gin_utils
-from test_run_loading import build_tiny_run
-from test_run_loading import TRAIN_STEPS
+from conftest import TINY_RUN_STEPS as TRAIN_STEPS
 
 LAUNCH = gin_utils.REPO_ROOT / 'launch'
 DECODING_FLAGS = ['--beam_size=2', '--batch_size=4']
@@ -43,18 +42,6 @@ def run_in_process(script: str, argv: list[str], monkeypatch, capsys) -> tuple[i
     cli.run(module.main)
   out, err = capsys.readouterr()
   return exit_info.value.code, out, err
-
-
-@pytest.fixture(scope='session')
-def trained_run(tmp_path_factory) -> pathlib.Path:
-  return build_tiny_run(tmp_path_factory)
-
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-  """The scripts load the run's config.gin into this process; leave none behind."""
-  yield
-  gin.clear_config()
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -1,8 +1,8 @@
 """Tests for t5x_mt.run_loading: a real tiny run's MODEL_DIR back as a Translator.
 
-`build_tiny_run` trains a tiny model for four steps through gin/runs/demo.gin on one CLDR
-direction (about half a minute on two cores), once per session; the launch tests in
-tests/test_launch_translate_evaluate.py use the same run.
+The session fixture `trained_run` (tests/conftest.py) trains a tiny model for four steps
+through gin/runs/demo.gin on one CLDR direction, once per session; the launch tests use
+the same run.
 """
 
 import pathlib
@@ -15,72 +15,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from t5x_mt import gin_utils
 from t5x_mt import run_loading
-from t5x_mt import train_loop
 from t5x_mt.errors import UserError
 
-TRAIN_STEPS = 4
-CHECKPOINT_EVERY_STEPS = 2
-
-
-def tiny_run_bindings(root: pathlib.Path) -> list[str]:
-  """demo.gin shrunk to a model and data that train, checkpoint and evaluate in seconds."""
-  return [
-      'network.TransformerConfig.emb_dim = 32',
-      'network.TransformerConfig.num_heads = 2',
-      'network.TransformerConfig.head_dim = 16',
-      'network.TransformerConfig.mlp_dim = 64',
-      'network.TransformerConfig.num_encoder_layers = 1',
-      'network.TransformerConfig.num_decoder_layers = 1',
-      "MIXTURE_OR_TASK_NAME = 'cldr_eng_Latn.hau_Latn'",
-      f'TRAIN_STEPS = {TRAIN_STEPS}',
-      f'CHECKPOINT_EVERY_STEPS = {CHECKPOINT_EVERY_STEPS}',
-      'BATCH_SIZE = 8',  # One row per fake CPU device (tests/conftest.py).
-      'INPUTS_LENGTH = 32',
-      'TARGETS_LENGTH = 32',
-      'VOCAB_SIZE = 700',  # The tags and eng/hau characters alone take ~560 pieces.
-      f"VOCABULARY_PATH = '{root / 'vocab' / 'eng_hau.model'}'",
-      f"MODEL_DIR = '{root / 'run'}'",
-      'train_loop.train.evaluate_test_split = False',
-      'train_loop.train.progress_bar = False',
-      'train_loop.evaluate_directions.max_sentences = 4',
-      'inference.Translator.beam_size = 1',
-      'inference.Translator.batch_size = 8',
-      'inference.Translator.max_decode_length = 8',
-  ]
-
-
-def build_tiny_run(tmp_path_factory) -> pathlib.Path:
-  """MODEL_DIR of a finished tiny run with checkpoints at steps 2 and 4, trained once.
-
-  Each test module that uses it declares its own session fixture (pytest keeps one per
-  module), so the run lives at a fixed place in the session's temporary folder and its
-  last output, the step's eval file, marks it finished.
-  """
-  root = tmp_path_factory.getbasetemp() / 'tiny_run'
-  run_dir = root / 'run'
-  if (run_dir / 'eval' / f'step_{TRAIN_STEPS}.json').exists():
-    return run_dir
-  gin.clear_config()
-  try:
-    gin_utils.parse_gin(['gin/runs/demo.gin'], tiny_run_bindings(root))
-    train_loop.train()
-  finally:
-    gin.clear_config()
-  return run_dir
-
-
-@pytest.fixture(scope='session')
-def trained_run(tmp_path_factory) -> pathlib.Path:
-  return build_tiny_run(tmp_path_factory)
-
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-  """Loading a run replaces the process's gin config; leave none behind for other tests."""
-  yield
-  gin.clear_config()
+from conftest import TINY_RUN_CHECKPOINT_EVERY
+from conftest import TINY_RUN_STEPS as TRAIN_STEPS
 
 
 def saved_params(run_dir: pathlib.Path, step: int) -> dict:
@@ -106,8 +45,8 @@ def test_load_translator_restores_latest_checkpoint_params_bitwise(trained_run):
 
 
 def test_load_translator_restores_the_step_asked_for(trained_run):
-  early = run_loading.load_translator(str(trained_run), step=CHECKPOINT_EVERY_STEPS)
-  assert_trees_bitwise_equal(early.params, saved_params(trained_run, CHECKPOINT_EVERY_STEPS))
+  early = run_loading.load_translator(str(trained_run), step=TINY_RUN_CHECKPOINT_EVERY)
+  assert_trees_bitwise_equal(early.params, saved_params(trained_run, TINY_RUN_CHECKPOINT_EVERY))
   late = saved_params(trained_run, TRAIN_STEPS)
   differs = [not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(
       jax.tree_util.tree_leaves(early.params), jax.tree_util.tree_leaves(late))]

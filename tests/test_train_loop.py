@@ -6,6 +6,8 @@ import pathlib
 import gin
 import pytest
 
+from conftest import configure_tiny_run
+
 import data_tasks
 from t5x_mt import gin_utils
 from t5x_mt import train_loop
@@ -38,24 +40,9 @@ def tiny_mixture():
 
 
 def configure(model_dir: pathlib.Path, vocabulary: pathlib.Path, mixture: str,
-              train_steps: int, **extra: str) -> None:
-  """The demo recipe shrunk to seconds: a 1+1-layer model, short rows, tiny decoding."""
-  gin.clear_config()
-  bindings = {
-      'MODEL_DIR': repr(str(model_dir)), 'VOCABULARY_PATH': repr(str(vocabulary)),
-      'MIXTURE_OR_TASK_NAME': repr(mixture), 'TRAIN_STEPS': str(train_steps),
-      'BATCH_SIZE': '8', 'INPUTS_LENGTH': '16', 'TARGETS_LENGTH': '16', 'VOCAB_SIZE': '600',
-      'LOG_EVERY_STEPS': '1', 'CHECKPOINT_EVERY_STEPS': '3', 'WARMUP_STEPS': '5',
-      'network.TransformerConfig.emb_dim': '32', 'network.TransformerConfig.num_heads': '2',
-      'network.TransformerConfig.head_dim': '16', 'network.TransformerConfig.mlp_dim': '64',
-      'network.TransformerConfig.num_encoder_layers': '1',
-      'network.TransformerConfig.num_decoder_layers': '1',
-      'train_loop.train.progress_bar': 'False',
-      'train_loop.train.evaluate_test_split': 'False',
-      'train_loop.evaluate_directions.max_sentences': '2',
-      'inference.Translator.max_decode_length': '6',
-      **extra}
-  gin_utils.parse_gin(['gin/runs/demo.gin'], [f'{k} = {v}' for k, v in bindings.items()])
+              train_steps: int) -> None:
+  configure_tiny_run(model_dir, vocabulary, mixture, train_steps, CHECKPOINT_EVERY_STEPS='3',
+                     INPUTS_LENGTH='16', TARGETS_LENGTH='16')
 
 
 def test_resume_continues_loss_curve(tiny_mixture, tmp_path):
