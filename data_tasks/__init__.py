@@ -1,10 +1,12 @@
 """seqio Tasks and Mixtures for every registered corpus.
 
-`import data_tasks` registers one Task per translation direction of each built-in corpus,
-named `<corpus>_<src>.<tgt>` with FLORES-200 codes (seqio allows no '-' in task names, so
-the direction's `<src>-<tgt>` is written with a dot here), and the named mixtures below. Other
-projects import this module to reuse the registry, and register mixtures over their own
-corpora with `register_mixture` (or single directions with `register_direction_task`).
+`import data_tasks` registers one Task per translation direction of the embedded CLDR
+corpus, named `<corpus>_<src>.<tgt>` with FLORES-200 codes (seqio allows no '-' in task
+names, so the direction's `<src>-<tgt>` is written with a dot here), and the named mixtures
+below. Directions of other registered corpora (NTREX-128, FLORES-200, a user's files)
+are registered by `get_mixture_or_task` when first named, since listing their languages
+means reading their folders. Other projects import this module to reuse the registry, and
+register mixtures over their own corpora with `register_mixture`.
 
 Three run-level choices are read from gin when a dataset is built, not when tasks are
 registered, so that one registry serves every run:
@@ -16,13 +18,16 @@ registered, so that one registry serves every run:
 from collections.abc import Iterable
 import dataclasses
 import functools
+import itertools
 import os
+import re
 
 import gin
 import seqio
 import tensorflow as tf
 
 from t5x_mt import languages
+from t5x_mt.data import cldr
 from t5x_mt.data import corpora
 from t5x_mt.data import directions
 from t5x_mt.data import tags
@@ -157,13 +162,7 @@ def _to_inputs_targets(dataset: tf.data.Dataset) -> tf.data.Dataset:
 
 
 def _tag_id(tag: str) -> int:
-  """The tag's piece id; a vocabulary without it would silently train on <unk> tags."""
-  tokenizer = VOCABULARY.tokenizer
-  piece_id = tokenizer.piece_to_id(tag)
-  if piece_id == tokenizer.unk_id():
-    raise UserError(f'{vocabulary_path()}: the vocabulary has no piece {tag} (build it with '
-                    'launch/build_vocab.py)')
-  return piece_id
+  return tags.tag_piece_id(VOCABULARY.tokenizer, tag, vocabulary_path())
 
 
 def _add_tags(dataset: tf.data.Dataset, src_lang: str, tgt_lang: str) -> tf.data.Dataset:
@@ -239,16 +238,26 @@ def mixture_directions(mixture_or_task_name: str) -> list[Direction]:
   return [TASK_DIRECTIONS[task.name] for task in tasks]
 
 
+_TASK_NAME = re.compile(r'^(?P<corpus>\w+?)_(?P<src>[a-z]{3}_[A-Z][a-z]{3})'
+                        r'\.(?P<tgt>[a-z]{3}_[A-Z][a-z]{3})$')
+
+
 def get_mixture_or_task(name: str) -> seqio.Task | seqio.Mixture:
-  """seqio's lookup, with a UserError naming the registered choices."""
+  """seqio's lookup; `<corpus>_<src>.<tgt>` of any registered corpus is registered on demand.
+
+  Unknown names raise a UserError naming the registered choices.
+  """
+  match = _TASK_NAME.match(name)
+  if (name not in seqio.TaskRegistry.names() and match
+      and match['corpus'] in corpora.registered_corpora()):
+    register_direction_task(match['corpus'], match['src'], match['tgt'])
   try:
     return seqio.get_mixture_or_task(name)
   except ValueError:
-    known = sorted(n for n in seqio.MixtureRegistry.names()
-                   if not n.startswith('cldr_') or n == 'cldr_demo')
     raise UserError(f'MIXTURE_OR_TASK_NAME: unknown mixture or task {name!r}; registered '
-                    f'mixtures: {", ".join(known)} (and one task per direction, '
-                    '<corpus>_<src>.<tgt>)') from None
+                    f'mixtures: {", ".join(sorted(seqio.MixtureRegistry.names()))} (and one '
+                    'task per direction of each registered corpus, <corpus>_<src>.<tgt>, '
+                    f'corpora: {", ".join(corpora.registered_corpora())})') from None
 
 
 def training_sentences(mixture_or_task_name: str) -> dict[str, list[str]]:
@@ -264,6 +273,9 @@ def training_sentences(mixture_or_task_name: str) -> dict[str, list[str]]:
 
 
 def _register_builtins() -> None:
+  """Every direction of the embedded CLDR corpus, and the named mixtures."""
+  for src_lang, tgt_lang in itertools.permutations(cldr.CLDR_LANGUAGES, 2):
+    register_direction_task('cldr', src_lang, tgt_lang)
   register_mixture('cldr_demo', 'cldr', CLDR_DEMO_DIRECTIONS)
   register_mixture('ntrex128', 'ntrex128', NTREX_DIRECTIONS)
   register_mixture('flores200', 'flores200', NTREX_DIRECTIONS)

@@ -21,6 +21,7 @@ import pathlib
 from typing import Any
 
 from t5x_mt import cli
+from t5x_mt import files
 from t5x_mt import languages
 from t5x_mt.errors import UserError
 
@@ -131,8 +132,7 @@ def main(argv: list[str]) -> int:
     from t5x_mt import evaluation  # pylint: disable=g-import-not-at-top
     print(evaluation.format_table(result), flush=True)
   if args.output_json is not None:
-    from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
-    train_loop.write_atomically(pathlib.Path(args.output_json),
+    files.write_text_atomically(args.output_json,
                                 json.dumps(result, indent=2, sort_keys=True) + '\n')
   return 0
 

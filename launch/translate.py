@@ -9,9 +9,9 @@ strategy come from the run's MODEL_DIR; the decoding flags override its config.g
 """
 
 import argparse
-import pathlib
 
 from t5x_mt import cli
+from t5x_mt import files
 from t5x_mt import languages
 from t5x_mt.errors import UserError
 
@@ -51,7 +51,6 @@ def main(argv: list[str]) -> int:
   overrides = decoding_overrides(args)
   # TensorFlow and JAX load after cli.run has kept TensorFlow off the accelerators.
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
-  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import readers  # pylint: disable=g-import-not-at-top
   lines = readers.read_lines(args.input or STDIN)
   translator = run_loading.load_translator(args.checkpoint_dir, args.step, **overrides)
@@ -61,7 +60,7 @@ def main(argv: list[str]) -> int:
   if args.output is None:
     print(text, end='', flush=True)
   else:
-    train_loop.write_atomically(pathlib.Path(args.output), text)
+    files.write_text_atomically(args.output, text)
   return 0
 
 

@@ -16,12 +16,12 @@ import logging
 import os
 import pathlib
 import statistics
-import tempfile
 from typing import Any, Optional, Sequence
 
 import sacrebleu
 import sentencepiece as spm
 
+from t5x_mt import files
 from t5x_mt.errors import UserError
 
 ENGLISH = 'eng_Latn'
@@ -142,19 +142,8 @@ def write_eval_json(model_dir: str | os.PathLike, summary: dict[str, Any]) -> pa
   rename, so a reader never sees a half-written record, even after a preemption.
   """
   eval_dir = pathlib.Path(model_dir) / 'eval'
-  eval_dir.mkdir(parents=True, exist_ok=True)
   path = eval_dir / f'step_{int(summary["step"])}.json'
-  fd, tmp_name = tempfile.mkstemp(dir=eval_dir, prefix=f'.{path.name}.', suffix='.tmp')
-  try:
-    with os.fdopen(fd, 'w', encoding='utf-8') as f:
-      json.dump(summary, f, indent=2, ensure_ascii=False)
-      f.write('\n')
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp_name, path)
-  except BaseException:
-    os.unlink(tmp_name)
-    raise
+  files.write_text_atomically(path, json.dumps(summary, indent=2, ensure_ascii=False) + '\n')
   logging.info('Wrote %s', path)
   return path
 

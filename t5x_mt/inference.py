@@ -19,7 +19,6 @@ from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
-from t5x_mt.errors import UserError
 
 # Inputs are padded up to one of these lengths, so a corpus compiles a few shapes only.
 LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512, 1024)
@@ -51,7 +50,8 @@ class Translator:
                max_decode_length: int = 256):
     self.model = model
     self.params = params
-    self.tokenizer = spm.SentencePieceProcessor(model_file=str(vocabulary_file))
+    self.vocabulary_file = str(vocabulary_file)
+    self.tokenizer = spm.SentencePieceProcessor(model_file=self.vocabulary_file)
     self.tag_strategy = tags.check_tag_strategy(tag_strategy)
     self.mesh = mesh
     self.rules = rules if rules is not None else partitioning.logical_axis_rules()
@@ -65,10 +65,7 @@ class Translator:
                            static_argnames=('max_decode_length', 'beam_size', 'alpha'))
 
   def _tag_id(self, tag: str) -> int:
-    piece = self.tokenizer.piece_to_id(tag)
-    if piece == self.tokenizer.unk_id():
-      raise UserError(f'vocabulary: has no piece for the tag {tag}')
-    return piece
+    return tags.tag_piece_id(self.tokenizer, tag, self.vocabulary_file)
 
   def encode_source(self, sentence: str, direction_tags: tags.Tags) -> list[int]:
     """Encoder token ids: the encoder tag, the sentence's pieces, EOS (cut to fit)."""

@@ -8,10 +8,7 @@ position) and continues the same loss curve.
 from collections.abc import Sequence
 import json
 import logging
-import os
 import pathlib
-import shutil
-import tempfile
 import time
 from typing import Any
 
@@ -27,6 +24,7 @@ import tqdm
 import data_tasks
 from t5x_mt import checkpoints
 from t5x_mt import evaluation
+from t5x_mt import files
 from t5x_mt import inference
 from t5x_mt import network
 from t5x_mt import partitioning
@@ -43,15 +41,6 @@ METRICS_FILE = 'metrics.jsonl'
 
 # The model's hyperparameters come from gin/models/*.gin; the vocabulary size from the run.
 model_config = gin.external_configurable(network.TransformerConfig, module='network')
-
-
-def write_atomically(path: pathlib.Path, text: str) -> None:
-  """Writes a text file under a temporary name and renames it into place."""
-  path.parent.mkdir(parents=True, exist_ok=True)
-  with tempfile.NamedTemporaryFile('w', dir=path.parent, delete=False, encoding='utf-8',
-                                   prefix=f'.{path.name}.') as f:
-    f.write(text)
-  os.replace(f.name, path)
 
 
 @gin.configurable
@@ -79,8 +68,7 @@ def ensure_vocabulary(mixture_or_task_name: str, model_dir: pathlib.Path) -> str
     build_vocabulary(mixture_or_task_name, path)
   local_copy = model_dir / VOCABULARY_FILE
   if not local_copy.exists():
-    shutil.copyfile(path, local_copy.with_suffix('.tmp'))
-    os.replace(local_copy.with_suffix('.tmp'), local_copy)
+    files.write_bytes_atomically(local_copy, tf.io.gfile.GFile(path, 'rb').read())
   return path
 
 
@@ -98,7 +86,7 @@ class MetricsLog:
       return
     kept = [line for line in self.path.read_text(encoding='utf-8').splitlines()
             if line.strip() and json.loads(line)['step'] <= step]
-    write_atomically(self.path, ''.join(line + '\n' for line in kept))
+    files.write_text_atomically(self.path, ''.join(line + '\n' for line in kept))
 
   def write(self, record: dict[str, Any]) -> None:
     with self.path.open('a', encoding='utf-8') as f:
@@ -166,7 +154,7 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
   run_dir = pathlib.Path(model_dir)
   checkpoints.check_writable(model_dir)
   data_tasks.get_mixture_or_task(mixture_or_task_name)
-  write_atomically(run_dir / CONFIG_FILE, gin.config_str())
+  files.write_text_atomically(run_dir / CONFIG_FILE, gin.config_str())
   ensure_vocabulary(mixture_or_task_name, run_dir)
 
   mesh = partitioning.create_mesh(mesh_shape)
@@ -208,7 +196,7 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
                                     data_tasks.tag_strategy(), mesh=mesh, rules=rules)
   step_rng = jax.random.PRNGKey(seed + 1)
   last_record: dict[str, Any] = {}
-  window_tokens, window_start = 0.0, time.perf_counter()
+  window_tokens, window_start = [], time.perf_counter()
   progress = tqdm.tqdm(total=train_steps, initial=start_step, disable=not progress_bar,
                        desc='train', unit='step', dynamic_ncols=True)
   step = start_step
@@ -216,26 +204,28 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
     batch = partitioning.host_batch_to_global(
         {name: value.numpy() for name, value in next(data_iterator).items()}, mesh)
     state, metrics = train_step(state, batch, step_rng)
+    window_tokens.append(metrics['tokens'])  # Device scalars: no sync until the next log.
     step += 1
     progress.update(1)
     if step % log_every_steps == 0 or step == train_steps:
       summary = trainer.summarize_metrics(metrics, direction_names)
-      window_tokens += summary['tokens']
       elapsed = time.perf_counter() - window_start
       last_record = {'step': step, 'loss': summary['loss'],
                      'learning_rate': float(schedule(step - 1)),
-                     'tokens_per_second': window_tokens / max(elapsed, 1e-9),
+                     'tokens_per_second': float(sum(jax.device_get(window_tokens)))
+                                          / max(elapsed, 1e-9),
                      'grad_norm': summary['grad_norm'],
                      **{k: v for k, v in summary.items() if k.startswith('loss/')}}
       metrics_log.write(last_record)
       progress.set_postfix(loss=f'{summary["loss"]:.3f}')
-      window_tokens, window_start = 0.0, time.perf_counter()
+      window_tokens, window_start = [], time.perf_counter()
     if step % checkpoint_every_steps == 0 or step == train_steps:
       run_checkpoints.save(step, state, data_iterator)
     if eval_every_steps and step % eval_every_steps == 0 and step != train_steps:
       translator.params = state.params
       _write_evaluation(run_dir, evaluate_directions(translator, mixture_or_task_name, step),
                         test=False)
+      window_start = time.perf_counter()  # Throughput counts training time only.
   progress.close()
   run_checkpoints.close()
   translator.params = state.params

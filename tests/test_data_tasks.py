@@ -200,3 +200,13 @@ def test_batch_must_split_over_processes(monkeypatch):
   with pytest.raises(UserError, match='BATCH_SIZE: 3 does not split over 2 processes'):
     input_pipeline.train_dataset(MIXTURE, global_batch_size=3, inputs_length=8,
                                  targets_length=8, seed=0)
+
+
+def test_every_cldr_direction_is_registered_and_other_corpora_on_demand():
+  from t5x_mt.data import cldr  # pylint: disable=g-import-not-at-top
+  names = set(seqio.TaskRegistry.names())
+  count = len(cldr.CLDR_LANGUAGES)
+  assert sum(name.startswith('cldr_') for name in names) == count * (count - 1)
+  task = data_tasks.get_mixture_or_task('flores200_eng_Latn.zul_Latn')
+  assert data_tasks.TASK_DIRECTIONS[task.name] == data_tasks.Direction(
+      'flores200', 'eng_Latn', 'zul_Latn')

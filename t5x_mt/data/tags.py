@@ -13,6 +13,7 @@ it during training and inference forces it as the first decoded token.
 """
 
 import dataclasses
+from typing import Any
 
 from t5x_mt import languages
 from t5x_mt.errors import UserError
@@ -58,3 +59,16 @@ def special_symbols(num_spare: int = 32) -> list[str]:
   """
   tags = [languages.language_tag(code) for code in languages.FLORES200_CODES]
   return tags + ['<BT>', '<DA>'] + [f'TBD{i}' for i in range(num_spare)]
+
+
+def tag_piece_id(tokenizer: Any, tag: str, vocabulary_file: str) -> int:
+  """The id of a tag's piece in a SentencePiece processor.
+
+  A vocabulary without the tag (one not built by t5x_mt) would map it to <unk> and train
+  or translate without any language signal, so that is an error naming the file.
+  """
+  piece_id = tokenizer.piece_to_id(tag)
+  if piece_id == tokenizer.unk_id():
+    raise UserError(f'{vocabulary_file}: the vocabulary has no piece {tag} (build it with '
+                    'launch/build_vocab.py)')
+  return piece_id

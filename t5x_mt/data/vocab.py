@@ -10,12 +10,11 @@ from collections.abc import Mapping, Sequence
 import dataclasses
 import io
 import logging
-import os
-import pathlib
 
 import numpy as np
 import sentencepiece as spm
 
+from t5x_mt import files
 from t5x_mt.data import tags
 from t5x_mt.errors import UserError
 
@@ -107,11 +106,7 @@ def train_sentencepiece(sentences: Mapping[str, Sequence[str]], output_path: str
   except RuntimeError as error:
     raise UserError(f'build_vocabulary: SentencePiece cannot train on this text with '
                     f'vocab_size={vocab_size}: {str(error).splitlines()[0]}') from None
-  output = pathlib.Path(output_path)
-  output.parent.mkdir(parents=True, exist_ok=True)
-  partial = output.with_name(f'.{output.name}.{os.getpid()}.tmp')
-  partial.write_bytes(model.getvalue())
-  os.replace(partial, output)
+  output = files.write_bytes_atomically(output_path, model.getvalue())
   logging.info('Wrote %s from %d sampled lines of %d languages', output, len(sample),
                len(sentences))
   return str(output)
