@@ -59,8 +59,8 @@ class Translator:
     self.alpha = alpha
     self.max_input_length = min(max_input_length, model.config.max_length)
     self.max_decode_length = min(max_decode_length, model.config.max_length)
-    data_parallel = mesh.shape['data'] if mesh is not None else 1
-    self.batch_size = -(-batch_size // data_parallel) * data_parallel
+    self._data_parallel = mesh.shape['data'] if mesh is not None else 1
+    self.batch_size = -(-batch_size // self._data_parallel) * self._data_parallel
     self._decode = jax.jit(self._decode_batch,
                            static_argnames=('max_decode_length', 'beam_size', 'alpha'))
 
@@ -83,11 +83,11 @@ class Translator:
                     beam_size: int, alpha: float):
     encoded = self.model.apply({'params': params}, encoder_tokens,
                                method=network.Transformer.encode)
+    cache = network.init_decode_cache(self.model, params, encoded, encoder_tokens,
+                                      max_decode_length)
     # Beam search keeps batch * beam rows; every row of an example sees its encoding.
     encoded_rows = jnp.repeat(encoded, beam_size, axis=0)
     encoder_rows = jnp.repeat(encoder_tokens, beam_size, axis=0)
-    cache = network.init_decode_cache(self.model.config, encoder_tokens.shape[0],
-                                      max_decode_length, encoder_tokens.shape[1])
 
     def tokens_to_logits(tokens, model_cache):
       logits, variables = self.model.apply(
@@ -103,13 +103,21 @@ class Translator:
                                         max_decode_length=max_decode_length)
     return sequences[:, 0, :]
 
+  def _batch_rows(self, num_sentences: int) -> int:
+    """Rows to decode: a power of two (few shapes to compile), no more than needed."""
+    rows = max(self._data_parallel, 8)
+    while rows < num_sentences:
+      rows *= 2
+    return min(rows, self.batch_size)
+
   def _run_batch(self, encoder_ids: list[list[int]], prefix_id: int | None) -> np.ndarray:
     length = bucket_length(max(len(ids) for ids in encoder_ids), self.max_input_length)
-    tokens = np.zeros((self.batch_size, length), np.int32)
+    rows = self._batch_rows(len(encoder_ids))
+    tokens = np.zeros((rows, length), np.int32)
     tokens[:, 0] = vocab.EOS_ID  # Rows beyond the real sentences decode an empty input.
     for row, ids in enumerate(encoder_ids):
       tokens[row, :len(ids)] = ids
-    prefix = None if prefix_id is None else jnp.full((self.batch_size,), prefix_id, jnp.int32)
+    prefix = None if prefix_id is None else jnp.full((rows,), prefix_id, jnp.int32)
     decode_length = min(2 * length + 16, self.max_decode_length)
     kwargs = dict(max_decode_length=decode_length, beam_size=self.beam_size, alpha=self.alpha)
     if self.mesh is None:

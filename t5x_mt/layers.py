@@ -96,7 +96,9 @@ class DenseGeneral(nn.Module):
 class MultiHeadAttention(nn.Module):
   """Multi-head attention (self or cross) with an optional autoregressive KV cache.
 
-  With `decode=True` the module keeps, in the 'cache' collection, `cached_key` and
+  With `decode=True` and `fixed_kv` (cross-attention) it caches the projected keys and
+  values of `inputs_kv` once (see `_fixed_kv`). Otherwise, with `decode=True` the module
+  keeps, in the 'cache' collection, `cached_key` and
   `cached_value` of shape [batch, max_length, heads, head_dim] and a scalar int32
   `cache_index`. The first call (during `init`, when the cache does not exist yet) creates
   them, with max_length = `max_decode_length` or the input length, and otherwise attends
@@ -109,6 +111,7 @@ class MultiHeadAttention(nn.Module):
   implementation: str = 'xla'
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
+  fixed_kv: bool = False  # Keys/values come from inputs fixed while decoding (cross-attention).
 
   def _project(self, x: Array, name: str) -> Array:
     y = DenseGeneral((self.num_heads, self.head_dim), ('embed', 'heads', 'kv'),
@@ -126,10 +129,13 @@ class MultiHeadAttention(nn.Module):
                deterministic: bool = True) -> Array:
     """Attends from `inputs_q` [B, Lq, E] to `inputs_kv` [B, Lk, E]; returns [B, Lq, E]."""
     query = self._project(inputs_q, 'query')
-    key = self._project(inputs_kv, 'key')
-    value = self._project(inputs_kv, 'value')
+    if decode and self.fixed_kv:
+      key, value = self._fixed_kv(inputs_kv)
+    else:
+      key = self._project(inputs_kv, 'key')
+      value = self._project(inputs_kv, 'value')
 
-    if decode:
+    if decode and not self.fixed_kv:
       key, value, q_segment_ids, kv_segment_ids, causal = self._update_cache(
           key, value, q_segment_ids, kv_segment_ids, causal, max_decode_length)
 
@@ -144,6 +150,23 @@ class MultiHeadAttention(nn.Module):
     out = DenseGeneral((inputs_q.shape[-1],), ('heads', 'kv', 'embed'), num_input_axes=2,
                        dtype=self.dtype, param_dtype=self.param_dtype, name='out')(out)
     return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
+
+  def _fixed_kv(self, inputs_kv: Array) -> tuple[Array, Array]:
+    """Keys and values of inputs that stay the same at every decoding step.
+
+    Cross-attention attends to the encoder output, which never changes while decoding: its
+    keys and values are projected once, on the call that creates the cache
+    (`network.init_decode_cache`), and read from `cached_fixed_key`/`cached_fixed_value`
+    ([batch, kv_length, heads, head_dim]) at every step after.
+    """
+    if self.has_variable('cache', 'cached_fixed_key'):
+      return (self.get_variable('cache', 'cached_fixed_key'),
+              self.get_variable('cache', 'cached_fixed_value'))
+    key = self._project(inputs_kv, 'key')
+    value = self._project(inputs_kv, 'value')
+    self.put_variable('cache', 'cached_fixed_key', key)
+    self.put_variable('cache', 'cached_fixed_value', value)
+    return key, value
 
   def _update_cache(self, key: Array, value: Array, q_segment_ids: Optional[Array],
                     kv_segment_ids: Optional[Array], causal: bool,

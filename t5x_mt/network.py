@@ -83,10 +83,10 @@ class DecoderLayer(nn.Module):
     cfg = self.config
     dropout = nn.Dropout(cfg.dropout_rate)
 
-    def attention(name):
+    def attention(name, fixed_kv=False):
       return layers.MultiHeadAttention(
           cfg.num_heads, cfg.head_dim, cfg.attention_dropout_rate,
-          cfg.attention_implementation, dtype=cfg.dtype, name=name)
+          cfg.attention_implementation, dtype=cfg.dtype, fixed_kv=fixed_kv, name=name)
 
     h = layers.LayerNorm(dtype=cfg.dtype, name='pre_self_attention_norm')(x)
     h = attention('self_attention')(h, h, q_segment_ids=segment_ids, kv_segment_ids=segment_ids,
@@ -95,9 +95,9 @@ class DecoderLayer(nn.Module):
                                     deterministic=deterministic)
     x = x + dropout(h, deterministic=deterministic)
     h = layers.LayerNorm(dtype=cfg.dtype, name='pre_cross_attention_norm')(x)
-    h = attention('encoder_decoder_attention')(h, encoded, q_segment_ids=segment_ids,
-                                               kv_segment_ids=encoder_segment_ids,
-                                               deterministic=deterministic)
+    h = attention('encoder_decoder_attention', fixed_kv=True)(
+        h, encoded, q_segment_ids=segment_ids, kv_segment_ids=encoder_segment_ids,
+        decode=decode, deterministic=deterministic)
     x = x + dropout(h, deterministic=deterministic)
     h = layers.LayerNorm(dtype=cfg.dtype, name='pre_mlp_norm')(x)
     h = layers.MlpBlock(cfg.mlp_dim, cfg.mlp_activation, dtype=cfg.dtype, name='mlp')(h)
@@ -231,23 +231,18 @@ def count_params(config: TransformerConfig) -> int:
   return int(sum(np.prod(leaf.shape, dtype=np.int64) for leaf in jax.tree.leaves(params)))
 
 
-def init_decode_cache(config: TransformerConfig, batch_size: int, max_decode_length: int,
-                      encoder_length: int = 1) -> dict[str, Any]:
-  """A zero-filled 'cache' collection for autoregressive decoding of `batch_size` sequences.
+def init_decode_cache(model: Transformer, params: Any, encoded: Array,
+                      encoder_input_tokens: Array, max_decode_length: int) -> dict[str, Any]:
+  """The 'cache' collection for decoding `encoded` [B, Le, E] autoregressively.
 
-  Leaves are the scalar `cache_index`es and `cached_key`/`cached_value` of shape
-  [batch_size, max_decode_length, num_heads, head_dim] in `config.dtype`. Built from
-  shapes only (no parameters are initialised).
+  Self-attention caches (`cached_key`/`cached_value` [B, max_decode_length, heads,
+  head_dim], scalar `cache_index`es) start empty; cross-attention keys and values
+  (`cached_fixed_key`/`cached_fixed_value` [B, Le, heads, head_dim]) are projected from
+  `encoded` here, once, instead of at every step. Leaves are scalars or batch-leading.
   """
-  model = Transformer(config)
-
-  def init(rng, encoded, encoder_tokens, decoder_tokens):
-    return model.init(rng, encoded, encoder_tokens, decoder_tokens, decoder_tokens,
-                      decode=True, max_decode_length=max_decode_length,
-                      method=Transformer.decode)
-
-  encoded = jax.ShapeDtypeStruct((batch_size, encoder_length, config.emb_dim), config.dtype)
-  shapes = jax.eval_shape(init, jax.random.key(0), encoded, _dummy_tokens(batch_size,
-                                                                          encoder_length),
-                          _dummy_tokens(batch_size, 1))['cache']
-  return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  first_token = jnp.zeros((encoded.shape[0], 1), jnp.int32)
+  _, variables = model.apply(
+      {'params': params}, encoded, encoder_input_tokens, first_token, first_token,
+      decode=True, max_decode_length=max_decode_length, mutable=['cache'],
+      method=Transformer.decode)
+  return variables['cache']

@@ -101,7 +101,7 @@ def test_incremental_decoding_matches_teacher_forced_logits():
   encode = jax.jit(functools.partial(model.apply, method=network.Transformer.encode))
   encoded = encode({'params': params}, encoder_tokens)
   length = decoder_inputs.shape[1]
-  cache = network.init_decode_cache(TINY, batch_size=3, max_decode_length=length)
+  cache = network.init_decode_cache(model, params, encoded, encoder_tokens, length)
   step = jax.jit(lambda cache, token: model.apply(
       {'params': params, 'cache': cache}, encoded, encoder_tokens, token, token, decode=True,
       method=network.Transformer.decode, mutable=['cache']))
@@ -116,7 +116,11 @@ def test_incremental_decoding_matches_teacher_forced_logits():
 
 
 def test_decode_cache_layout_is_batch_leading_or_scalar():
-  cache = network.init_decode_cache(TINY, batch_size=3, max_decode_length=7)
+  encoded = jnp.ones((3, 5, TINY.emb_dim))
+  cache = network.init_decode_cache(network.Transformer(TINY), random_params(), encoded,
+                                    jnp.ones((3, 5), jnp.int32), max_decode_length=7)
+  cross = cache['decoder']['layers_1']['encoder_decoder_attention']
+  assert cross['cached_fixed_key'].shape == (3, 5, TINY.num_heads, TINY.head_dim)
   layer = cache['decoder']['layers_1']['self_attention']
   assert layer['cached_key'].shape == (3, 7, TINY.num_heads, TINY.head_dim)
   assert layer['cached_value'].shape == (3, 7, TINY.num_heads, TINY.head_dim)
@@ -230,9 +234,9 @@ def test_dropout_off_is_deterministic_and_on_depends_on_rng():
 def test_decoding_more_than_one_token_per_step_is_an_error():
   model = network.Transformer(TINY)
   params = random_params()
-  cache = network.init_decode_cache(TINY, batch_size=1, max_decode_length=4)
   encoded = jnp.zeros((1, 2, TINY.emb_dim))
   tokens = jnp.ones((1, 2), jnp.int32)
+  cache = network.init_decode_cache(model, params, encoded, tokens, max_decode_length=4)
   with pytest.raises(ValueError, match='one token per call'):
     model.apply({'params': params, 'cache': cache}, encoded, tokens, tokens, tokens, decode=True,
                 method=network.Transformer.decode, mutable=['cache'])
