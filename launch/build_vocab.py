@@ -23,10 +23,7 @@ def main(argv: list[str]) -> int:
   bindings, rest = gin_utils.split_gin_overrides(argv)
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--gin_file', action='append', required=True,
-                      help='gin file (repeatable); later files override earlier ones')
-  parser.add_argument('--gin_bindings', action='append', default=[],
-                      help='extra binding, e.g. "VOCAB_SIZE = 8000" (same as --gin.NAME=VALUE)')
+  cli.add_gin_flags(parser, 'VOCAB_SIZE = 8000')
   parser.add_argument('--output', default=None,
                       help="where to write the model (default: the run's VOCABULARY_PATH)")
   args = parser.parse_args(rest)

@@ -31,12 +31,7 @@ SINGLE_DIRECTION_FLAGS = ('src_lang', 'tgt_lang', 'src_file', 'ref_file')
 def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--checkpoint_dir', required=True, help="the training run's MODEL_DIR")
-  parser.add_argument('--step', type=int, default=None,
-                      help='checkpoint step to load (default: the latest)')
-  parser.add_argument('--beam_size', type=int, default=4, help='beam width; 1 is greedy')
-  parser.add_argument('--alpha', type=float, default=1.0, help='length penalty exponent')
-  parser.add_argument('--batch_size', type=int, default=64, help='sentences per batch')
+  cli.add_decoding_flags(parser)
   parser.add_argument('--src_lang', help='FLORES-200 code of --src_file, e.g. eng_Latn')
   parser.add_argument('--tgt_lang', help='FLORES-200 code of --ref_file, e.g. hau_Latn')
   parser.add_argument('--src_file', help='source sentences, one per line')
@@ -50,10 +45,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser.add_argument('--max_sentences', type=int, default=None,
                       help="sentences per direction of --tasks (default: the run's setting)")
   args = parser.parse_args(argv)
-  if args.beam_size < 1:
-    raise UserError(f'--beam_size: must be >= 1, got {args.beam_size}')
-  if args.batch_size < 1:
-    raise UserError(f'--batch_size: must be >= 1, got {args.batch_size}')
+  cli.decoding_overrides(args)  # Fails on bad decoding flags before anything loads.
   if args.max_sentences is not None and args.max_sentences < 1:
     raise UserError(f'--max_sentences: must be >= 1, got {args.max_sentences}')
   given = [f'--{name}' for name in SINGLE_DIRECTION_FLAGS if getattr(args, name) is not None]
@@ -123,7 +115,7 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
 
 def main(argv: list[str]) -> int:
   args = parse_flags(argv)
-  decoding = {'beam_size': args.beam_size, 'alpha': args.alpha, 'batch_size': args.batch_size}
+  decoding = cli.decoding_overrides(args)
   if args.tasks is None:
     result = evaluate_files(args, decoding)
     print(json.dumps(result, sort_keys=True), flush=True)

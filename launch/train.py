@@ -16,10 +16,7 @@ def main(argv: list[str]) -> int:
   bindings, rest = gin_utils.split_gin_overrides(argv)
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--gin_file', action='append', required=True,
-                      help='gin file (repeatable); later files override earlier ones')
-  parser.add_argument('--gin_bindings', action='append', default=[],
-                      help="extra binding, e.g. \"TRAIN_STEPS = 200\" (same as --gin.NAME=VALUE)")
+  cli.add_gin_flags(parser, 'TRAIN_STEPS = 200')
   parser.add_argument('--dry_run', action='store_true',
                       help='print parameter count and per-device memory, then exit')
   args = parser.parse_args(rest)

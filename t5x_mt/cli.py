@@ -1,5 +1,6 @@
 """What every command under launch/ shares: one clear line and exit 2 on bad input."""
 
+import argparse
 from collections.abc import Callable
 import logging
 import os
@@ -32,3 +33,31 @@ def _keep_tensorflow_off_accelerators() -> None:
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.config.set_visible_devices([], 'GPU')
+
+
+def add_gin_flags(parser: argparse.ArgumentParser, example_binding: str) -> None:
+  """--gin_file (repeatable) and --gin_bindings; `--gin.NAME=VALUE` is handled by
+  gin_utils.split_gin_overrides before argparse sees the arguments."""
+  parser.add_argument('--gin_file', action='append', required=True,
+                      help='gin file (repeatable); later files override earlier ones')
+  parser.add_argument('--gin_bindings', action='append', default=[],
+                      help=f'extra binding, e.g. "{example_binding}" (same as --gin.NAME=VALUE)')
+
+
+def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
+  """Which run and checkpoint to load, and how to decode (translate.py, evaluate.py)."""
+  parser.add_argument('--checkpoint_dir', required=True, help="the training run's MODEL_DIR")
+  parser.add_argument('--step', type=int, default=None,
+                      help='checkpoint step to load (default: the latest)')
+  parser.add_argument('--beam_size', type=int, default=4, help='beam width; 1 is greedy')
+  parser.add_argument('--alpha', type=float, default=1.0, help='length penalty exponent')
+  parser.add_argument('--batch_size', type=int, default=64, help='sentences per batch')
+
+
+def decoding_overrides(args: argparse.Namespace) -> dict[str, float | int]:
+  """The Translator settings the decoding flags fix, checked so a typo fails before loading."""
+  if args.beam_size < 1:
+    raise UserError(f'--beam_size: must be >= 1, got {args.beam_size}')
+  if args.batch_size < 1:
+    raise UserError(f'--batch_size: must be >= 1, got {args.batch_size}')
+  return {'beam_size': args.beam_size, 'alpha': args.alpha, 'batch_size': args.batch_size}

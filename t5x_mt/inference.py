@@ -5,7 +5,6 @@ training, so the scores a run reports are the scores its users get.
 """
 
 from collections.abc import Sequence
-import pathlib
 from typing import Any
 
 import gin

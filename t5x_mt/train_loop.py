@@ -33,7 +33,6 @@ from t5x_mt.data import corpora
 from t5x_mt.data import directions
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import vocab
-from t5x_mt.errors import UserError
 
 VOCABULARY_FILE = 'vocab.model'
 CONFIG_FILE = 'config.gin'

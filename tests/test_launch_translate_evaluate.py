@@ -8,11 +8,9 @@ exercises the same flag parsing, error lines and exit codes.
 import importlib.util
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
-import gin
 import pytest
 
 from t5x_mt import cli

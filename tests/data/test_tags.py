@@ -32,10 +32,8 @@ def model_path(tmp_path_factory) -> str:
 
 @pytest.fixture(autouse=True)
 def run_config(model_path):
-  gin.clear_config()
+  """The run's vocabulary; conftest's clean_gin clears the binding after each test."""
   gin.bind_parameter('vocabulary_path.path', model_path)
-  yield
-  gin.clear_config()
 
 
 def _first_example(strategy: str) -> dict:
