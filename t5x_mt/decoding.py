@@ -165,19 +165,29 @@ def _beam_step(state: _BeamState, *, tokens_to_logits: TokensToLogits,
                     finished_flags=finished_flags, cache=new_cache)
 
 
+STOP_CRITERIA = ('exact', 'best', 'beam_full')
+
+
 def _beam_search_continues(state: _BeamState, *, alpha: float, max_decode_length: int,
-                           has_prefix: bool) -> jnp.ndarray:
-  """False at the length limit, or once no alive beam can beat the worst finished one.
+                           has_prefix: bool, stop: str) -> jnp.ndarray:
+  """False at the length limit, or once every row is settled by the `stop` criterion.
 
   Log-probabilities only fall as a hypothesis grows and, for alpha >= 0, the penalty only
   grows, so an alive hypothesis scores at most log_prob / length_penalty(longest length).
+    exact      no alive beam can beat the worst of beam_size finished hypotheses
+    best       no alive beam can beat the best finished hypothesis (exact for the top one)
+    beam_full  as `best`, or beam_size hypotheses have finished (fairseq's rule)
   """
   longest = max_decode_length - (1 if has_prefix else 0)
   best_alive_bound = state.alive_log_probs[:, 0] / length_penalty(longest, alpha)
-  worst_finished = jnp.min(
-      jnp.where(state.finished_flags, state.finished_scores, NEG_INF), axis=1)
-  all_settled = jnp.all(worst_finished > best_alive_bound)
-  return (state.cur_index < max_decode_length) & ~all_settled
+  finished = jnp.where(state.finished_flags, state.finished_scores, NEG_INF)
+  if stop == 'exact':
+    settled = jnp.min(finished, axis=1) > best_alive_bound
+  else:
+    settled = jnp.max(finished, axis=1) > best_alive_bound
+    if stop == 'beam_full':
+      settled |= jnp.all(state.finished_flags, axis=1)
+  return (state.cur_index < max_decode_length) & ~jnp.all(settled)
 
 
 def beam_search(tokens_to_logits: TokensToLogits,
@@ -187,7 +197,8 @@ def beam_search(tokens_to_logits: TokensToLogits,
                 beam_size: int = 4,
                 alpha: float = 1.0,
                 max_decode_length: int,
-                eos_id: int = 1) -> tuple[jnp.ndarray, jnp.ndarray]:
+                eos_id: int = 1,
+                stop: str = 'exact') -> tuple[jnp.ndarray, jnp.ndarray]:
   """Beam search for the hypotheses with the best length-normalised log-probability.
 
   A hypothesis' score is sum(log p(token)) / length ** alpha (`length_penalty`): the sum runs
@@ -206,6 +217,12 @@ def beam_search(tokens_to_logits: TokensToLogits,
     alpha: length-penalty exponent, >= 0.
     max_decode_length: most output tokens, the forced prefix included.
     eos_id: the token that ends a hypothesis.
+    stop: when the search ends before max_decode_length (see `_beam_search_continues`):
+      'exact' (every returned hypothesis is the true n-best under the beam), 'best' (only
+      beam 0 is guaranteed, which is all translation uses), or 'beam_full' (fairseq's
+      rule: a row is done once beam_size hypotheses have finished; a later hypothesis
+      could still have scored better). The bound that makes 'exact' and 'best' safe divides
+      by the longest possible length, so with alpha > 0 those often run to the limit.
 
   Returns:
     sequences: int32 [B, beam_size, max_decode_length], best first, without the initial BOS,
@@ -215,6 +232,8 @@ def beam_search(tokens_to_logits: TokensToLogits,
   """
   if alpha < 0:
     raise UserError(f'beam_search: length penalty alpha must be >= 0, got {alpha}')
+  if stop not in STOP_CRITERIA:
+    raise UserError(f'beam_search: stop must be one of {STOP_CRITERIA}, got {stop!r}')
   if beam_size < 1 or max_decode_length < 1:
     raise UserError(f'beam_search: beam_size ({beam_size}) and max_decode_length '
                     f'({max_decode_length}) must be >= 1')
@@ -236,7 +255,8 @@ def beam_search(tokens_to_logits: TokensToLogits,
 
   state = lax.while_loop(
       functools.partial(_beam_search_continues, alpha=alpha,
-                        max_decode_length=max_decode_length, has_prefix=prefix is not None),
+                        max_decode_length=max_decode_length, has_prefix=prefix is not None,
+                        stop=stop),
       functools.partial(_beam_step, tokens_to_logits=tokens_to_logits, prefix=prefix,
                         alpha=alpha, max_decode_length=max_decode_length, eos_id=eos_id),
       state)

@@ -40,13 +40,15 @@ class Translator:
     max_input_length: source tokens kept (tag and EOS included); longer input is cut.
     max_decode_length: generated tokens at most; each batch allows twice its bucketed
       input length plus 16, up to this limit.
+    stop: when beam search ends early (decoding.beam_search): 'beam_full' (default, as
+      fairseq: once beam_size hypotheses have finished), 'best' or 'exact'.
   """
 
   def __init__(self, model: network.Transformer, params: Any, vocabulary_file: str,
                tag_strategy: str, *, mesh: jax.sharding.Mesh | None = None,
                rules: partitioning.LogicalRules | None = None, beam_size: int = 4,
                alpha: float = 1.0, batch_size: int = 64, max_input_length: int = 256,
-               max_decode_length: int = 256):
+               max_decode_length: int = 256, stop: str = 'beam_full'):
     self.model = model
     self.params = params
     self.vocabulary_file = str(vocabulary_file)
@@ -56,6 +58,7 @@ class Translator:
     self.rules = rules if rules is not None else partitioning.logical_axis_rules()
     self.beam_size = beam_size
     self.alpha = alpha
+    self.stop = stop
     self.max_input_length = min(max_input_length, model.config.max_length)
     self.max_decode_length = min(max_decode_length, model.config.max_length)
     self._data_parallel = mesh.shape['data'] if mesh is not None else 1
@@ -99,7 +102,8 @@ class Translator:
                                     max_decode_length=max_decode_length)
     sequences, _ = decoding.beam_search(tokens_to_logits, cache, prefix=prefix,
                                         beam_size=beam_size, alpha=alpha,
-                                        max_decode_length=max_decode_length)
+                                        max_decode_length=max_decode_length,
+                                        stop=self.stop)
     return sequences[:, 0, :]
 
   def _batch_rows(self, num_sentences: int) -> int:
@@ -113,8 +117,10 @@ class Translator:
     length = bucket_length(max(len(ids) for ids in encoder_ids), self.max_input_length)
     rows = self._batch_rows(len(encoder_ids))
     tokens = np.zeros((rows, length), np.int32)
-    tokens[:, 0] = vocab.EOS_ID  # Rows beyond the real sentences decode an empty input.
-    for row, ids in enumerate(encoder_ids):
+    for row in range(rows):
+      # Rows beyond the real sentences repeat the last one, so they finish when it does
+      # instead of holding the batch's beam search to its length limit.
+      ids = encoder_ids[min(row, len(encoder_ids) - 1)]
       tokens[row, :len(ids)] = ids
     prefix = None if prefix_id is None else jnp.full((rows,), prefix_id, jnp.int32)
     decode_length = min(2 * length + 16, self.max_decode_length)

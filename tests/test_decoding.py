@@ -209,3 +209,20 @@ def test_negative_alpha_is_rejected():
   with pytest.raises(UserError, match='alpha'):
     decoding.beam_search(_toy_tokens_to_logits(_toy_table()), _initial_cache([0]),
                          prefix=None, alpha=-1.0, max_decode_length=LENGTH)
+
+
+@pytest.mark.parametrize('alpha', [0.0, 1.0])
+def test_stopping_at_the_best_keeps_the_best_hypothesis(alpha):
+  table = _toy_table(2)
+  initial_states = [0, 1, 2]
+  cache = _initial_cache(initial_states)
+  full = decoding.beam_search(_toy_tokens_to_logits(table), cache, prefix=None, beam_size=2,
+                              alpha=alpha, max_decode_length=LENGTH, eos_id=EOS)
+  best = decoding.beam_search(_toy_tokens_to_logits(table), cache, prefix=None, beam_size=2,
+                              alpha=alpha, max_decode_length=LENGTH, eos_id=EOS,
+                              stop='best')
+  np.testing.assert_array_equal(np.asarray(best[0][:, 0]), np.asarray(full[0][:, 0]))
+  np.testing.assert_allclose(np.asarray(best[1][:, 0]), np.asarray(full[1][:, 0]), rtol=1e-6)
+  exhaustive, _ = _brute_force(table, initial_states[0], None, alpha, 1)
+  want = _jitted_beam_search(2, EXHAUSTIVE_BEAM, alpha, False)(cache)[0][0, 0]
+  np.testing.assert_array_equal(np.asarray(want), exhaustive[0])
