@@ -15,6 +15,7 @@ from typing import Any
 import flax.linen as nn
 import gin
 import jax
+import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 import numpy as np
 import tensorboardX
@@ -195,7 +196,7 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
                                     data_tasks.tag_strategy(), mesh=mesh, rules=rules)
   step_rng = jax.random.PRNGKey(seed + 1)
   last_record: dict[str, Any] = {}
-  window_tokens, window_start = [], time.perf_counter()
+  window_sums, window_start = None, time.perf_counter()
   progress = tqdm.tqdm(total=train_steps, initial=start_step, disable=not progress_bar,
                        desc='train', unit='step', dynamic_ncols=True)
   step = start_step
@@ -203,21 +204,23 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
     batch = partitioning.host_batch_to_global(
         {name: value.numpy() for name, value in next(data_iterator).items()}, mesh)
     state, metrics = train_step(state, batch, step_rng)
-    window_tokens.append(metrics['tokens'])  # Device scalars: no sync until the next log.
+    # Summed on the device (asynchronously) until the next log: the logged loss is the
+    # token-weighted mean over the window, not one noisy batch.
+    window_sums = metrics if window_sums is None else jax.tree_util.tree_map(
+        jnp.add, window_sums, metrics)
     step += 1
     progress.update(1)
     if step % log_every_steps == 0 or step == train_steps:
-      summary = trainer.summarize_metrics(metrics, direction_names)
+      summary = trainer.summarize_metrics(window_sums, direction_names)
       elapsed = time.perf_counter() - window_start
       last_record = {'step': step, 'loss': summary['loss'],
                      'learning_rate': float(schedule(step - 1)),
-                     'tokens_per_second': float(sum(jax.device_get(window_tokens)))
-                                          / max(elapsed, 1e-9),
-                     'grad_norm': summary['grad_norm'],
+                     'tokens_per_second': summary['tokens'] / max(elapsed, 1e-9),
+                     'grad_norm': float(metrics['grad_norm']),
                      **{k: v for k, v in summary.items() if k.startswith('loss/')}}
       metrics_log.write(last_record)
       progress.set_postfix(loss=f'{summary["loss"]:.3f}')
-      window_tokens, window_start = [], time.perf_counter()
+      window_sums, window_start = None, time.perf_counter()
     if step % checkpoint_every_steps == 0 or step == train_steps:
       run_checkpoints.save(step, state, data_iterator)
     if eval_every_steps and step % eval_every_steps == 0 and step != train_steps:

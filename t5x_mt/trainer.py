@@ -173,14 +173,14 @@ def jit_train_step(train_step, state_shardings, mesh, rules):
   return step
 
 
-def summarize_metrics(metrics: dict, direction_names: Sequence[str]) -> dict[str, Any]:
-  """Host-side scalars for logging: mean loss, tokens, per-direction mean losses."""
-  metrics = jax.device_get(metrics)
-  tokens = float(metrics['tokens'])
-  summary = {'loss': float(metrics['loss_sum']) / max(tokens, 1.0), 'tokens': tokens,
-             'grad_norm': float(metrics['grad_norm'])}
-  for name, loss_sum, count in zip(direction_names, np.asarray(metrics['direction_loss_sums']),
-                                   np.asarray(metrics['direction_tokens'])):
+def summarize_metrics(metric_sums: dict, direction_names: Sequence[str]) -> dict[str, Any]:
+  """Host-side figures from summed step metrics: mean loss, tokens, per-direction losses."""
+  metric_sums = jax.device_get(metric_sums)
+  tokens = float(metric_sums['tokens'])
+  summary = {'loss': float(metric_sums['loss_sum']) / max(tokens, 1.0), 'tokens': tokens}
+  for name, loss_sum, count in zip(direction_names,
+                                   np.asarray(metric_sums['direction_loss_sums']),
+                                   np.asarray(metric_sums['direction_tokens'])):
     if count > 0:
       summary[f'loss/{name}'] = float(loss_sum) / float(count)
   return summary
