@@ -11,15 +11,19 @@ from t5x_mt.errors import UserError
 EXIT_USER_ERROR = 2
 
 
-def run(main: Callable[[list[str]], int | None]) -> None:
-  """Runs `main(argv)`; a UserError prints `error: <message>` on stderr and exits 2."""
+def run(main: Callable[[list[str]], int | None], uses_tensorflow: bool = True) -> None:
+  """Runs `main(argv)`; a UserError prints `error: <message>` on stderr and exits 2.
+
+  Commands that never touch TensorFlow pass `uses_tensorflow=False` and skip importing it.
+  """
   logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
   for noisy in ('jax._src', 'orbax', 'tensorflow'):
     logging.getLogger(noisy).setLevel(logging.WARNING)
   # seqio warns that in-memory sources shuffle poorly across restarts; runs here restore
   # the input iterator's exact position instead of restarting it.
   logging.getLogger('absl').setLevel(logging.ERROR)
-  _keep_tensorflow_off_accelerators()
+  if uses_tensorflow:
+    _keep_tensorflow_off_accelerators()
   try:
     code = main(sys.argv[1:])
   except UserError as error:

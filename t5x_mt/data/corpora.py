@@ -124,6 +124,45 @@ class ParallelCorpus:
     return [pair[side] for pair in self._pairs[split]]
 
 
+class PairsCorpus:
+  """Pairs of several directions, one split: what `launch/clean.py` writes. A direction
+  also serves its reverse."""
+
+  def __init__(self, name: str, split: str,
+               pairs_by_direction: Mapping[tuple[str, str], Sequence[tuple[str, str]]]):
+    self.name, self._split = name, split
+    self._pairs = {}
+    for (src, tgt), pairs in pairs_by_direction.items():
+      check_language(src, f'corpus {name!r}')
+      check_language(tgt, f'corpus {name!r}')
+      self._pairs[(src, tgt)] = list(pairs)
+    self._languages = tuple(sorted({lang for direction in self._pairs for lang in direction}))
+
+  def languages(self) -> tuple[str, ...]:
+    return self._languages
+
+  def splits(self) -> tuple[str, ...]:
+    return (self._split,)
+
+  def directions(self) -> tuple[tuple[str, str], ...]:
+    return tuple(self._pairs)
+
+  def pairs(self, split: str, src: str, tgt: str) -> list[tuple[str, str]]:
+    _check_split(self, split)
+    if (src, tgt) in self._pairs:
+      return list(self._pairs[(src, tgt)])
+    if (tgt, src) in self._pairs:
+      return [(t, s) for s, t in self._pairs[(tgt, src)]]
+    raise UserError(f'corpus {self.name!r} has no {src}-{tgt} pairs (it has: '
+                    f'{", ".join(f"{a}-{b}" for a, b in self._pairs)})')
+
+  def sentences(self, split: str, lang: str) -> list[str]:
+    _check_split(self, split)
+    _check_member(self, lang)
+    return [pair[direction.index(lang)] for direction, pairs in self._pairs.items()
+            if lang in direction for pair in pairs]
+
+
 # The registry: name -> factory, and name -> corpus once built.
 _FACTORIES: dict[str, Callable[[], Corpus]] = {}
 _BUILT: dict[str, Corpus] = {}
@@ -183,6 +222,33 @@ def register_multiway_dir(name: str, directory: str | os.PathLike[str], *, suffi
   """Registers a folder of `<FLORES code><suffix>` line-aligned files (FLORES-200 layout)."""
   register_corpus(name, lambda: MultiwayCorpus(
       name, {split: readers.read_multiway(readers.flores_files(directory, suffix))}))
+
+
+_CLEAN_FILE = re.compile(r'^(?P<src>[a-z]{3}_[A-Z][a-z]{3})-(?P<tgt>[a-z]{3}_[A-Z][a-z]{3})\.'
+                         r'(?P=src)$')
+
+
+def clean_dir_corpus(name: str, directory: str | os.PathLike[str],
+                     split: str = 'train') -> PairsCorpus:
+  """The corpus `launch/clean.py` wrote into `directory`: <src>-<tgt>.<src>/.<tgt> pairs."""
+  directory = readers.require_dir(directory)
+  pairs = {}
+  for path in sorted(directory.iterdir()):
+    match = _CLEAN_FILE.match(path.name)
+    if match:
+      src, tgt = match['src'], match['tgt']
+      pairs[(src, tgt)] = readers.read_parallel_files(
+          path, directory / f'{src}-{tgt}.{tgt}')
+  if not pairs:
+    raise UserError(f'{directory}: no <src>-<tgt>.<src> files (not a launch/clean.py '
+                    'output folder)')
+  return PairsCorpus(name, split, pairs)
+
+
+def register_clean_dir(name: str, directory: str | os.PathLike[str], *, split: str = 'train',
+                       overwrite: bool = False) -> None:
+  """Registers a `launch/clean.py` output folder as split `split` of corpus `name`."""
+  register_corpus(name, lambda: clean_dir_corpus(name, directory, split), overwrite=overwrite)
 
 
 def flores200_corpus(directory: str | os.PathLike[str]) -> MultiwayCorpus:

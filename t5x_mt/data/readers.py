@@ -103,7 +103,7 @@ def read_multiway(files: Mapping[str, str | os.PathLike[str]]) -> list[dict[str,
   return [{lang: segments[i] for lang, segments in lines.items()} for i in range(count)]
 
 
-def _require_dir(directory: str | os.PathLike[str]) -> Path:
+def require_dir(directory: str | os.PathLike[str]) -> Path:
   directory = Path(directory)
   if not directory.is_dir():
     raise UserError(f'{directory}: no such folder')
@@ -112,7 +112,7 @@ def _require_dir(directory: str | os.PathLike[str]) -> Path:
 
 def flores_files(directory: str | os.PathLike[str], suffix: str = '.dev') -> dict[str, Path]:
   """{FLORES code: file} for the `<code><suffix>` files of a FLORES-200 split folder."""
-  directory = _require_dir(directory)
+  directory = require_dir(directory)
   found = {path.name[:-len(suffix)]: path for path in sorted(directory.glob(f'*{suffix}'))}
   files = {code: path for code, path in found.items() if code in FLORES200_CODES}
   if not files:
@@ -127,7 +127,7 @@ def ntrex_files(directory: str | os.PathLike[str]) -> dict[str, Path]:
   Reference files whose NTREX code has no FLORES-200 equivalent (see
   `t5x_mt.languages.NTREX_TO_FLORES`, e.g. 'fuc' Pulaar) are left out.
   """
-  directory = _require_dir(directory)
+  directory = require_dir(directory)
   source = directory / 'newstest2019-src.eng.txt'
   if not source.is_file():
     raise UserError(f'{source}: no such file (the NTREX-128 English source)')

@@ -1,0 +1,142 @@
+"""Cleans parallel text into a corpus folder the registry reads, locally or on Beam.
+
+  python launch/clean.py --src_file=F --tgt_file=G --src_lang=eng_Latn --tgt_lang=hau_Latn \\
+      (--preset=NAME | --filters=a,b,c) --output_dir=D [--dropped] [--runner=direct|beam]
+  python launch/clean.py --tsv_file=F.tsv.gz --src_lang=.. --tgt_lang=.. [--score_columns=laser:2]
+  python launch/clean.py --corpus=gettext_l10n [--split=train] [--directions=eng_Latn-zul_Latn,..]
+
+Presets: gin/cleaning/<name>.gin (default, volctrans, lanbridge, nt5, m2m, tencent); step
+parameters from `--gin.<step>.<parameter>=VALUE`. `--runner=beam` runs the Apache Beam
+pipeline; everything after `--` goes to Beam as pipeline options (DirectRunner without
+any). Writes <D>/<src>-<tgt>.<lang> pairs, report.json, removed.png and, with --dropped,
+dropped/<src>-<tgt>.tsv, under a temporary name renamed to D once complete.
+"""
+
+import argparse
+import json
+
+from t5x_mt import cli
+from t5x_mt import gin_utils
+from t5x_mt.data import cleaning
+from t5x_mt.data import cleaning_io
+from t5x_mt.data import cleaning_steps
+from t5x_mt.errors import UserError
+from t5x_mt.languages import check_language
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  inputs = parser.add_argument_group('input (one of: two files, a TSV, a registered corpus)')
+  inputs.add_argument('--src_file', help='source side, one sentence per line (.gz allowed)')
+  inputs.add_argument('--tgt_file', help='target side, line-aligned with --src_file')
+  inputs.add_argument('--tsv_file', help='TSV (.gz allowed) with source and target columns')
+  inputs.add_argument('--src_column', type=int, default=0, help='TSV source column (0-based)')
+  inputs.add_argument('--tgt_column', type=int, default=1, help='TSV target column')
+  inputs.add_argument('--score_columns', default='',
+                      help='TSV score columns for mined_scores, e.g. laser:2,language_score:3')
+  inputs.add_argument('--src_lang', help='FLORES-200 code of the source (files, TSV)')
+  inputs.add_argument('--tgt_lang', help='FLORES-200 code of the target (files, TSV)')
+  inputs.add_argument('--corpus', help='a registered corpus name')
+  inputs.add_argument('--split', default='train', help='split of --corpus')
+  inputs.add_argument('--directions', default='',
+                      help='directions of --corpus, e.g. eng_Latn-hau_Latn,eng_Latn-zul_Latn '
+                           '(default: English to every other language)')
+  steps = parser.add_argument_group('steps')
+  steps.add_argument('--preset', help=f'one of: {", ".join(cleaning.preset_names())}')
+  steps.add_argument('--filters', help='comma-separated step names, in order: '
+                     + ', '.join(cleaning_steps.step_names()))
+  steps.add_argument('--gin_file', action='append', default=[],
+                     help='extra gin file with step parameters (repeatable)')
+  parser.add_argument('--output_dir', required=True, help='folder to create')
+  parser.add_argument('--overwrite', action='store_true', help='replace --output_dir')
+  parser.add_argument('--dropped', action='store_true',
+                      help='also write every dropped pair with the step that dropped it')
+  parser.add_argument('--runner', choices=('direct', 'beam'), default='direct',
+                      help='direct: this process; beam: an Apache Beam pipeline')
+  parser.add_argument('--chunk_lines', type=int, default=cleaning_io.DEFAULT_CHUNK_LINES,
+                      help='pairs per chunk (the unit of parallel work)')
+  parser.add_argument('--shard_dir', default=None,
+                      help='beam: where workers write shards (e.g. gs://bucket/tmp)')
+  return parser
+
+
+def _sources(args) -> list[cleaning_io.Source]:
+  given = [name for name, value in (('--src_file/--tgt_file', args.src_file or args.tgt_file),
+                                    ('--tsv_file', args.tsv_file), ('--corpus', args.corpus))
+           if value]
+  if len(given) != 1:
+    raise UserError('give exactly one input: --src_file and --tgt_file, --tsv_file, or '
+                    f'--corpus (got {", ".join(given) or "none"})')
+  if args.corpus:
+    directions = None
+    if args.directions:
+      directions = []
+      for direction in args.directions.split(','):
+        src, sep, tgt = direction.strip().partition('-')
+        if not sep:
+          raise UserError(f'--directions: {direction!r} is not <src>-<tgt>')
+        directions.append((src, tgt))
+    return list(cleaning_io.corpus_sources(args.corpus, args.split, directions))
+  for flag, value in (('--src_lang', args.src_lang), ('--tgt_lang', args.tgt_lang)):
+    if not value:
+      raise UserError(f'{flag} is required with file input')
+    check_language(value, flag)
+  if args.tsv_file:
+    return [cleaning_io.TsvFile(args.tsv_file, args.src_lang, args.tgt_lang, args.src_column,
+                                args.tgt_column, _score_columns(args.score_columns))]
+  if not (args.src_file and args.tgt_file):
+    raise UserError('--src_file and --tgt_file go together')
+  return [cleaning_io.ParallelFiles(args.src_file, args.tgt_file, args.src_lang,
+                                    args.tgt_lang)]
+
+
+def _score_columns(spec: str) -> tuple[tuple[str, int], ...]:
+  columns = []
+  for item in filter(None, spec.split(',')):
+    name, sep, column = item.partition(':')
+    if not sep or not column.isdigit():
+      raise UserError(f'--score_columns: {item!r} is not NAME:COLUMN')
+    columns.append((name, int(column)))
+  return tuple(columns)
+
+
+def _step_names(args, bindings: list[str]) -> list[str]:
+  if bool(args.preset) == bool(args.filters):
+    raise UserError('give exactly one of --preset and --filters')
+  gin_files = [str(cleaning.preset_file(args.preset))] if args.preset else []
+  gin_utils.parse_gin(gin_files + args.gin_file, bindings)
+  if args.filters:
+    return [name.strip() for name in args.filters.split(',') if name.strip()]
+  return list(cleaning.cleaning_steps())
+
+
+def main(argv: list[str]) -> int:
+  beam_args = argv[argv.index('--') + 1:] if '--' in argv else []
+  argv = argv[:argv.index('--')] if '--' in argv else argv
+  bindings, rest = gin_utils.split_gin_overrides(argv)
+  args = _parser().parse_args(rest)
+  if args.chunk_lines < 1:
+    raise UserError(f'--chunk_lines: must be >= 1, got {args.chunk_lines}')
+  specs = cleaning.resolve_specs(_step_names(args, bindings))
+  sources = _sources(args)
+  options = dict(write_dropped=args.dropped, overwrite=args.overwrite,
+                 chunk_lines=args.chunk_lines)
+  if args.runner == 'beam':
+    from t5x_mt.data import beam_cleaning  # pylint: disable=g-import-not-at-top  (heavy)
+    report = beam_cleaning.clean_with_beam(sources, specs, args.output_dir,
+                                           beam_args=beam_args, shard_dir=args.shard_dir,
+                                           **options)
+  else:
+    if beam_args:
+      raise UserError('Beam pipeline options after -- need --runner=beam')
+    report = cleaning.clean_locally(sources, specs, args.output_dir, **options)
+  print(cleaning.format_report(report))
+  print(json.dumps({'pairs_in': report['total']['pairs_in'],
+                    'pairs_out': report['total']['pairs_out'],
+                    'output_dir': args.output_dir}))
+  return 0
+
+
+if __name__ == '__main__':
+  cli.run(main, uses_tensorflow=False)

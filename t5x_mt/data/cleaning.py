@@ -1,0 +1,351 @@
+"""Corpus cleaning: step lists from presets and gin, the per-pair cleaner, the local engine.
+
+A cleaning run is a list of named steps (`t5x_mt.data.cleaning_steps.STEPS`). Per-pair
+steps (rewrites and filters) run in their listed order on every pair; a pair is dropped by
+the first filter that rejects it and counted under that filter's name. Corpus steps
+(`duplicates`, `conflicting_translations`) then run, in their listed order, on what
+survived. Both engines (this module's `clean_locally`, and `beam_cleaning.clean_with_beam`)
+follow exactly these rules and write the same folder (see `cleaning_io`), with a report:
+
+  {"engine": .., "steps": [{"name", "kind", "params"}],
+   "directions": {"eng_Latn-hau_Latn": {"pairs_in", "pairs_out", "dropped": {step: n},
+                                        "rewritten": {step: n}}},
+   "total": {"pairs_in", "pairs_out", "dropped": {step: n}}}
+
+Presets are gin files `gin/cleaning/<name>.gin` binding `cleaning_steps.names` and the
+steps' parameters (`long_word.max_chars = 40`); any step parameter can be overridden with
+`--gin.<step>.<parameter>=VALUE`.
+"""
+
+import dataclasses
+import io
+import json
+import logging
+import pickle
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import gin
+from tqdm import tqdm
+
+from t5x_mt import files
+from t5x_mt.data import cleaning_io
+from t5x_mt.data import dedup
+from t5x_mt.data import langid
+from t5x_mt.data import mdl
+from t5x_mt.data.cleaning_io import Record
+from t5x_mt.data.cleaning_steps import Pair
+from t5x_mt.data.cleaning_steps import STEPS
+from t5x_mt.data.cleaning_steps import build_step
+from t5x_mt.errors import UserError
+from t5x_mt.gin_utils import REPO_ROOT
+
+# Modules whose import registers steps (decontaminate, language_id, mdl_repeat).
+STEP_MODULES = (dedup, langid, mdl)
+PRESETS_DIR = REPO_ROOT / 'gin' / 'cleaning'
+DEFAULT_PRESET = 'default'
+
+# Every step class configurable in gin under its step name: `long_word.max_chars = 40`.
+_CONFIGURABLE_STEPS = {name: gin.external_configurable(cls, name=name, module='cleaning')
+                       for name, cls in STEPS.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+  """A step's name and every parameter: all a worker needs to rebuild it."""
+  name: str
+  params: tuple[tuple[str, Any], ...]
+
+  def build(self):
+    return build_step(self.name, dict(self.params))
+
+  @property
+  def kind(self) -> str:
+    return STEPS[self.name].kind
+
+
+@gin.configurable(module='cleaning')
+def cleaning_steps(names: Sequence[str] = ()) -> tuple[str, ...]:
+  """The step names a preset (or `--filters`) chose, in order."""
+  return tuple(names)
+
+
+def preset_names() -> tuple[str, ...]:
+  return tuple(sorted(path.stem for path in PRESETS_DIR.glob('*.gin')))
+
+
+def preset_file(name: str) -> Path:
+  """The gin file of preset `name`; UserError naming the presets there are."""
+  path = PRESETS_DIR / f'{name}.gin'
+  if not path.is_file():
+    raise UserError(f'--preset: unknown preset {name!r}; presets: {", ".join(preset_names())}')
+  return path
+
+
+def resolve_specs(names: Sequence[str]) -> list[StepSpec]:
+  """Specs of the named steps with the parameters gin binds (defaults otherwise)."""
+  if not names:
+    raise UserError('no cleaning steps chosen (give --preset or --filters)')
+  specs = []
+  for name in names:
+    if name not in STEPS:
+      raise UserError(f'unknown cleaning step {name!r}; known steps: '
+                      f'{", ".join(sorted(STEPS))}')
+    try:
+      step = _CONFIGURABLE_STEPS[name]()
+    except TypeError as e:
+      raise UserError(f'cleaning step {name!r}: {e}') from None
+    params = tuple((field.name, getattr(step, field.name))
+                   for field in dataclasses.fields(step))
+    specs.append(StepSpec(name, params))
+  if len({spec.name for spec in specs}) != len(specs):
+    raise UserError(f'a cleaning step is listed twice: {", ".join(names)}')
+  return specs
+
+
+class PairCleaner:
+  """The per-pair steps of a spec list, bound to one direction."""
+
+  def __init__(self, specs: Sequence[StepSpec], src_lang: str, tgt_lang: str):
+    self._steps = [(spec.name, spec.kind, spec.build().bind(src_lang, tgt_lang))
+                   for spec in specs if spec.kind != 'corpus']
+
+  def clean(self, pair: Pair) -> tuple[Pair | None, str | None, list[str]]:
+    """(the rewritten pair or None, the filter that dropped it, the rewrites that
+    changed it)."""
+    rewritten = []
+    for name, kind, apply in self._steps:
+      if kind == 'rewrite':
+        changed = apply(pair)
+        if changed != pair:
+          rewritten.append(name)
+          pair = changed
+      elif not apply(pair):
+        return None, name, rewritten
+    return pair, None, rewritten
+
+
+class DirectionTally:
+  """Counts for one direction's report entry; `drop` also lists the pair when asked."""
+
+  def __init__(self, step_names: Sequence[str], writer: cleaning_io.CorpusWriter | None):
+    self.pairs_in = 0
+    self.pairs_out = 0
+    self.dropped = Counter({name: 0 for name in [cleaning_io.INVALID_UTF8, *step_names]})
+    self.rewritten: Counter = Counter()
+    self._writer = writer
+
+  def drop(self, step: str, record: Record) -> None:
+    self.dropped[step] += 1
+    if self._writer is not None:
+      self._writer.dropped(step, record.index, record.raw)
+
+  def as_json(self) -> dict:
+    return {'pairs_in': self.pairs_in, 'pairs_out': self.pairs_out,
+            'dropped': dict(self.dropped), 'rewritten': dict(self.rewritten)}
+
+
+def build_report(engine: str, specs: Sequence[StepSpec],
+                 directions: dict[str, dict]) -> dict:
+  """The report JSON object from per-direction entries (as `DirectionTally.as_json`)."""
+  total_dropped: Counter = Counter()
+  for entry in directions.values():
+    total_dropped.update(entry['dropped'])
+  return {
+      'engine': engine,
+      'steps': [{'name': spec.name, 'kind': spec.kind, 'params': dict(spec.params)}
+                for spec in specs],
+      'directions': dict(sorted(directions.items())),
+      'total': {'pairs_in': sum(entry['pairs_in'] for entry in directions.values()),
+                'pairs_out': sum(entry['pairs_out'] for entry in directions.values()),
+                'dropped': {name: total_dropped[name] for name in
+                            next(iter(directions.values()))['dropped']} if directions else {}},
+  }
+
+
+# --- Corpus steps, locally ----------------------------------------------------------------
+
+Survivor = tuple[Record, Pair]
+
+
+def _drop_duplicates(survivors: Iterable[Survivor], tally: DirectionTally,
+                     bloom: dedup.BloomFilter | None) -> Iterator[Survivor]:
+  """Keeps the first pair of each normalised (source, target); a set, or a Bloom filter."""
+  seen: set[bytes] = set()
+  for record, pair in survivors:
+    key = dedup.pair_key(pair.src, pair.tgt)
+    if bloom is not None:
+      is_new = bloom.add_new([key])[0]
+    else:
+      is_new = key not in seen
+      seen.add(key)
+    if is_new:
+      yield record, pair
+    else:
+      tally.drop('duplicates', record)
+
+
+def _drop_conflicts(survivors: Iterable[Survivor], tally: DirectionTally,
+                    spill_dir: Path) -> Iterator[Survivor]:
+  """Drops pairs whose source has two targets, or target two sources (normalised).
+
+  Needs every survivor before it can decide, so it spills them to a file in `spill_dir`
+  while it learns, for each source and each target key, whether it has one partner.
+  """
+  partners = ({}, {})  # source key -> target key (or None: several), and the reverse.
+  with tempfile.TemporaryFile(dir=spill_dir) as spill:
+    for record, pair in survivors:
+      src_key, tgt_key = dedup.text_key(pair.src), dedup.text_key(pair.tgt)
+      for mapping, key, partner in ((partners[0], src_key, tgt_key),
+                                    (partners[1], tgt_key, src_key)):
+        if mapping.setdefault(key, partner) != partner:
+          mapping[key] = None
+      pickle.dump((record, pair, src_key, tgt_key), spill)
+    spill.seek(0)
+    while True:
+      try:
+        record, pair, src_key, tgt_key = pickle.load(spill)
+      except EOFError:
+        return
+      if partners[0][src_key] is None or partners[1][tgt_key] is None:
+        tally.drop('conflicting_translations', record)
+      else:
+        yield record, pair
+
+
+# --- The local engine ---------------------------------------------------------------------
+
+
+def _clean_direction(chunks: Sequence[cleaning_io.Chunk], specs: Sequence[StepSpec],
+                     tally: DirectionTally, writer: cleaning_io.CorpusWriter,
+                     spill_dir: Path, progress: tqdm) -> None:
+  src_lang, tgt_lang = chunks[0].direction.split('-')
+  cleaner = PairCleaner(specs, src_lang, tgt_lang)
+
+  def survivors() -> Iterator[Survivor]:
+    for chunk in chunks:
+      for record in cleaning_io.read_chunk(chunk):
+        tally.pairs_in += 1
+        progress.update()
+        if record.pair is None:
+          tally.drop(cleaning_io.INVALID_UTF8, record)
+          continue
+        pair, dropped_by, rewritten = cleaner.clean(record.pair)
+        tally.rewritten.update(rewritten)
+        if pair is None:
+          tally.drop(dropped_by, record)
+        else:
+          yield record, pair
+
+  stream: Iterable[Survivor] = survivors()
+  for spec in specs:
+    if spec.name == 'duplicates':
+      error_rate = dict(spec.params)['bloom_error_rate']
+      capacity = sum(chunk.count for chunk in chunks)
+      bloom = dedup.BloomFilter(capacity, error_rate) if error_rate else None
+      stream = _drop_duplicates(stream, tally, bloom)
+    elif spec.name == 'conflicting_translations':
+      stream = _drop_conflicts(stream, tally, spill_dir)
+  for _, pair in stream:
+    writer.kept(pair)
+    tally.pairs_out += 1
+
+
+def clean_locally(sources: Sequence[cleaning_io.Source], specs: Sequence[StepSpec],
+                  output_dir: str | Path, *, write_dropped: bool = False,
+                  overwrite: bool = False,
+                  chunk_lines: int = cleaning_io.DEFAULT_CHUNK_LINES,
+                  progress: bool = True) -> dict:
+  """Cleans every source into `output_dir` on this machine; returns the report."""
+  output_dir = cleaning_io.check_output_dir(output_dir, overwrite)
+  chunks_by_direction = group_chunks(sources, chunk_lines)
+  partial = fresh_partial_folder(output_dir)
+  total = sum(chunk.count for chunks in chunks_by_direction.values() for chunk in chunks)
+  entries = {}
+  with tqdm(total=total, unit='pairs', desc='clean', disable=not progress,
+            mininterval=2.0) as bar:
+    for direction, chunks in chunks_by_direction.items():
+      writer = cleaning_io.CorpusWriter(partial, direction, write_dropped)
+      tally = DirectionTally([spec.name for spec in specs], writer)
+      try:
+        _clean_direction(chunks, specs, tally, writer, partial, bar)
+      finally:
+        writer.close()
+      entries[direction] = tally.as_json()
+  report = build_report('local', specs, entries)
+  finish(partial, output_dir, report)
+  return report
+
+
+def group_chunks(sources: Sequence[cleaning_io.Source],
+                 chunk_lines: int) -> dict[str, list[cleaning_io.Chunk]]:
+  """Chunks of every source, by direction; a direction given twice is an error."""
+  grouped: dict[str, list[cleaning_io.Chunk]] = {}
+  for source in sources:
+    chunks = source.chunks(chunk_lines)
+    direction = chunks[0].direction
+    if direction in grouped:
+      raise UserError(f'direction {direction} is given twice')
+    grouped[direction] = chunks
+  return grouped
+
+
+def fresh_partial_folder(output_dir: Path) -> Path:
+  """An empty folder beside `output_dir` to write into until the run is complete."""
+  partial = cleaning_io.partial_folder(output_dir)
+  if partial.exists():
+    shutil.rmtree(partial)
+  partial.mkdir(parents=True)
+  return partial
+
+
+def finish(partial: Path, output_dir: Path, report: dict) -> None:
+  """Writes the report and its chart into `partial`, then publishes it as `output_dir`."""
+  files.write_text_atomically(partial / 'report.json', json.dumps(report, indent=1) + '\n')
+  files.write_bytes_atomically(partial / 'removed.png', removal_chart(report))
+  cleaning_io.publish(partial, output_dir)
+  logging.info('Wrote %s: %d of %d pairs kept', output_dir, report['total']['pairs_out'],
+               report['total']['pairs_in'])
+
+
+def removal_chart(report: dict) -> bytes:
+  """PNG: per direction, the share of its pairs each step removed (stacked bars)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top  (plotting only here)
+  matplotlib.use('Agg')
+  from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
+  directions = list(report['directions'])
+  steps = [name for name in report['total']['dropped'] if report['total']['dropped'][name]]
+  figure, axes = pyplot.subplots(figsize=(9, 1.5 + 0.32 * max(1, len(directions))))
+  left = [0.0] * len(directions)
+  colours = pyplot.get_cmap('tab20')
+  for number, step in enumerate(steps):
+    shares = [100 * entry['dropped'].get(step, 0) / max(1, entry['pairs_in'])
+              for entry in report['directions'].values()]
+    axes.barh(directions, shares, left=left, label=step, color=colours(number % 20))
+    left = [a + b for a, b in zip(left, shares)]
+  axes.set_xlabel('% of input pairs removed')
+  axes.set_xlim(0, max(5.0, max(left, default=0) * 1.1))
+  axes.invert_yaxis()
+  if steps:
+    axes.legend(fontsize='small', loc='lower right')
+  axes.set_title('What each cleaning step removed')
+  figure.tight_layout()
+  buffer = io.BytesIO()
+  figure.savefig(buffer, format='png', dpi=100)
+  pyplot.close(figure)
+  return buffer.getvalue()
+
+
+def format_report(report: dict) -> str:
+  """The report as a table: one row per direction, one column per step that removed any."""
+  steps = [name for name, count in report['total']['dropped'].items() if count]
+  header = f'{"direction":<20}{"in":>9}{"out":>9}' + ''.join(f'{name[:14]:>15}'
+                                                             for name in steps)
+  rows = [header, '-' * len(header)]
+  for direction, entry in [*report['directions'].items(), ('total', report['total'])]:
+    rows.append(f'{direction:<20}{entry["pairs_in"]:>9}{entry["pairs_out"]:>9}'
+                + ''.join(f'{entry["dropped"].get(name, 0):>15}' for name in steps))
+  return '\n'.join(rows)

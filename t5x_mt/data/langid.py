@@ -1,0 +1,145 @@
+"""Offline language identification for the WMT22 African languages, English and French.
+
+No single installable package covers the task's languages, so two are combined, each
+for the languages it knows (both ship their models inside the wheel; nothing downloads):
+
+* py3langid (langid.py's Naive Bayes over byte n-grams, 97 languages), for eng, fra,
+  afr, amh, fuv, hau, ibo, kin, lin, lug, nso, gaz, sna, som, swh, xho, yor, zul;
+* lingua (`lingua-language-detector`, n-gram models, 75 languages), for tsn and tso,
+  which py3langid lacks (it calls Setswana Northern Sotho).
+
+kam, luo, nya, ssw, umb and wol are in neither. A side in one of those languages cannot
+be confirmed, only refuted: it is dropped when py3langid is confident it is a language
+outside the African set (English, French, German...), so English left untranslated in an
+unsupported-language column still goes. `README.md` reports each language's accuracy on
+FLORES-200 dev (`bench/langid_accuracy.py`).
+
+Policies: 'exact' keeps a side identified as its own language with probability at least
+`threshold`. 'tencent' (Tencent's WMT22 rule) accepts, on an African side, any of the 24
+African languages (identification confuses close relatives such as zul/xho/ssw), and
+requires English and French sides to be exactly that.
+"""
+
+import dataclasses
+import functools
+from typing import Callable, ClassVar
+
+from t5x_mt.data.cleaning_steps import Keep
+from t5x_mt.data.cleaning_steps import Step
+from t5x_mt.data.cleaning_steps import per_language
+from t5x_mt.data.cleaning_steps import register_step
+from t5x_mt.errors import UserError
+from t5x_mt.languages import WMT22_AFRICAN
+
+# FLORES code -> py3langid label.
+PY3LANGID_LABELS = {
+    'eng_Latn': 'en', 'fra_Latn': 'fr', 'afr_Latn': 'af', 'amh_Ethi': 'am', 'fuv_Latn': 'fuv',
+    'hau_Latn': 'ha', 'ibo_Latn': 'ig', 'kin_Latn': 'rw', 'lin_Latn': 'ln', 'lug_Latn': 'lg',
+    'nso_Latn': 'nso', 'gaz_Latn': 'om', 'sna_Latn': 'sn', 'som_Latn': 'so', 'swh_Latn': 'sw',
+    'xho_Latn': 'xh', 'yor_Latn': 'yo', 'zul_Latn': 'zu', 'deu_Latn': 'de', 'jpn_Jpan': 'ja',
+}
+# FLORES code -> lingua ISO 639-3 name, for the languages py3langid lacks.
+LINGUA_LANGUAGES = {'tsn_Latn': 'TSN', 'tso_Latn': 'TSO'}
+# What lingua compares tsn and tso against: every African language it has, and eng, fra.
+_LINGUA_RIVALS = ('AFR', 'LUG', 'SNA', 'SOM', 'SWA', 'XHO', 'YOR', 'ZUL', 'SOT', 'ENG', 'FRA')
+EUROPEAN = frozenset({'eng_Latn', 'fra_Latn'})
+AFRICAN = frozenset(WMT22_AFRICAN) - EUROPEAN
+# py3langid labels of African languages (including relatives outside the task, such as
+# Sesotho 'st' and Kikuyu 'kik', which close relatives are often taken for).
+_AFRICAN_PY3LANGID = frozenset(PY3LANGID_LABELS[code] for code in AFRICAN
+                               if code in PY3LANGID_LABELS) | {'st', 'kik', 'mg', 'pcm'}
+# py3langid chooses among these only: the task's languages, their relatives, and the
+# languages most often found by mistake in African web corpora. Fewer rivals keep short
+# texts (headlines, UI strings) from being spread thin over 97 languages.
+_PY3LANGID_CHOICES = sorted(set(PY3LANGID_LABELS.values()) | _AFRICAN_PY3LANGID
+                            | {'es', 'pt', 'it', 'nl', 'ar', 'zh', 'ru'})
+
+
+def supported_languages() -> tuple[str, ...]:
+  """FLORES codes the combined identifier can confirm."""
+  return tuple(sorted({*PY3LANGID_LABELS, *LINGUA_LANGUAGES}))
+
+
+@functools.lru_cache(maxsize=None)
+def _py3langid():
+  from py3langid import langid  # pylint: disable=g-import-not-at-top  (cleaning only)
+  identifier = langid.LanguageIdentifier.from_model_file(langid.MODEL_FILE, norm_probs=True)
+  identifier.set_languages(_PY3LANGID_CHOICES)
+  return identifier
+
+
+@functools.lru_cache(maxsize=None)
+def _lingua():
+  import lingua  # pylint: disable=g-import-not-at-top  (cleaning only)
+  codes = sorted({*LINGUA_LANGUAGES.values(), *_LINGUA_RIVALS})
+  languages = [lingua.Language.from_iso_code_639_3(getattr(lingua.IsoCode639_3, code))
+               for code in codes]
+  return lingua.LanguageDetectorBuilder.from_languages(*languages).build()
+
+
+def py3langid_guess(text: str) -> tuple[str, float]:
+  """(py3langid label, normalised probability) of the most likely language; the text is
+  lower-cased, which keeps Title Case Headlines from looking foreign."""
+  label, probability = _py3langid().classify(text.lower())
+  return label, float(probability)
+
+
+def lingua_guess(text: str) -> tuple[str, float]:
+  """(ISO 639-3 name, confidence) of lingua's most likely language among its rivals."""
+  best = _lingua().compute_language_confidence_values(text)[0]
+  return best.language.iso_code_639_3.name, float(best.value)
+
+
+def acceptor(lang: str, policy: str = 'exact', threshold: float = 0.5
+             ) -> Callable[[str], bool]:
+  """A test: is this text in `lang` (under `policy`), as far as identification can tell?"""
+  if policy not in ('exact', 'tencent'):
+    raise UserError(f"language_id.policy must be 'exact' or 'tencent', not {policy!r}")
+  african_side = policy == 'tencent' and lang in AFRICAN
+  if lang in PY3LANGID_LABELS:
+    expected = PY3LANGID_LABELS[lang]
+
+    def accept_py3langid(text: str) -> bool:
+      label, probability = py3langid_guess(text)
+      if african_side:
+        return label in _AFRICAN_PY3LANGID or _lingua_african(text, threshold)
+      return label == expected and probability >= threshold
+    return accept_py3langid
+  if lang in LINGUA_LANGUAGES:
+    expected = LINGUA_LANGUAGES[lang]
+
+    def accept_lingua(text: str) -> bool:
+      if african_side:
+        return _py3langid_african(text) or _lingua_african(text, threshold)
+      name, confidence = lingua_guess(text)
+      return name == expected and confidence >= threshold
+    return accept_lingua
+
+  def refute_only(text: str) -> bool:
+    return _py3langid_african(text) or py3langid_guess(text)[1] < threshold
+  return refute_only
+
+
+def _py3langid_african(text: str) -> bool:
+  return py3langid_guess(text)[0] in _AFRICAN_PY3LANGID
+
+
+def _lingua_african(text: str, threshold: float) -> bool:
+  name, confidence = lingua_guess(text)
+  return name not in ('ENG', 'FRA') and confidence >= threshold
+
+
+@register_step
+@dataclasses.dataclass
+class LanguageId(Step):
+  """Drops pairs with a side not identified as its language (py3langid and lingua,
+  see `t5x_mt.data.langid`): `policy` 'exact' or 'tencent' (any African language on an
+  African side), identification probability at least `threshold` (Lan-Bridge 0.8)."""
+  name: ClassVar[str] = 'language_id'
+  kind: ClassVar[str] = 'filter'
+  policy: str = 'exact'
+  threshold: float = 0.5
+
+  def bind(self, src_lang, tgt_lang) -> Keep:
+    return per_language(lambda lang: acceptor(lang, self.policy, self.threshold), src_lang,
+                        tgt_lang)

@@ -1,0 +1,39 @@
+"""Language identification: each backend for its languages, both policies."""
+
+import pytest
+
+from t5x_mt.data import langid
+
+SENTENCES = {
+    'eng_Latn': 'The government announced new measures to support farmers this year.',
+    'fra_Latn': "Le gouvernement a annoncé de nouvelles mesures pour aider les agriculteurs.",
+    'hau_Latn': 'Gwamnati ta sanar da sabbin matakai don taimaka wa manoma a bana.',
+    'swh_Latn': 'Serikali imetangaza hatua mpya za kusaidia wakulima mwaka huu.',
+    'amh_Ethi': 'መንግሥት በዚህ ዓመት ገበሬዎችን ለመደገፍ አዳዲስ እርምጃዎችን አስታውቋል።',
+    'tsn_Latn': 'Puso e phasaladitse dikgato tse dišwa go thusa balemi ngwaga ono.',
+}
+
+
+@pytest.mark.parametrize('lang', sorted(SENTENCES))
+def test_each_language_is_accepted_as_itself(lang):
+  assert langid.acceptor(lang)(SENTENCES[lang])
+
+
+def test_wrong_language_is_rejected():
+  assert not langid.acceptor('hau_Latn')(SENTENCES['eng_Latn'])
+  assert not langid.acceptor('eng_Latn')(SENTENCES['fra_Latn'])
+  assert not langid.acceptor('tsn_Latn')(SENTENCES['eng_Latn'])
+
+
+def test_tencent_policy_accepts_any_african_language_on_an_african_side():
+  assert not langid.acceptor('hau_Latn', 'exact')(SENTENCES['swh_Latn'])
+  assert langid.acceptor('hau_Latn', 'tencent')(SENTENCES['swh_Latn'])
+  assert not langid.acceptor('hau_Latn', 'tencent')(SENTENCES['eng_Latn'])
+  assert not langid.acceptor('eng_Latn', 'tencent')(SENTENCES['fra_Latn'])
+
+
+def test_unsupported_language_is_only_refuted():
+  assert 'wol_Latn' not in langid.supported_languages()
+  accept_wolof = langid.acceptor('wol_Latn')
+  assert accept_wolof('Dafa tàng lool tey, dinaa dem tefes gi ak sama xarit yi.')
+  assert not accept_wolof(SENTENCES['eng_Latn'])
