@@ -282,6 +282,42 @@ def _shared_folder(relative: str) -> Path:
   return folder
 
 
+# gettext_l10n file stems (ISO 639-3, macrolanguage codes as the catalogs use them).
+GETTEXT_TO_FLORES = {
+    'afr': 'afr_Latn', 'amh': 'amh_Ethi', 'fuv': 'fuv_Latn', 'hau': 'hau_Latn',
+    'kin': 'kin_Latn', 'lug': 'lug_Latn', 'nso': 'nso_Latn', 'orm': 'gaz_Latn',
+    'som': 'som_Latn', 'ssw': 'ssw_Latn', 'swh': 'swh_Latn', 'tsn': 'tsn_Latn',
+    'tso': 'tso_Latn', 'wol': 'wol_Latn', 'xho': 'xho_Latn', 'yor': 'yor_Latn',
+    'zul': 'zul_Latn',
+}
+
+
+def gettext_l10n_corpus(directory: str | os.PathLike[str]) -> PairsCorpus:
+  """Software UI strings, English to 17 African languages (`<iso3>.tsv.gz`: english,
+  translation, domain), as split 'train'. Raw localisation noise: clean it first."""
+  directory = readers.require_dir(directory)
+  pairs = {}
+  for stem, code in GETTEXT_TO_FLORES.items():
+    path = directory / f'{stem}.tsv.gz'
+    if path.is_file():
+      pairs[('eng_Latn', code)] = readers.read_tsv(path)
+  if not pairs:
+    raise UserError(f'{directory}: no <iso3>.tsv.gz files (e.g. zul.tsv.gz)')
+  return PairsCorpus('gettext_l10n', 'train', pairs)
+
+
+def salt_corpus(directory: str | os.PathLike[str]) -> MultiwayCorpus:
+  """SALT: 'train' English-Luganda pairs (TSV); 'validation' and 'test' from the multi-way
+  JSONL files, keeping the languages that have FLORES-200 codes (eng, lug)."""
+  directory = readers.require_dir(directory)
+  train = readers.read_tsv(directory / 'salt-v1.0-2021-06.eng-lug.tsv')
+  rows = {'train': [{'eng_Latn': eng, 'lug_Latn': lug} for eng, lug in train]}
+  for split, name in (('validation', 'salt-dev-v1.2.jsonl'), ('test', 'salt-test-v1.2.jsonl')):
+    rows[split] = [{'eng_Latn': row['text']['eng'], 'lug_Latn': row['text']['lug']}
+                   for row in readers.read_jsonl(directory / name)]
+  return MultiwayCorpus('salt', rows)
+
+
 def _cldr() -> Corpus:
   from t5x_mt.data import cldr  # pylint: disable=g-import-not-at-top  (cldr imports this)
   return cldr.cldr_corpus()
@@ -290,3 +326,5 @@ def _cldr() -> Corpus:
 register_corpus('cldr', _cldr)
 register_corpus('flores200', lambda: flores200_corpus(_shared_folder('flores200/dev')))
 register_corpus('ntrex128', lambda: ntrex128_corpus(_shared_folder('ntrex128')))
+register_corpus('gettext_l10n', lambda: gettext_l10n_corpus(_shared_folder('gettext_l10n')))
+register_corpus('salt', lambda: salt_corpus(_shared_folder('salt')))

@@ -134,12 +134,17 @@ def _lingua_african(text: str, threshold: float) -> bool:
 class LanguageId(Step):
   """Drops pairs with a side not identified as its language (py3langid and lingua,
   see `t5x_mt.data.langid`): `policy` 'exact' or 'tencent' (any African language on an
-  African side), identification probability at least `threshold` (Lan-Bridge 0.8)."""
+  African side), identification probability at least `threshold` (Lan-Bridge 0.8).
+  Sides shorter than `min_chars` characters pass unjudged: identifying a two-word UI
+  string or lexicon entry is a guess."""
   name: ClassVar[str] = 'language_id'
   kind: ClassVar[str] = 'filter'
   policy: str = 'exact'
   threshold: float = 0.5
+  min_chars: int = 0
 
   def bind(self, src_lang, tgt_lang) -> Keep:
-    return per_language(lambda lang: acceptor(lang, self.policy, self.threshold), src_lang,
-                        tgt_lang)
+    def test_for(lang):
+      accept = acceptor(lang, self.policy, self.threshold)
+      return lambda text: len(text) < self.min_chars or accept(text)
+    return per_language(test_for, src_lang, tgt_lang)

@@ -6,6 +6,7 @@ alignment of a multi-way corpus. Every problem is a UserError naming the file (a
 """
 
 import gzip
+import json
 import os
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -87,6 +88,22 @@ def read_tsv(path: str | os.PathLike[str], src_column: int = 0,
                       f'{needed} (columns {src_column} and {tgt_column})')
     pairs.append((fields[src_column], fields[tgt_column]))
   return pairs
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict]:
+  """One JSON object per line (gzipped if *.gz); UserError naming the line that is not."""
+  rows = []
+  for number, line in enumerate(read_lines(path), start=1):
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise UserError(f'{path}:{number}: not JSON ({e.msg})') from None
+    if not isinstance(row, dict):
+      raise UserError(f'{path}:{number}: expected a JSON object')
+    rows.append(row)
+  return rows
 
 
 def read_multiway(files: Mapping[str, str | os.PathLike[str]]) -> list[dict[str, str]]:

@@ -37,3 +37,10 @@ def test_unsupported_language_is_only_refuted():
   accept_wolof = langid.acceptor('wol_Latn')
   assert accept_wolof('Dafa tàng lool tey, dinaa dem tefes gi ak sama xarit yi.')
   assert not accept_wolof(SENTENCES['eng_Latn'])
+
+
+def test_short_sides_pass_unjudged_when_asked():
+  from t5x_mt.data.cleaning_steps import Pair, build_step  # pylint: disable=g-import-not-at-top
+  pair = Pair('Open file', 'Vula ifayela')
+  assert not build_step('language_id').bind('eng_Latn', 'fra_Latn')(pair)
+  assert build_step('language_id', {'min_chars': 25}).bind('eng_Latn', 'fra_Latn')(pair)
