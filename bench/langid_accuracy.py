@@ -4,7 +4,7 @@
 
 For every FLORES-200 dev file in ../shared/data: the share of its sentences that the
 `language_id` step accepts as their own language under the 'exact' and 'tencent' policies
-(threshold 0.5), the backend that judges the language (py3langid, lingua, or none: refute
+(threshold 0.5), the backend that judges the language (py3langid, CLD2, or none: refute
 only), and, for English text labelled as that language, the share wrongly accepted.
 The figure line compares the mean exact-policy acceptance over the supported languages
 with 1.0 (every clean sentence kept).
@@ -33,7 +33,7 @@ def main() -> None:
   for lang, path in files.items():
     sentences = readers.read_lines(path)
     backend = ('py3langid' if lang in langid.PY3LANGID_LABELS else
-               'lingua' if lang in langid.LINGUA_LANGUAGES else 'refute')
+               'cld2' if lang in langid.CLD2_CODES else 'refute')
     exact = share(langid.acceptor(lang, 'exact'), sentences)
     tencent = share(langid.acceptor(lang, 'tencent'), sentences)
     wrong = share(langid.acceptor(lang, 'exact'), english) if lang != 'eng_Latn' else float('nan')

@@ -1,14 +1,16 @@
 """Offline language identification for the WMT22 African languages, English and French.
 
 No single installable package covers the task's languages, so two are combined, each
-for the languages it knows (both ship their models inside the wheel; nothing downloads):
+for the languages it knows best (both ship their models inside the wheel; nothing
+downloads):
 
-* py3langid (langid.py's Naive Bayes over byte n-grams, 97 languages), for eng, fra,
-  afr, amh, fuv, hau, ibo, kin, lin, lug, nso, gaz, sna, som, swh, xho, yor, zul;
-* lingua (`lingua-language-detector`, n-gram models, 75 languages), for tsn and tso,
-  which py3langid lacks (it calls Setswana Northern Sotho).
+* py3langid 0.4 (langid.py's Naive Bayes over byte n-grams), for eng, fra, afr, amh, fuv,
+  hau, ibo, kin, lin, lug, nso, gaz, sna, som, swh, xho, yor, zul, choosing among those and
+  a few languages often found by mistake in African web text;
+* pycld2 (Compact Language Detector 2), for nya, ssw, tsn, tso and wol, which py3langid
+  lacks (it calls Setswana Northern Sotho).
 
-kam, luo, nya, ssw, umb and wol are in neither. A side in one of those languages cannot
+kam, luo and umb are in no installable package. A side in one of those languages cannot
 be confirmed, only refuted: it is dropped when py3langid is confident it is a language
 outside the African set (English, French, German...), so English left untranslated in an
 unsupported-language column still goes. `README.md` reports each language's accuracy on
@@ -38,16 +40,19 @@ PY3LANGID_LABELS = {
     'nso_Latn': 'nso', 'gaz_Latn': 'om', 'sna_Latn': 'sn', 'som_Latn': 'so', 'swh_Latn': 'sw',
     'xho_Latn': 'xh', 'yor_Latn': 'yo', 'zul_Latn': 'zu', 'deu_Latn': 'de', 'jpn_Jpan': 'ja',
 }
-# FLORES code -> lingua ISO 639-3 name, for the languages py3langid lacks.
-LINGUA_LANGUAGES = {'tsn_Latn': 'TSN', 'tso_Latn': 'TSO'}
-# What lingua compares tsn and tso against: every African language it has, and eng, fra.
-_LINGUA_RIVALS = ('AFR', 'LUG', 'SNA', 'SOM', 'SWA', 'XHO', 'YOR', 'ZUL', 'SOT', 'ENG', 'FRA')
+# FLORES code -> CLD2 code, for the languages py3langid lacks.
+CLD2_CODES = {'nya_Latn': 'ny', 'ssw_Latn': 'ss', 'tsn_Latn': 'tn', 'tso_Latn': 'ts',
+              'wol_Latn': 'wo'}
 EUROPEAN = frozenset({'eng_Latn', 'fra_Latn'})
 AFRICAN = frozenset(WMT22_AFRICAN) - EUROPEAN
 # py3langid labels of African languages (including relatives outside the task, such as
 # Sesotho 'st' and Kikuyu 'kik', which close relatives are often taken for).
 _AFRICAN_PY3LANGID = frozenset(PY3LANGID_LABELS[code] for code in AFRICAN
                                if code in PY3LANGID_LABELS) | {'st', 'kik', 'mg', 'pcm'}
+# CLD2 codes of African languages, the task's and their close relatives.
+_AFRICAN_CLD2 = frozenset(CLD2_CODES.values()) | {
+    'af', 'am', 'ha', 'ig', 'rw', 'ln', 'lg', 'nso', 'om', 'sn', 'so', 'sw', 'xh', 'yo', 'zu',
+    'st', 'mg', 'rn', 'ti', 'ff'}
 # py3langid chooses among these only: the task's languages, their relatives, and the
 # languages most often found by mistake in African web corpora. Fewer rivals keep short
 # texts (headlines, UI strings) from being spread thin over 97 languages.
@@ -57,7 +62,7 @@ _PY3LANGID_CHOICES = sorted(set(PY3LANGID_LABELS.values()) | _AFRICAN_PY3LANGID
 
 def supported_languages() -> tuple[str, ...]:
   """FLORES codes the combined identifier can confirm."""
-  return tuple(sorted({*PY3LANGID_LABELS, *LINGUA_LANGUAGES}))
+  return tuple(sorted({*PY3LANGID_LABELS, *CLD2_CODES}))
 
 
 @functools.lru_cache(maxsize=None)
@@ -68,15 +73,6 @@ def _py3langid():
   return identifier
 
 
-@functools.lru_cache(maxsize=None)
-def _lingua():
-  import lingua  # pylint: disable=g-import-not-at-top  (cleaning only)
-  codes = sorted({*LINGUA_LANGUAGES.values(), *_LINGUA_RIVALS})
-  languages = [lingua.Language.from_iso_code_639_3(getattr(lingua.IsoCode639_3, code))
-               for code in codes]
-  return lingua.LanguageDetectorBuilder.from_languages(*languages).build()
-
-
 def py3langid_guess(text: str) -> tuple[str, float]:
   """(py3langid label, normalised probability) of the most likely language; the text is
   lower-cased, which keeps Title Case Headlines from looking foreign."""
@@ -84,10 +80,14 @@ def py3langid_guess(text: str) -> tuple[str, float]:
   return label, float(probability)
 
 
-def lingua_guess(text: str) -> tuple[str, float]:
-  """(ISO 639-3 name, confidence) of lingua's most likely language among its rivals."""
-  best = _lingua().compute_language_confidence_values(text)[0]
-  return best.language.iso_code_639_3.name, float(best.value)
+def cld2_guess(text: str) -> tuple[str, float]:
+  """(CLD2 code, share of the text in it) of CLD2's first language; ('un', 0) if none."""
+  import pycld2  # pylint: disable=g-import-not-at-top  (cleaning only)
+  try:
+    _, _, details = pycld2.detect(text)
+  except pycld2.error:  # Text CLD2 cannot read (stray surrogates and the like).
+    return 'un', 0.0
+  return details[0][1], details[0][2] / 100
 
 
 def acceptor(lang: str, policy: str = 'exact', threshold: float = 0.5
@@ -96,24 +96,22 @@ def acceptor(lang: str, policy: str = 'exact', threshold: float = 0.5
   if policy not in ('exact', 'tencent'):
     raise UserError(f"language_id.policy must be 'exact' or 'tencent', not {policy!r}")
   african_side = policy == 'tencent' and lang in AFRICAN
+  if african_side and lang in {*PY3LANGID_LABELS, *CLD2_CODES}:
+    return lambda text: _py3langid_african(text) or _cld2_african(text, threshold)
   if lang in PY3LANGID_LABELS:
     expected = PY3LANGID_LABELS[lang]
 
     def accept_py3langid(text: str) -> bool:
       label, probability = py3langid_guess(text)
-      if african_side:
-        return label in _AFRICAN_PY3LANGID or _lingua_african(text, threshold)
       return label == expected and probability >= threshold
     return accept_py3langid
-  if lang in LINGUA_LANGUAGES:
-    expected = LINGUA_LANGUAGES[lang]
+  if lang in CLD2_CODES:
+    expected = CLD2_CODES[lang]
 
-    def accept_lingua(text: str) -> bool:
-      if african_side:
-        return _py3langid_african(text) or _lingua_african(text, threshold)
-      name, confidence = lingua_guess(text)
-      return name == expected and confidence >= threshold
-    return accept_lingua
+    def accept_cld2(text: str) -> bool:
+      code, share = cld2_guess(text)
+      return code == expected and share >= threshold
+    return accept_cld2
 
   def refute_only(text: str) -> bool:
     return _py3langid_african(text) or py3langid_guess(text)[1] < threshold
@@ -124,15 +122,15 @@ def _py3langid_african(text: str) -> bool:
   return py3langid_guess(text)[0] in _AFRICAN_PY3LANGID
 
 
-def _lingua_african(text: str, threshold: float) -> bool:
-  name, confidence = lingua_guess(text)
-  return name not in ('ENG', 'FRA') and confidence >= threshold
+def _cld2_african(text: str, threshold: float) -> bool:
+  code, share = cld2_guess(text)
+  return code in _AFRICAN_CLD2 and share >= threshold
 
 
 @register_step
 @dataclasses.dataclass
 class LanguageId(Step):
-  """Drops pairs with a side not identified as its language (py3langid and lingua,
+  """Drops pairs with a side not identified as its language (py3langid and CLD2,
   see `t5x_mt.data.langid`): `policy` 'exact' or 'tencent' (any African language on an
   African side), identification probability at least `threshold` (Lan-Bridge 0.8).
   Sides shorter than `min_chars` characters pass unjudged: identifying a two-word UI

@@ -163,3 +163,16 @@ def test_beam_pipeline_writes_the_same_folder_as_the_local_engine(tmp_path):
     if name.endswith(('.json', '.png')):
       continue
     assert (tmp_path / 'beam' / name).read_bytes() == (tmp_path / 'local' / name).read_bytes()
+
+
+def test_command_line_cleans_with_beam_and_prints_the_totals(tmp_path):
+  src, tgt = _write_pair(tmp_path)
+  result = _run_clean(f'--src_file={src}', f'--tgt_file={tgt}', '--src_lang=eng_Latn',
+                      '--tgt_lang=hau_Latn', f'--filters={",".join(STEPS)}', '--runner=beam',
+                      '--chunk_lines=4', f'--output_dir={tmp_path}/o')
+  assert result.returncode == 0, result.stderr
+  assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+      'pairs_in': 8, 'pairs_out': 2, 'output_dir': f'{tmp_path}/o'}
+  assert (tmp_path / 'o' / 'eng_Latn-hau_Latn.hau_Latn').read_text().splitlines() == [
+      TARGET[0], TARGET[6]]
+  assert not (tmp_path / '.o.partial').exists()

@@ -33,10 +33,17 @@ def test_tencent_policy_accepts_any_african_language_on_an_african_side():
 
 
 def test_unsupported_language_is_only_refuted():
-  assert 'wol_Latn' not in langid.supported_languages()
+  assert 'umb_Latn' not in langid.supported_languages()
+  accept_umbundu = langid.acceptor('umb_Latn')
+  assert accept_umbundu('Omanu vosi va citiwa lonjila kuenda va lingisiwa ndomanu vakuavo.')
+  assert not accept_umbundu(SENTENCES['eng_Latn'])
+
+
+def test_cld2_judges_the_languages_py3langid_lacks():
   accept_wolof = langid.acceptor('wol_Latn')
-  assert accept_wolof('Dafa tàng lool tey, dinaa dem tefes gi ak sama xarit yi.')
+  assert accept_wolof('Dafa tàng lool tey, dinaa dem tefes gi ak sama xarit yi ngir fo.')
   assert not accept_wolof(SENTENCES['eng_Latn'])
+  assert not accept_wolof(SENTENCES['swh_Latn'])
 
 
 def test_short_sides_pass_unjudged_when_asked():
