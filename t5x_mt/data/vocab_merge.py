@@ -1,0 +1,124 @@
+"""Growing a SentencePiece unigram vocabulary with a new language (VolcTrans).
+
+A model trained on the old languages keeps working only if the old languages segment
+exactly as before. So the merged model keeps every old piece with its id and score, and
+appends only those pieces of the new language's model that cannot be spelled by
+concatenating old pieces (normal and user-defined ones; byte-fallback pieces spell
+anything and do not count), with their scores lowered by log(1/lambda): score + log
+lambda, lambda < 1, so that they win only where the old pieces cannot cover the text. A
+new piece that cannot be spelled holds a character no old piece has, so it never matches
+text the old model covered without falling back to bytes, and that text keeps its ids.
+"""
+
+import dataclasses
+import math
+import os
+
+from sentencepiece import sentencepiece_model_pb2 as model_pb2
+
+from t5x_mt import files
+from t5x_mt.errors import UserError
+
+_SPELLING_TYPES = (model_pb2.ModelProto.SentencePiece.NORMAL,
+                   model_pb2.ModelProto.SentencePiece.USER_DEFINED)
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeSummary:
+  """What a merge did: pieces kept, appended and dropped as spellable."""
+  old_pieces: int
+  new_model_pieces: int
+  appended: int
+  spellable: int
+  already_present: int
+
+
+def load_model(path: str | os.PathLike[str], flag: str) -> model_pb2.ModelProto:
+  """The ModelProto of a unigram SentencePiece model file; UserError naming `flag`."""
+  try:
+    with open(path, 'rb') as f:
+      data = f.read()
+  except OSError as e:
+    raise UserError(f'{flag}: cannot read {path}: {e.strerror}') from None
+  model = model_pb2.ModelProto()
+  try:
+    model.ParseFromString(data)
+  except Exception:  # pylint: disable=broad-except  (protobuf raises a private DecodeError)
+    raise UserError(f'{flag}: {path} is not a SentencePiece model') from None
+  if not model.pieces:
+    raise UserError(f'{flag}: {path} is not a SentencePiece model (no pieces)')
+  if model.trainer_spec.model_type != model_pb2.TrainerSpec.UNIGRAM:
+    kind = model_pb2.TrainerSpec.ModelType.Name(model.trainer_spec.model_type)
+    raise UserError(f'{flag}: {path} is a {kind} model; only unigram models can be merged')
+  return model
+
+
+def spellable(piece: str, vocabulary: set[str], longest: int) -> bool:
+  """Whether `piece` is a concatenation of strings of `vocabulary` (longest `longest`)."""
+  reachable = [True] + [False] * len(piece)
+  for end in range(1, len(piece) + 1):
+    for start in range(max(0, end - longest), end):
+      if reachable[start] and piece[start:end] in vocabulary:
+        reachable[end] = True
+        break
+  return reachable[-1]
+
+
+def merge_models(base: model_pb2.ModelProto, new: model_pb2.ModelProto,
+                 score_scale: float) -> tuple[model_pb2.ModelProto, MergeSummary]:
+  """`base` with the unspellable normal pieces of `new` appended (score + log lambda)."""
+  if not 0 < score_scale <= 1:
+    raise UserError(f'--score_scale: lambda must be in (0, 1], got {score_scale}')
+  merged = model_pb2.ModelProto()
+  merged.CopyFrom(base)
+  present = {piece.piece for piece in base.pieces}
+  vocabulary = {piece.piece for piece in base.pieces if piece.type in _SPELLING_TYPES}
+  longest = max(map(len, vocabulary), default=1)
+  appended = spellable_count = duplicate = 0
+  offset = math.log(score_scale)
+  for piece in new.pieces:
+    if piece.type != model_pb2.ModelProto.SentencePiece.NORMAL:
+      continue
+    if piece.piece in present:
+      duplicate += 1
+    elif spellable(piece.piece, vocabulary, longest):
+      spellable_count += 1
+    else:
+      merged.pieces.add(piece=piece.piece, score=piece.score + offset,
+                        type=model_pb2.ModelProto.SentencePiece.NORMAL)
+      present.add(piece.piece)
+      appended += 1
+  summary = MergeSummary(len(base.pieces), len(new.pieces), appended, spellable_count,
+                         duplicate)
+  return merged, summary
+
+
+def merge_files(base_model: str, new_model: str, output: str,
+                score_scale: float = 0.5) -> MergeSummary:
+  """Merges two model files into `output` (written atomically); returns the summary."""
+  merged, summary = merge_models(load_model(base_model, '--base_model'),
+                                 load_model(new_model, '--new_model'), score_scale)
+  files.write_bytes_atomically(output, merged.SerializeToString())
+  return summary
+
+
+def byte_fallback_share(processor, lines) -> float:
+  """Share of pieces that are byte-fallback pieces: the text the model cannot spell."""
+  pieces = [piece for ids in processor.encode(list(lines)) for piece in ids]
+  if not pieces:
+    return 0.0
+  return sum(processor.is_byte(piece) for piece in pieces) / len(pieces)
+
+
+def changed_segmentations(old_processor, merged_processor, lines) -> tuple[int, int]:
+  """(sentences the old model covers without byte fallback, how many of them the merged
+  model segments differently): the second must be zero."""
+  covered = changed = 0
+  for line, old_ids, new_ids in zip(lines, old_processor.encode(list(lines)),
+                                    merged_processor.encode(list(lines))):
+    del line
+    if any(old_processor.is_byte(piece) for piece in old_ids):
+      continue
+    covered += 1
+    changed += old_ids != new_ids
+  return covered, changed
