@@ -23,6 +23,7 @@ from t5x_mt.errors import UserError
 
 CHECKPOINTS = 'checkpoints'
 INPUT_STATE = 'input_state'
+ITEMS = ('params', 'optimizer')
 
 
 class RunCheckpoints:
@@ -35,7 +36,10 @@ class RunCheckpoints:
       raise UserError(f'{model_dir}: no checkpoints found (expected {self.directory})')
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not read_only,
                                            read_only=read_only)
-    self._manager = ocp.CheckpointManager(self.directory.absolute(), options=options)
+    # Handlers named up front let `item_metadata` read saved shapes before a restore.
+    self._manager = ocp.CheckpointManager(
+        self.directory.absolute(), options=options,
+        item_handlers={name: ocp.StandardCheckpointHandler() for name in ITEMS})
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
@@ -56,19 +60,57 @@ class RunCheckpoints:
     self._drop_stale_input_states()
 
   def restore(self, step: int, target: Any) -> Any:
-    """Restores a TrainState shaped and sharded like `target` (arrays or ShapeDtypeStructs)."""
+    """Restores a TrainState shaped and sharded like `target` (a freshly initialised one).
+
+    A checkpoint saved with a smaller vocabulary (before `launch/merge_vocab.py` grew it)
+    restores into the leading rows of the larger arrays; the appended rows keep `target`'s
+    fresh values (new embeddings from the initialiser, zero optimizer moments).
+    """
+    optimizer_target = {'step': target.step, 'opt_state': target.opt_state}
     restored = self._manager.restore(step, args=ocp.args.Composite(
-        params=ocp.args.StandardRestore(_abstract(target.params)),
+        params=ocp.args.StandardRestore(self._saved_like('params', step, target.params)),
         optimizer=ocp.args.StandardRestore(
-            _abstract({'step': target.step, 'opt_state': target.opt_state}))))
-    return target.replace(params=restored['params'], step=restored['optimizer']['step'],
-                          opt_state=restored['optimizer']['opt_state'])
+            self._saved_like('optimizer', step, optimizer_target))))
+    params = _grow(restored['params'], target.params)
+    optimizer = _grow(restored['optimizer'], optimizer_target)
+    return target.replace(params=params, step=optimizer['step'],
+                          opt_state=optimizer['opt_state'])
+
+  def saved_shapes(self, step: int, item: str = 'params') -> dict[tuple[str, ...], tuple]:
+    """{path as strings: shape} of the arrays of `item` saved at `step`, read without
+    restoring them."""
+    metadata = self._manager.item_metadata(step)[item]
+    return {_path_key(path): tuple(leaf.shape)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(metadata)
+            if hasattr(leaf, 'shape')}
+
+  def _saved_like(self, item: str, step: int, target: Any) -> Any:
+    """Abstract arrays like `target` but with the shapes saved at `step`.
+
+    UserError if a saved array is larger than the model's on any axis: only growth
+    (a vocabulary extended by appending pieces) can be restored into a different shape.
+    """
+    saved = self.saved_shapes(step, item)
+
+    def like(path, leaf):
+      shape = saved.get(_path_key(path), tuple(leaf.shape))
+      if len(shape) != len(leaf.shape) or any(a > b for a, b in zip(shape, leaf.shape)):
+        raise UserError(f'{self.directory}/{step}: {item} {jax.tree_util.keystr(path)} was '
+                        f'saved with shape {shape} but the model has {tuple(leaf.shape)}; '
+                        'only a grown vocabulary can change shapes')
+      return jax.ShapeDtypeStruct(shape, leaf.dtype, sharding=getattr(leaf, 'sharding', None))
+    return jax.tree_util.tree_map_with_path(like, target)
 
   def restore_params(self, step: int | None, target_params: Any) -> Any:
     """Restores only the parameters (for translation and evaluation)."""
     step = self.latest_step() if step is None else step
     if step is None:
       raise UserError(f'{self.directory}: holds no finished checkpoint')
+    saved = self._saved_like('params', step, target_params)
+    if jax.tree_util.tree_leaves(jax.tree_util.tree_map(
+        lambda a, b: a.shape != b.shape, saved, _abstract(target_params))).count(True):
+      raise UserError(f'{self.directory}/{step}: saved before the vocabulary grew; '
+                      'translate with a checkpoint saved after training resumed with it')
     restored = self._manager.restore(step, args=ocp.args.Composite(
         params=ocp.args.StandardRestore(_abstract(target_params))))
     return restored['params']
@@ -100,6 +142,27 @@ class RunCheckpoints:
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()
+
+
+def _path_key(path) -> tuple[str, ...]:
+  """A tree path as plain strings, equal for a namedtuple field and the dict key Orbax
+  saves it under."""
+  parts = []
+  for entry in path:
+    for attribute in ('key', 'name', 'idx'):
+      if hasattr(entry, attribute):
+        parts.append(str(getattr(entry, attribute)))
+        break
+  return tuple(parts)
+
+
+def _grow(restored: Any, target: Any) -> Any:
+  """`restored` arrays written over the leading part of `target`'s where they are smaller."""
+  def grow(saved, fresh):
+    if saved.shape == fresh.shape:
+      return saved
+    return fresh.at[tuple(slice(0, size) for size in saved.shape)].set(saved)
+  return jax.tree_util.tree_map(grow, restored, target)
 
 
 def _abstract(tree: Any) -> Any:

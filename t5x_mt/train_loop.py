@@ -34,6 +34,8 @@ from t5x_mt.data import corpora
 from t5x_mt.data import directions
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import vocab
+from t5x_mt.data import vocab_merge
+from t5x_mt.errors import UserError
 
 VOCABULARY_FILE = 'vocab.model'
 CONFIG_FILE = 'config.gin'
@@ -60,15 +62,25 @@ def padded_vocab_size(num_pieces: int, multiple: int = 128) -> int:
 def ensure_vocabulary(mixture_or_task_name: str, model_dir: pathlib.Path) -> str:
   """The run's vocabulary file, built from the mixture if it does not exist yet.
 
-  A copy lives in MODEL_DIR so that translation needs only the checkpoint directory.
+  A copy lives in MODEL_DIR so that translation needs only the checkpoint directory. A
+  resumed run may switch to a grown version of its vocabulary (old pieces unchanged, new
+  ones appended); any other change is an error.
   """
   path = data_tasks.vocabulary_path()
   if not tf.io.gfile.exists(path):
     logging.info('Vocabulary %s not found: building it from %s', path, mixture_or_task_name)
     build_vocabulary(mixture_or_task_name, path)
   local_copy = model_dir / VOCABULARY_FILE
-  if not local_copy.exists():
-    files.write_bytes_atomically(local_copy, tf.io.gfile.GFile(path, 'rb').read())
+  configured = tf.io.gfile.GFile(path, 'rb').read()
+  if local_copy.exists() and local_copy.read_bytes() != configured:
+    if not vocab_merge.extends(local_copy.read_bytes(), configured):
+      raise UserError(f'VOCABULARY_PATH: {path} differs from the vocabulary this run was '
+                      f'trained with ({local_copy}) and does not extend it (launch/'
+                      'merge_vocab.py grows a vocabulary; a new vocabulary needs a new MODEL_DIR)')
+    logging.info('Vocabulary grown: %s extends %s; new embedding rows are initialised',
+                 path, local_copy)
+  if not local_copy.exists() or local_copy.read_bytes() != configured:
+    files.write_bytes_atomically(local_copy, configured)
   return path
 
 

@@ -9,9 +9,12 @@ import pytest
 from conftest import configure_tiny_run
 
 import data_tasks
+from t5x_mt import checkpoints
 from t5x_mt import gin_utils
 from t5x_mt import train_loop
 from t5x_mt.data import corpora
+from t5x_mt.data import vocab
+from t5x_mt.data import vocab_merge
 from t5x_mt.errors import UserError
 
 LANGS = ('eng_Latn', 'fra_Latn', 'hau_Latn')
@@ -61,6 +64,27 @@ def test_resume_continues_loss_curve(tiny_mixture, tmp_path):
   assert [r['step'] for r in logged] == [1, 2, 3, 4, 5, 6]
   for got, want in zip(logged, expected):
     assert got['loss'] == pytest.approx(want['loss'], rel=1e-5)
+
+
+def test_resume_with_a_grown_vocabulary_keeps_training_the_old_model(tiny_mixture, tmp_path):
+  vocabulary = tmp_path / 'vocab.model'
+  configure(tmp_path / 'run', vocabulary, tiny_mixture, train_steps=3)
+  before = train_loop.train()
+  amh = corpora.get_corpus('cldr').sentences('train', 'amh_Ethi')
+  amh_model = vocab.train_sentencepiece({'amh_Ethi': amh}, str(tmp_path / 'amh.model'),
+                                        vocab_size=900, num_sentences=5_000)
+  grown = tmp_path / 'grown.model'
+  summary = vocab_merge.merge_files(str(vocabulary), amh_model, str(grown))
+  old_rows = train_loop.padded_vocab_size(summary.old_pieces)
+  new_rows = train_loop.padded_vocab_size(summary.old_pieces + summary.appended)
+  assert new_rows > old_rows
+  configure(tmp_path / 'run', grown, tiny_mixture, train_steps=5)
+  after = train_loop.train()
+  assert after['step'] == 5 and before['loss'] > 0 and 0 < after['loss'] < before['loss'] * 2
+  assert (tmp_path / 'run' / 'vocab.model').read_bytes() == grown.read_bytes()
+  run = checkpoints.RunCheckpoints(str(tmp_path / 'run'), read_only=True)
+  assert run.saved_shapes(3)[('shared_embedding', 'embedding')][0] == old_rows
+  assert run.saved_shapes(5)[('shared_embedding', 'embedding')][0] == new_rows
 
 
 def test_run_writes_its_outputs(tiny_mixture, tmp_path):

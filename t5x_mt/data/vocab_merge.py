@@ -93,6 +93,18 @@ def merge_models(base: model_pb2.ModelProto, new: model_pb2.ModelProto,
   return merged, summary
 
 
+def extends(old_model: bytes, new_model: bytes) -> bool:
+  """Whether `new_model` holds every piece of `old_model` first, with the same id, score
+  and type (a grown vocabulary), and the same normalisation."""
+  old, new = model_pb2.ModelProto(), model_pb2.ModelProto()
+  old.ParseFromString(old_model)
+  new.ParseFromString(new_model)
+  if len(new.pieces) < len(old.pieces) or old.normalizer_spec != new.normalizer_spec:
+    return False
+  return all((a.piece, a.score, a.type) == (b.piece, b.score, b.type)
+             for a, b in zip(old.pieces, new.pieces))
+
+
 def merge_files(base_model: str, new_model: str, output: str,
                 score_scale: float = 0.5) -> MergeSummary:
   """Merges two model files into `output` (written atomically); returns the summary."""

@@ -86,3 +86,17 @@ def test_non_unigram_model_is_refused(tmp_path, models):
                           cwd=REPO_ROOT, capture_output=True, text=True, check=False)
   assert result.returncode == 2 and 'only unigram models' in result.stderr
   assert not (tmp_path / 'o.model').exists()
+
+
+def test_a_resumed_run_takes_a_grown_vocabulary_but_no_other(models, tmp_path):
+  import gin  # pylint: disable=g-import-not-at-top
+  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
+  base, new, merged, _, _ = models
+  (tmp_path / train_loop.VOCABULARY_FILE).write_bytes(open(base, 'rb').read())
+  gin.bind_parameter('vocabulary_path.path', merged)
+  train_loop.ensure_vocabulary('cldr_demo', tmp_path)
+  assert (tmp_path / train_loop.VOCABULARY_FILE).read_bytes() == open(merged, 'rb').read()
+  gin.bind_parameter('vocabulary_path.path', new)
+  with pytest.raises(UserError, match='does not extend it'):
+    train_loop.ensure_vocabulary('cldr_demo', tmp_path)
+  assert (tmp_path / train_loop.VOCABULARY_FILE).read_bytes() == open(merged, 'rb').read()
