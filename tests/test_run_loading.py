@@ -119,3 +119,31 @@ def test_translate_lines_hands_over_chunks_of_batches():
   chunk = run_loading.TRANSLATE_CHUNK_BATCHES  # batch_size 1
   assert [len(call[0]) for call in translator.calls] == [chunk, chunk, 40 - 2 * chunk]
   assert outputs == [f'S{i}' for i in range(40)]
+
+
+@pytest.mark.parametrize('strategy, encoder_tag, decoder_tag', [
+    ('t_enc', '<2hau_Latn>', None),
+    ('s_enc_t_dec', '<2eng_Latn>', '<2hau_Latn>'),
+    ('t_enc_t_dec', '<2hau_Latn>', '<2hau_Latn>'),
+])
+def test_translation_tags_the_encoder_and_forces_the_decoder_tag(trained_run, strategy,
+                                                                  encoder_tag, decoder_tag):
+  translator = run_loading.load_translator(str(trained_run))
+  translator.tag_strategy = strategy
+  seen = []
+  run_batch = translator._run_batch  # pylint: disable=protected-access
+
+  def recording_run_batch(encoder_ids, prefix_id):
+    generated = run_batch(encoder_ids, prefix_id)
+    seen.append((encoder_ids, prefix_id, generated))
+    return generated
+  translator._run_batch = recording_run_batch  # pylint: disable=protected-access
+  translator.translate(['the cat sleeps', 'two dogs'], 'eng_Latn', 'hau_Latn')
+  (encoder_ids, prefix_id, generated), = seen
+  tag_id = translator._tag_id  # pylint: disable=protected-access
+  assert all(ids[0] == tag_id(encoder_tag) and ids[-1] == 1 for ids in encoder_ids)
+  if decoder_tag is None:
+    assert prefix_id is None
+  else:
+    assert prefix_id == tag_id(decoder_tag)
+    assert (np.asarray(generated)[:, 0] == prefix_id).all()
