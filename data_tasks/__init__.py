@@ -16,6 +16,7 @@ registered, so that one registry serves every run:
 """
 
 from collections.abc import Iterable
+from collections.abc import Mapping
 import dataclasses
 import functools
 import itertools
@@ -25,6 +26,7 @@ import re
 import gin
 import seqio
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from t5x_mt import languages
 from t5x_mt.data import cldr
@@ -92,6 +94,38 @@ def temperature_rate(task: seqio.Task, temperature: float = 5.0) -> float:
   return float(num_train_pairs(task.name)) ** (1.0 / temperature)
 
 
+SAMPLING_SIDES = ('none', 'source', 'both')
+
+
+@gin.configurable
+def subword_sampling(direction: str, sides: Mapping[str, str] | None = None,
+                     alpha: float = 0.1, nbest_size: int = -1) -> tuple[bool, bool]:
+  """(sample the source?, sample the target?) for a direction's training examples.
+
+  Subword regularisation (Lan-Bridge, METHODS.md section 3): SentencePiece samples a
+  segmentation of each training sentence (`nbest_size` candidates, -1 for all, smoothed
+  by `alpha`) instead of always taking the best one. `sides` maps a direction
+  ('eng_Latn-hau_Latn') or '*' (every other direction) to 'none', 'source' (the usual
+  choice for high-resource directions) or 'both' (low-resource ones). Off by default.
+  Validation, test and inference always segment deterministically. SentencePiece draws
+  from its own random source, so a run that samples does not resume bit for bit.
+  """
+  del alpha, nbest_size  # Read by `_subword_sampler` through gin.
+  side = (sides or {}).get(direction, (sides or {}).get('*', 'none'))
+  if side not in SAMPLING_SIDES:
+    raise UserError(f'subword_sampling.sides: {side!r} for {direction} is not one of '
+                    f'{", ".join(SAMPLING_SIDES)}')
+  return side in ('source', 'both'), side == 'both'
+
+
+def _subword_sampler():
+  """A TF SentencePiece tokenizer that samples with the gin-bound alpha and n-best size."""
+  bindings = gin.get_bindings(subword_sampling)
+  return tf_text.SentencepieceTokenizer(
+      model=VOCABULARY.sp_model, out_type=tf.int32,
+      nbest_size=bindings.get('nbest_size', -1), alpha=bindings.get('alpha', 0.1))
+
+
 class RunVocabulary(seqio.SentencePieceVocabulary):
   """The SentencePiece vocabulary of the current run, resolved on first use.
 
@@ -152,13 +186,38 @@ def _pairs_dataset(direction: Direction, split: str, shuffle_files: bool,
   if not pairs:
     raise UserError(f'{direction.corpus}: no {split} pairs for {direction.name}')
   sources, targets = zip(*pairs)
-  return tf.data.Dataset.from_tensor_slices({'source': list(sources),
-                                             'target': list(targets)})
+  return tf.data.Dataset.from_tensor_slices({
+      'source': list(sources), 'target': list(targets),
+      'is_training': [split == 'train'] * len(sources)})
 
 
 def _to_inputs_targets(dataset: tf.data.Dataset) -> tf.data.Dataset:
-  return dataset.map(lambda ex: {'inputs': ex['source'], 'targets': ex['target']},
+  return dataset.map(lambda ex: {'inputs': ex['source'], 'targets': ex['target'],
+                                 'is_training': ex['is_training']},
                      num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _tokenize(dataset: tf.data.Dataset, direction: str) -> tf.data.Dataset:
+  """Text to ids (keeping the text as `<feature>_pretokenized`, as seqio does); the sides
+  `subword_sampling` names are sampled in training examples."""
+  sample_inputs, sample_targets = subword_sampling(direction)
+  sampler = _subword_sampler() if sample_inputs or sample_targets else None
+
+  def tokenize(example):
+    tokenized = {}
+    for feature, sample in (('inputs', sample_inputs), ('targets', sample_targets)):
+      text = example[feature]
+      tokenized[f'{feature}_pretokenized'] = text
+      best = VOCABULARY.encode_tf(text)
+      if sample:
+        tokenized[feature] = tf.cond(example['is_training'],
+                                     lambda text=text: sampler.tokenize(text),
+                                     lambda best=best: best)
+      else:
+        tokenized[feature] = best
+    return tokenized
+
+  return dataset.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def _tag_id(tag: str) -> int:
@@ -211,7 +270,7 @@ def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
           splits=('train', 'validation', 'test')),
       preprocessors=[
           _to_inputs_targets,
-          seqio.preprocessors.tokenize,
+          functools.partial(_tokenize, direction=direction.name),
           functools.partial(_add_tags, src_lang=src_lang, tgt_lang=tgt_lang),
           seqio.preprocessors.append_eos_after_trim,
           functools.partial(_add_direction,
