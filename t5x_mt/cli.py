@@ -5,7 +5,9 @@ from collections.abc import Callable
 import logging
 import os
 import sys
+from typing import Any
 
+from t5x_mt import languages
 from t5x_mt.errors import UserError
 
 EXIT_USER_ERROR = 2
@@ -56,12 +58,18 @@ def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
   parser.add_argument('--beam_size', type=int, default=4, help='beam width; 1 is greedy')
   parser.add_argument('--alpha', type=float, default=1.0, help='length penalty exponent')
   parser.add_argument('--batch_size', type=int, default=64, help='sentences per batch')
+  parser.add_argument('--pivot_via', default=None,
+                      help='translate through this language (X -> pivot -> Y), e.g. eng_Latn')
 
 
-def decoding_overrides(args: argparse.Namespace) -> dict[str, float | int]:
+def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
   """The Translator settings the decoding flags fix, checked so a typo fails before loading."""
   if args.beam_size < 1:
     raise UserError(f'--beam_size: must be >= 1, got {args.beam_size}')
   if args.batch_size < 1:
     raise UserError(f'--batch_size: must be >= 1, got {args.batch_size}')
-  return {'beam_size': args.beam_size, 'alpha': args.alpha, 'batch_size': args.batch_size}
+  overrides = {'beam_size': args.beam_size, 'alpha': args.alpha, 'batch_size': args.batch_size}
+  if args.pivot_via:
+    overrides['pivot_language'] = languages.check_language(args.pivot_via, '--pivot_via')
+    overrides['pivot_directions'] = ('*',)
+  return overrides

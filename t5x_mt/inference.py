@@ -42,13 +42,17 @@ class Translator:
       input length plus 16, up to this limit.
     stop: when beam search ends early (decoding.beam_search): 'beam_full' (default, as
       fairseq: once beam_size hypotheses have finished), 'best' or 'exact'.
+    pivot_language: the language pivoted directions go through (METHODS.md section 4).
+    pivot_directions: directions ('hau_Latn-zul_Latn') translated X -> pivot -> Y instead
+      of directly; '*' pivots every direction that does not involve the pivot language.
   """
 
   def __init__(self, model: network.Transformer, params: Any, vocabulary_file: str,
                tag_strategy: str, *, mesh: jax.sharding.Mesh | None = None,
                rules: partitioning.LogicalRules | None = None, beam_size: int = 4,
                alpha: float = 1.0, batch_size: int = 64, max_input_length: int = 256,
-               max_decode_length: int = 256, stop: str = 'beam_full'):
+               max_decode_length: int = 256, stop: str = 'beam_full',
+               pivot_language: str = 'eng_Latn', pivot_directions: Sequence[str] = ()):
     self.model = model
     self.params = params
     self.vocabulary_file = str(vocabulary_file)
@@ -59,6 +63,8 @@ class Translator:
     self.beam_size = beam_size
     self.alpha = alpha
     self.stop = stop
+    self.pivot_language = pivot_language
+    self.pivot_directions = tuple(pivot_directions)
     self.max_input_length = min(max_input_length, model.config.max_length)
     self.max_decode_length = min(max_decode_length, model.config.max_length)
     self._data_parallel = mesh.shape['data'] if mesh is not None else 1
@@ -130,8 +136,24 @@ class Translator:
     with partitioning.activation_sharding(self.mesh, self.rules):
       return np.asarray(self._decode(self.params, tokens, prefix, **kwargs))
 
+  def pivots(self, src_lang: str, tgt_lang: str) -> bool:
+    """Whether src_lang -> tgt_lang goes through the pivot language."""
+    if self.pivot_language in (src_lang, tgt_lang):
+      return False
+    return ('*' in self.pivot_directions
+            or f'{src_lang}-{tgt_lang}' in self.pivot_directions)
+
   def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[str]:
-    """Translations of `sentences` from src_lang into tgt_lang, in input order."""
+    """Translations of `sentences` from src_lang into tgt_lang, in input order; through
+    the pivot language where `pivots` says so."""
+    if self.pivots(src_lang, tgt_lang):
+      via = self.translate_directly(sentences, src_lang, self.pivot_language)
+      return self.translate_directly(via, self.pivot_language, tgt_lang)
+    return self.translate_directly(sentences, src_lang, tgt_lang)
+
+  def translate_directly(self, sentences: Sequence[str], src_lang: str,
+                         tgt_lang: str) -> list[str]:
+    """Translations of `sentences` from src_lang into tgt_lang by the model alone."""
     direction_tags = tags.tags_for(self.tag_strategy, src_lang, tgt_lang)
     prefix_id = (self._tag_id(direction_tags.decoder_tag)
                  if direction_tags.decoder_tag else None)

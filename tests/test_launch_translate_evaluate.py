@@ -5,6 +5,7 @@ JAX imports); the rest call the scripts' `main` through `cli.run` in this proces
 exercises the same flag parsing, error lines and exit codes.
 """
 
+import argparse
 import importlib.util
 import json
 import os
@@ -16,6 +17,7 @@ import pytest
 from t5x_mt import cli
 from t5x_mt import evaluation
 from t5x_mt import gin_utils
+from t5x_mt.errors import UserError
 from conftest import TINY_RUN_STEPS as TRAIN_STEPS
 
 LAUNCH = gin_utils.REPO_ROOT / 'launch'
@@ -144,3 +146,13 @@ def test_failed_translation_leaves_no_output_file(trained_run, monkeypatch, caps
   assert len(error_lines(err)) == 1 and '--step:' in err and 'no checkpoint 3' in err
   assert not output.exists()
   assert sorted(p.name for p in tmp_path.rglob('*')) == ['src.txt']
+
+
+def test_pivot_flag_pivots_every_direction_through_a_checked_language():
+  parser = argparse.ArgumentParser()
+  cli.add_decoding_flags(parser)
+  args = parser.parse_args(['--checkpoint_dir=d', '--pivot_via=eng_Latn'])
+  overrides = cli.decoding_overrides(args)
+  assert overrides['pivot_language'] == 'eng_Latn' and overrides['pivot_directions'] == ('*',)
+  with pytest.raises(UserError, match='--pivot_via'):
+    cli.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--pivot_via=english']))

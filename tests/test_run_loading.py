@@ -147,3 +147,24 @@ def test_translation_tags_the_encoder_and_forces_the_decoder_tag(trained_run, st
   else:
     assert prefix_id == tag_id(decoder_tag)
     assert (np.asarray(generated)[:, 0] == prefix_id).all()
+
+
+def test_pivoted_direction_goes_through_the_pivot_language(trained_run):
+  translator = run_loading.load_translator(str(trained_run), beam_size=1)
+  sentences = ['the cat sleeps', 'two dogs']
+  via = translator.translate(sentences, 'hau_Latn', 'eng_Latn')
+  expected = translator.translate(via, 'eng_Latn', 'fra_Latn')
+  legs = []
+  translate_directly = translator.translate_directly
+
+  def recording(batch, src_lang, tgt_lang):
+    legs.append((src_lang, tgt_lang))
+    return translate_directly(batch, src_lang, tgt_lang)
+  translator.translate_directly = recording
+  translator.pivot_directions = ('hau_Latn-fra_Latn',)
+  assert translator.translate(sentences, 'hau_Latn', 'fra_Latn') == expected
+  assert translator.translate(sentences, 'fra_Latn', 'hau_Latn') is not None
+  assert legs == [('hau_Latn', 'eng_Latn'), ('eng_Latn', 'fra_Latn'), ('fra_Latn', 'hau_Latn')]
+  translator.pivot_directions = ('*',)
+  assert translator.pivots('zul_Latn', 'hau_Latn') and not translator.pivots('eng_Latn',
+                                                                              'hau_Latn')
