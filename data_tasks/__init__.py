@@ -17,6 +17,7 @@ registered, so that one registry serves every run:
 
 from collections.abc import Iterable
 from collections.abc import Mapping
+from collections.abc import Sequence
 import dataclasses
 import functools
 import itertools
@@ -87,11 +88,22 @@ def tag_strategy(strategy: str = tags.DEFAULT_TAG_STRATEGY) -> str:
 
 
 @gin.configurable
-def temperature_rate(task: seqio.Task, temperature: float = 5.0) -> float:
-  """Mixing rate |D_i|^(1/tau): p_i = |D_i|^(1/tau) / sum_j |D_j|^(1/tau) (METHODS.md 5)."""
+def temperature_rate(task: seqio.Task, temperature: float = 5.0,
+                     mixture_tasks: Sequence[str] = ()) -> float:
+  """Mixing rate of a task: p_i = |D_i|^(1/tau) / sum_j |D_j|^(1/tau) (METHODS.md 5).
+
+  D_i is the task's direction, summed over the mixture's tasks of that direction (the
+  same language pair from several corpora, genuine and back-translated), which share
+  the direction's rate in proportion to their sizes.
+  """
   if temperature <= 0:
     raise UserError(f'temperature_rate.temperature: must be > 0, got {temperature}')
-  return float(num_train_pairs(task.name)) ** (1.0 / temperature)
+  direction = TASK_DIRECTIONS[task.name].name
+  siblings = [name for name in mixture_tasks if TASK_DIRECTIONS[name].name == direction]
+  direction_pairs = sum(num_train_pairs(name) for name in siblings or [task.name])
+  if not direction_pairs:
+    return 0.0
+  return direction_pairs ** (1.0 / temperature) * num_train_pairs(task.name) / direction_pairs
 
 
 SAMPLING_SIDES = ('none', 'source', 'both')
@@ -224,21 +236,31 @@ def _tag_id(tag: str) -> int:
   return tags.tag_piece_id(VOCABULARY.tokenizer, tag, vocabulary_path())
 
 
-def _add_tags(dataset: tf.data.Dataset, src_lang: str, tgt_lang: str) -> tf.data.Dataset:
-  """Prepends the tag ids of the run's tag strategy to inputs and (if any) targets.
+def _tag_ids(*pieces: str | None) -> tf.Tensor:
+  """The ids of the given tag pieces (None skipped), as a constant to concatenate."""
+  return tf.constant([_tag_id(piece) for piece in pieces if piece], tf.int32)
 
-  Tags are prepended as ids, not text, so the tag is one piece whatever SentencePiece
+
+def _add_tags(dataset: tf.data.Dataset, direction: Direction) -> tf.data.Dataset:
+  """Prepends the tag ids of the run's tag strategy to inputs and (if any) targets, and
+  adds the synthetic-data tags of a back-translated corpus (`tags.synthetic_tags`).
+
+  Tags are added as ids, not text, so the tag is one piece whatever SentencePiece
   would do with the text around it.
   """
+  src_lang, tgt_lang = direction.src_lang, direction.tgt_lang
   direction_tags = tags.tags_for(tag_strategy(), src_lang, tgt_lang)
-  encoder_prefix = tf.constant([_tag_id(direction_tags.encoder_tag)], tf.int32)
-  decoder_prefix = tf.constant(
-      [_tag_id(direction_tags.decoder_tag)] if direction_tags.decoder_tag else [], tf.int32)
+  synthetic = corpora.synthetic_tags(corpora.get_corpus(direction.corpus), src_lang, tgt_lang)
+  encoder_prefix = _tag_ids(direction_tags.encoder_tag, synthetic.source_prefix)
+  encoder_suffix = _tag_ids(synthetic.source_suffix)
+  decoder_prefix = _tag_ids(direction_tags.decoder_tag)
+  decoder_suffix = _tag_ids(synthetic.target_suffix)
 
   def add(example):
     example = dict(example)
-    example['inputs'] = tf.concat([encoder_prefix, example['inputs']], axis=0)
-    example['targets'] = tf.concat([decoder_prefix, example['targets']], axis=0)
+    example['inputs'] = tf.concat([encoder_prefix, example['inputs'], encoder_suffix], axis=0)
+    example['targets'] = tf.concat([decoder_prefix, example['targets'], decoder_suffix],
+                                   axis=0)
     return example
 
   return dataset.map(add, num_parallel_calls=tf.data.AUTOTUNE)
@@ -271,7 +293,7 @@ def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
       preprocessors=[
           _to_inputs_targets,
           functools.partial(_tokenize, direction=direction.name),
-          functools.partial(_add_tags, src_lang=src_lang, tgt_lang=tgt_lang),
+          functools.partial(_add_tags, direction=direction),
           seqio.preprocessors.append_eos_after_trim,
           functools.partial(_add_direction,
                             direction=directions.direction_id(src_lang, tgt_lang)),
@@ -285,9 +307,64 @@ def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
 def register_mixture(name: str, corpus: str,
                      corpus_directions: Iterable[tuple[str, str]]) -> str:
   """Registers a temperature-sampled mixture over directions of one corpus."""
-  task_names = [register_direction_task(corpus, src, tgt) for src, tgt in corpus_directions]
-  seqio.MixtureRegistry.add(name, task_names, default_rate=temperature_rate)
+  return register_task_mixture(
+      name, [register_direction_task(corpus, src, tgt) for src, tgt in corpus_directions])
+
+
+def register_task_mixture(name: str, task_names: Sequence[str], *,
+                          overwrite: bool = False) -> str:
+  """Registers a temperature-sampled mixture over registered direction Tasks of any corpora."""
+  if not task_names:
+    raise UserError(f'mixture {name!r}: no tasks')
+  if overwrite and name in seqio.MixtureRegistry.names():
+    seqio.MixtureRegistry.remove(name)
+  seqio.MixtureRegistry.add(name, list(task_names), default_rate=functools.partial(
+      temperature_rate, mixture_tasks=tuple(task_names)))
   return name
+
+
+def member_tasks(member: str) -> list[str]:
+  """The direction Tasks a mixture member names: a registered mixture (its tasks), a Task
+  (`<corpus>_<src>.<tgt>`), or a corpus that records its directions (a launch/clean.py or
+  launch/back_translate.py folder: every direction it holds)."""
+  if member in corpora.registered_corpora() and member not in seqio.MixtureRegistry.names():
+    corpus = corpora.get_corpus(member)
+    if not isinstance(corpus, corpora.PairsCorpus):
+      raise UserError(f'mixture member {member!r}: corpus {member!r} pairs any two of its '
+                      'languages; name its directions as tasks, <corpus>_<src>.<tgt>')
+    return [register_direction_task(member, src, tgt) for src, tgt in corpus.directions()]
+  provider = get_mixture_or_task(member)
+  return [task.name for task in provider.tasks] if isinstance(provider, seqio.Mixture) else [
+      provider.name]
+
+
+@gin.configurable
+def register_from_config(corpora_dirs: Mapping[str, str] | None = None,
+                         mixtures: Mapping[str, Sequence[str]] | None = None) -> None:
+  """Registers the corpus folders and mixtures a run's gin config names.
+
+  `corpora_dirs` maps a corpus name to a folder written by launch/clean.py or
+  launch/back_translate.py; `mixtures` maps a mixture name to its members (see
+  `member_tasks`), e.g. {'ntrex128_bt': ['ntrex128', 'bt_round1']}. Safe to call again:
+  the same names are registered anew.
+  """
+  for name, directory in (corpora_dirs or {}).items():
+    corpora.register_dir(name, os.path.expanduser(directory), overwrite=True)
+  for name, members in (mixtures or {}).items():
+    tasks = list(dict.fromkeys(task for member in members for task in member_tasks(member)))
+    register_task_mixture(name, tasks, overwrite=True)
+
+
+def check_train_examples(mixture_or_task_name: str) -> int:
+  """Training pairs of a mixture or task; a UserError if it has none to sample from."""
+  found = {direction: num_train_pairs(task_name(direction.corpus, direction.src_lang,
+                                                direction.tgt_lang))
+           for direction in mixture_directions(mixture_or_task_name)}
+  if not sum(found.values()):
+    raise UserError(f'MIXTURE_OR_TASK_NAME: {mixture_or_task_name!r} has no training '
+                    'examples (its tasks: ' + ', '.join(
+                        f'{d.corpus} {d.name}' for d in found) + ')')
+  return sum(found.values())
 
 
 def mixture_directions(mixture_or_task_name: str) -> list[Direction]:

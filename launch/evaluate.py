@@ -94,7 +94,10 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
     raise UserError('--tasks: give at least one registered mixture or task name')
   step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
   translator = run_loading.load_translator(args.checkpoint_dir, step, **decoding)
-  for name in names:  # After loading: the run's config.gin may import its own registrations.
+  # After loading: the run's config.gin may import or name its own corpora and mixtures.
+  import data_tasks  # pylint: disable=g-import-not-at-top
+  data_tasks.register_from_config()
+  for name in names:
     _check_task(name)
   options: dict[str, Any] = {'split': args.split}
   if args.max_sentences is not None:

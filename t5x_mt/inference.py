@@ -58,6 +58,10 @@ class Translator:
     self.vocabulary_file = str(vocabulary_file)
     self.tokenizer = spm.SentencePieceProcessor(model_file=self.vocabulary_file)
     self.tag_strategy = tags.check_tag_strategy(tag_strategy)
+    # A model trained on tagged synthetic targets ([y'; <DA>]) may end its output with the
+    # tag; it marks data, never text, so it never reaches a translation.
+    self._synthetic_tag_ids = {self.tokenizer.piece_to_id(tag)
+                               for tag in (tags.BT_TAG, tags.DA_TAG)} - {self.tokenizer.unk_id()}
     self.mesh = mesh
     self.rules = rules if rules is not None else partitioning.logical_axis_rules()
     self.beam_size = beam_size
@@ -81,11 +85,12 @@ class Translator:
     return [self._tag_id(direction_tags.encoder_tag)] + pieces + [vocab.EOS_ID]
 
   def decode_target(self, ids: Sequence[int], has_decoder_tag: bool) -> str:
-    """Text of generated ids: without the forced tag, up to the first EOS."""
+    """Text of generated ids: without the forced tag or synthetic-data tags, up to the
+    first EOS."""
     ids = list(ids[1:] if has_decoder_tag else ids)
     if vocab.EOS_ID in ids:
       ids = ids[:ids.index(vocab.EOS_ID)]
-    return self.tokenizer.decode([i for i in ids if i > 0])
+    return self.tokenizer.decode([i for i in ids if i > 0 and i not in self._synthetic_tag_ids])
 
   def _decode_batch(self, params, encoder_tokens, prefix, *, max_decode_length: int,
                     beam_size: int, alpha: float):

@@ -11,7 +11,9 @@ of the run are then the ones every gin-configurable function sees. Decoding sett
 as arguments (beam size, alpha, batch size) still override the run's.
 """
 
+from collections.abc import Iterator
 from collections.abc import Sequence
+import itertools
 import pathlib
 import sys
 from typing import Any
@@ -142,19 +144,33 @@ def translate_lines(translator: inference.Translator, lines: Sequence[str], src_
   """Translations of one sentence per line, line for line.
 
   Empty (or blank) lines become empty lines without reaching the model, which would
-  otherwise invent a sentence from the tag alone; a newline inside a translation becomes a
-  space, so output line i is always the translation of input line i. The progress bar
-  goes to stderr, away from translations written to stdout.
+  otherwise invent a sentence from the tag alone.
   """
   outputs = [''] * len(lines)
   to_translate = [i for i, line in enumerate(lines) if line.strip()]
-  chunk_size = translator.batch_size * TRANSLATE_CHUNK_BATCHES
-  with tqdm.tqdm(total=len(to_translate), disable=not progress_bar, file=sys.stderr,
-                 desc=f'{src_lang}-{tgt_lang}', unit='sentence', dynamic_ncols=True) as bar:
-    for start in range(0, len(to_translate), chunk_size):
-      chunk = to_translate[start:start + chunk_size]
-      translations = translator.translate([lines[i] for i in chunk], src_lang, tgt_lang)
-      for index, translation in zip(chunk, translations):
-        outputs[index] = ' '.join(translation.splitlines())
-      bar.update(len(chunk))
+  chunks = translation_chunks(translator, [lines[i] for i in to_translate], src_lang,
+                              tgt_lang, progress_bar=progress_bar)
+  for index, translation in zip(to_translate, itertools.chain.from_iterable(chunks)):
+    outputs[index] = translation
   return outputs
+
+
+def translation_chunks(translator: inference.Translator, sentences: Sequence[str],
+                       src_lang: str, tgt_lang: str, *, start: int = 0,
+                       progress_bar: bool = False) -> Iterator[list[str]]:
+  """Translations of sentences[start:], one chunk of consecutive sentences at a time.
+
+  A caller that stores each chunk as it comes (launch/back_translate.py) loses at most
+  one chunk to a kill. A newline inside a translation becomes a space, so a translation
+  is always one line. The progress bar (stderr, away from translations on stdout) counts
+  from `start`.
+  """
+  chunk_size = translator.batch_size * TRANSLATE_CHUNK_BATCHES
+  with tqdm.tqdm(total=len(sentences), initial=start, disable=not progress_bar,
+                 file=sys.stderr, desc=f'{src_lang}-{tgt_lang}', unit='sentence',
+                 dynamic_ncols=True) as bar:
+    for chunk_start in range(start, len(sentences), chunk_size):
+      chunk = sentences[chunk_start:chunk_start + chunk_size]
+      translations = translator.translate(chunk, src_lang, tgt_lang)
+      yield [' '.join(translation.splitlines()) for translation in translations]
+      bar.update(len(chunk))

@@ -165,7 +165,8 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
   """
   run_dir = pathlib.Path(model_dir)
   checkpoints.check_writable(model_dir)
-  data_tasks.get_mixture_or_task(mixture_or_task_name)
+  data_tasks.register_from_config()
+  data_tasks.check_train_examples(mixture_or_task_name)
   files.write_text_atomically(run_dir / CONFIG_FILE, gin.config_str())
   ensure_vocabulary(mixture_or_task_name, run_dir)
 

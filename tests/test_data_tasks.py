@@ -2,6 +2,7 @@
 t5x_mt.data.input_pipeline, which turns a registered mixture into packed batches."""
 
 import collections
+import json
 
 import gin
 import numpy as np
@@ -122,6 +123,58 @@ def test_nonpositive_temperature_names_the_gin_parameter():
   mixture = seqio.get_mixture_or_task(MIXTURE)
   with pytest.raises(UserError, match=r'temperature_rate\.temperature: must be > 0'):
     mixture.get_rate(mixture.tasks[0])
+
+
+SYNTHETIC = 'test_data_tasks_bt'
+# 60 back-translated eng-hau pairs beside the 20 genuine ones, and a direction only they have.
+BT_PAIRS = {('eng_Latn', 'hau_Latn'): [(f'synthetic {i}', f'rahoto {i}') for i in range(60)],
+            ('eng_Latn', 'zul_Latn'): [(f'synthetic {i}', f'umbiko {i}') for i in range(5)]}
+
+
+def _register_synthetic(tmp_path) -> None:
+  """SYNTHETIC as a launch/back_translate.py folder, and a mixture of it with MIXTURE."""
+  manifest = {'directions': {}}
+  for (src, tgt), pairs in BT_PAIRS.items():
+    for side, lang in enumerate((src, tgt)):
+      (tmp_path / f'{src}-{tgt}.{lang}').write_text(
+          ''.join(pair[side] + '\n' for pair in pairs), encoding='utf-8')
+    manifest['directions'][f'{src}-{tgt}'] = {'synthetic_lang': src, 'tag': 'bt'}
+  (tmp_path / 'synthetic.json').write_text(json.dumps(manifest), encoding='utf-8')
+  gin.bind_parameter('register_from_config.corpora_dirs', {SYNTHETIC: str(tmp_path)})
+  gin.bind_parameter('register_from_config.mixtures',
+                     {'test_data_tasks_with_bt': [MIXTURE, SYNTHETIC]})
+  data_tasks.register_from_config()
+
+
+def test_mixture_over_corpora_shares_each_direction_rate_by_size(tmp_path):
+  _register_synthetic(tmp_path)
+  mixture = seqio.get_mixture_or_task('test_data_tasks_with_bt')
+  assert len(mixture.tasks) == 5
+  rates = {task.name: mixture.get_rate(task) for task in mixture.tasks}
+  # eng-hau has 20 genuine + 60 synthetic pairs: 80^(1/5) = 2.4022, split 1:3.
+  assert rates[f'{CORPUS}_eng_Latn.hau_Latn'] == pytest.approx(80 ** 0.2 * 20 / 80)
+  assert rates[f'{SYNTHETIC}_eng_Latn.hau_Latn'] == pytest.approx(80 ** 0.2 * 60 / 80)
+  # Directions from one corpus keep |D|^(1/5).
+  assert rates[f'{CORPUS}_eng_Latn.fra_Latn'] == pytest.approx(100 ** 0.2)
+  assert rates[f'{SYNTHETIC}_eng_Latn.zul_Latn'] == pytest.approx(5 ** 0.2)
+  assert data_tasks.check_train_examples('test_data_tasks_with_bt') == 100 + 20 + 4 + 60 + 5
+
+
+def test_mixture_member_must_name_a_mixture_task_or_directed_corpus():
+  gin.bind_parameter('register_from_config.mixtures', {'test_bad_members': [CORPUS]})
+  with pytest.raises(UserError, match=f"mixture member '{CORPUS}': corpus '{CORPUS}' pairs "
+                     'any two of its languages'):
+    data_tasks.register_from_config()
+
+
+def test_mixture_over_zero_examples_is_refused():
+  name = 'test_data_tasks_empty'
+  corpora.register_corpus(name, lambda: corpora.PairsCorpus(
+      name, 'train', {('eng_Latn', 'hau_Latn'): []}), overwrite=True)
+  data_tasks.register_task_mixture(
+      name, [data_tasks.register_direction_task(name, 'eng_Latn', 'hau_Latn')], overwrite=True)
+  with pytest.raises(UserError, match=f"'{name}' has no training examples .*eng_Latn-hau_Latn"):
+    data_tasks.check_train_examples(name)
 
 
 # input_pipeline: from the mixture to packed batches.

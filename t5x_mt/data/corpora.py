@@ -7,6 +7,7 @@ files, a TSV). Registration is lazy: a factory runs on the first `get_corpus`, s
 this module never reads a file and never fails where `../shared/data` is absent.
 """
 
+import json
 import logging
 import os
 import re
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
 from t5x_mt.data import readers
+from t5x_mt.data import tags
 from t5x_mt.errors import UserError
 from t5x_mt.languages import check_language
 
@@ -251,6 +253,85 @@ def register_clean_dir(name: str, directory: str | os.PathLike[str], *, split: s
   register_corpus(name, lambda: clean_dir_corpus(name, directory, split), overwrite=overwrite)
 
 
+SYNTHETIC_MANIFEST = 'synthetic.json'
+
+
+class SyntheticCorpus(PairsCorpus):
+  """Machine-translated pairs (`launch/back_translate.py` output): one language of each
+  direction is synthetic, and the pairs carry that direction's tag scheme."""
+
+  def __init__(self, name: str, split: str,
+               pairs_by_direction: Mapping[tuple[str, str], Sequence[tuple[str, str]]],
+               synthetic: Mapping[tuple[str, str], tuple[str, str]]):
+    """`synthetic` maps each direction to (its synthetic language, its tag scheme)."""
+    super().__init__(name, split, pairs_by_direction)
+    self._synthetic = dict(synthetic)
+
+  def synthetic_tags(self, src: str, tgt: str) -> tags.SyntheticTags:
+    """The synthetic-data tags of `src` -> `tgt` pairs (either recorded direction)."""
+    synthetic_lang, scheme = self._synthetic.get((src, tgt)) or self._synthetic[(tgt, src)]
+    side = 'source' if synthetic_lang == src else 'target'
+    return tags.synthetic_tags(scheme, side)
+
+
+def _read_manifest(path: Path) -> dict:
+  try:
+    manifest = json.loads(path.read_text(encoding='utf-8'))
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise UserError(f'{path}: cannot read the synthetic-corpus manifest ({e})') from None
+  if not isinstance(manifest, dict) or not isinstance(manifest.get('directions'), dict):
+    raise UserError(f'{path}: not a synthetic-corpus manifest (no "directions" object)')
+  return manifest
+
+
+def synthetic_dir_corpus(name: str, directory: str | os.PathLike[str],
+                         split: str = 'train') -> SyntheticCorpus:
+  """The corpus `launch/back_translate.py` wrote into `directory`: the pair files of
+  `clean_dir_corpus` and a `synthetic.json` naming each direction's synthetic side and tags."""
+  directory = readers.require_dir(directory)
+  manifest_path = directory / SYNTHETIC_MANIFEST
+  manifest = _read_manifest(manifest_path)
+  pairs, synthetic = {}, {}
+  for direction, entry in manifest['directions'].items():
+    src, _, tgt = direction.partition('-')
+    where = f'{manifest_path}: direction {direction!r}'
+    check_language(src, where)
+    check_language(tgt, where)
+    if entry.get('synthetic_lang') not in (src, tgt):
+      raise UserError(f'{where}: synthetic_lang must be {src} or {tgt}')
+    scheme = tags.check_synthetic_tag_scheme(entry.get('tag'), f'{where}: tag')
+    pairs[(src, tgt)] = readers.read_parallel_files(directory / f'{direction}.{src}',
+                                                    directory / f'{direction}.{tgt}')
+    synthetic[(src, tgt)] = (entry['synthetic_lang'], scheme)
+  if not pairs:
+    raise UserError(f'{manifest_path}: lists no directions')
+  return SyntheticCorpus(name, split, pairs, synthetic)
+
+
+def register_synthetic_dir(name: str, directory: str | os.PathLike[str], *,
+                           split: str = 'train', overwrite: bool = False) -> None:
+  """Registers a `launch/back_translate.py` output folder as split `split` of `name`."""
+  register_corpus(name, lambda: synthetic_dir_corpus(name, directory, split),
+                  overwrite=overwrite)
+
+
+def register_dir(name: str, directory: str | os.PathLike[str], *, overwrite: bool = False
+                 ) -> None:
+  """Registers a folder written by launch/back_translate.py (it holds synthetic.json) or
+  by launch/clean.py as training corpus `name`."""
+  if (Path(directory) / SYNTHETIC_MANIFEST).is_file():
+    register_synthetic_dir(name, directory, overwrite=overwrite)
+  else:
+    register_clean_dir(name, directory, overwrite=overwrite)
+
+
+def synthetic_tags(corpus: Corpus, src: str, tgt: str) -> tags.SyntheticTags:
+  """The synthetic-data tags of a direction of any corpus (none for genuine corpora)."""
+  if isinstance(corpus, SyntheticCorpus):
+    return corpus.synthetic_tags(src, tgt)
+  return tags.SyntheticTags()
+
+
 def flores200_corpus(directory: str | os.PathLike[str]) -> MultiwayCorpus:
   """FLORES-200 dev as split 'validation' (devtest stays out: it is the held-out test)."""
   rows = readers.read_multiway(readers.flores_files(directory, '.dev'))
@@ -318,6 +399,33 @@ def salt_corpus(directory: str | os.PathLike[str]) -> MultiwayCorpus:
   return MultiwayCorpus('salt', rows)
 
 
+# Tatoeba Translation Challenge file codes (ISO 639-3; 'swa' is the Swahili macrolanguage).
+TATOEBA_TO_FLORES = {
+    'afr': 'afr_Latn', 'amh': 'amh_Ethi', 'deu': 'deu_Latn', 'eng': 'eng_Latn',
+    'fra': 'fra_Latn', 'jpn': 'jpn_Jpan', 'swa': 'swh_Latn', 'xho': 'xho_Latn',
+}
+
+
+def tatoeba_corpus(directory: str | os.PathLike[str]) -> PairsCorpus:
+  """Tatoeba challenge pairs as split 'train': a folder `<a>-<b>` per pair holding
+  `tatoeba-test-<version>.<a>` and `.<b>`. Short everyday sentences (the challenge's test
+  sets, so never report scores on them as Tatoeba-challenge results)."""
+  directory = readers.require_dir(directory)
+  pairs = {}
+  for folder in sorted(p for p in directory.iterdir() if p.is_dir()):
+    codes = folder.name.split('-')
+    if len(codes) != 2 or not all(code in TATOEBA_TO_FLORES for code in codes):
+      continue
+    found = [sorted(folder.glob(f'tatoeba-test-*.{code}')) for code in codes]
+    if not all(found):
+      raise UserError(f'{folder}: no tatoeba-test-<version>.{codes[0]} and .{codes[1]} files')
+    pairs[tuple(TATOEBA_TO_FLORES[code] for code in codes)] = readers.read_parallel_files(
+        found[0][-1], found[1][-1])
+  if not pairs:
+    raise UserError(f'{directory}: no <a>-<b> pair folders of known languages')
+  return PairsCorpus('tatoeba', 'train', pairs)
+
+
 def _cldr() -> Corpus:
   from t5x_mt.data import cldr  # pylint: disable=g-import-not-at-top  (cldr imports this)
   return cldr.cldr_corpus()
@@ -328,3 +436,4 @@ register_corpus('flores200', lambda: flores200_corpus(_shared_folder('flores200/
 register_corpus('ntrex128', lambda: ntrex128_corpus(_shared_folder('ntrex128')))
 register_corpus('gettext_l10n', lambda: gettext_l10n_corpus(_shared_folder('gettext_l10n')))
 register_corpus('salt', lambda: salt_corpus(_shared_folder('salt')))
+register_corpus('tatoeba', lambda: tatoeba_corpus(_shared_folder('tatoeba')))

@@ -10,6 +10,13 @@ names three placements; this module is the one place that knows them, so trainin
 
 When the decoder carries a tag, it is the first target token: the model learns to predict
 it during training and inference forces it as the first decoded token.
+
+Synthetic pairs (back- or forward-translations) may carry one more tag that tells the model
+the pair is synthetic (METHODS.md section 4):
+
+  bt   (Caswell et al.)  encoder: <lang tag> <BT> x'   the source, whichever side is synthetic
+  da   (Tencent)         the synthetic side ends in <DA>: [x'; <DA>] -> y  or  x -> [y'; <DA>]
+  none                   untagged synthetic data
 """
 
 import dataclasses
@@ -51,6 +58,43 @@ def tags_for(strategy: str, src_lang: str, tgt_lang: str) -> Tags:
   return Tags(encoder_tag=target_tag, decoder_tag=target_tag)
 
 
+SYNTHETIC_TAG_SCHEMES = ('bt', 'da', 'none')
+BT_TAG = '<BT>'
+DA_TAG = '<DA>'
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticTags:
+  """Tags a synthetic pair adds: after the language tag before the source, after the
+  source (before EOS), after the target (before EOS)."""
+  source_prefix: str | None = None
+  source_suffix: str | None = None
+  target_suffix: str | None = None
+
+
+def check_synthetic_tag_scheme(scheme: str, where: str) -> str:
+  """Returns `scheme` if known, else raises a UserError naming `where`."""
+  if scheme not in SYNTHETIC_TAG_SCHEMES:
+    raise UserError(f'{where}: unknown synthetic-data tag scheme {scheme!r}; choose one of '
+                    f'{", ".join(SYNTHETIC_TAG_SCHEMES)}')
+  return scheme
+
+
+def synthetic_tags(scheme: str, synthetic_side: str) -> SyntheticTags:
+  """The tags `scheme` puts on a pair whose `synthetic_side` ('source' or 'target') is
+  machine translated."""
+  check_synthetic_tag_scheme(scheme, 'synthetic_tags')
+  if synthetic_side not in ('source', 'target'):
+    raise ValueError(f'synthetic_side must be source or target, got {synthetic_side!r}')
+  if scheme == 'bt':
+    return SyntheticTags(source_prefix=BT_TAG)
+  if scheme == 'da':
+    if synthetic_side == 'source':
+      return SyntheticTags(source_suffix=DA_TAG)
+    return SyntheticTags(target_suffix=DA_TAG)
+  return SyntheticTags()
+
+
 def special_symbols(num_spare: int = 32) -> list[str]:
   """Every user-defined symbol a vocabulary must hold as one piece.
 
@@ -58,7 +102,7 @@ def special_symbols(num_spare: int = 32) -> list[str]:
   for its tag), `<BT>` and `<DA>` for tagged synthetic data, and spare `TBD<i>` tokens.
   """
   tags = [languages.language_tag(code) for code in languages.FLORES200_CODES]
-  return tags + ['<BT>', '<DA>'] + [f'TBD{i}' for i in range(num_spare)]
+  return tags + [BT_TAG, DA_TAG] + [f'TBD{i}' for i in range(num_spare)]
 
 
 def tag_piece_id(tokenizer: Any, tag: str, vocabulary_file: str) -> int:

@@ -102,3 +102,51 @@ def test_special_symbols_hold_every_language_tag_then_bt_da_and_spares():
   assert symbols[204:208] == ['<BT>', '<DA>', 'TBD0', 'TBD1']
   assert symbols[-1] == 'TBD31'
   assert tags.special_symbols(num_spare=2)[-2:] == ['TBD0', 'TBD1']
+
+
+BT_TAG_ID, DA_TAG_ID = 207, 208  # special_symbols()[204:206], after pad, eos and unk.
+
+
+def _synthetic_example(scheme: str, src_lang: str, tgt_lang: str) -> dict:
+  """The first s_enc_t_dec example of a back-translated eng->hau corpus (eng synthetic)."""
+  name = f'test_tags_synthetic_{scheme}'
+  pairs = [(row['eng_Latn'], row['hau_Latn']) for row in ROWS]
+  corpora.register_corpus(name, lambda: corpora.SyntheticCorpus(
+      name, 'train', {('eng_Latn', 'hau_Latn'): pairs},
+      {('eng_Latn', 'hau_Latn'): ('eng_Latn', scheme)}), overwrite=True)
+  task = data_tasks.register_direction_task(name, src_lang, tgt_lang)
+  gin.bind_parameter('tag_strategy.strategy', 's_enc_t_dec')
+  dataset = seqio.get_mixture_or_task(task).get_dataset(sequence_length=LENGTHS, split='train',
+                                                        shuffle=False)
+  return next(dataset.as_numpy_iterator())
+
+
+@pytest.mark.parametrize('scheme, src_lang, tgt_lang, inputs, targets', [
+    # Caswell: <BT> after the language tag, before the (synthetic) source.
+    ('bt', 'eng_Latn', 'hau_Latn', [ENG_TAG_ID, BT_TAG_ID, 'eng', 1], [HAU_TAG_ID, 'hau', 1]),
+    # Tencent: the synthetic side ends in <DA>, source [x'; <DA>] or target [y'; <DA>].
+    ('da', 'eng_Latn', 'hau_Latn', [ENG_TAG_ID, 'eng', DA_TAG_ID, 1], [HAU_TAG_ID, 'hau', 1]),
+    ('da', 'hau_Latn', 'eng_Latn', [HAU_TAG_ID, 'hau', 1], [ENG_TAG_ID, 'eng', DA_TAG_ID, 1]),
+    # Reversed, the pair is still synthetic: <BT> still marks the source.
+    ('bt', 'hau_Latn', 'eng_Latn', [HAU_TAG_ID, BT_TAG_ID, 'hau', 1], [ENG_TAG_ID, 'eng', 1]),
+    ('none', 'eng_Latn', 'hau_Latn', [ENG_TAG_ID, 'eng', 1], [HAU_TAG_ID, 'hau', 1]),
+])
+def test_synthetic_pairs_carry_their_scheme_tags(model_path, scheme, src_lang, tgt_lang,
+                                                 inputs, targets):
+  processor = spm.SentencePieceProcessor(model_file=model_path)
+  assert processor.piece_to_id('<BT>') == BT_TAG_ID and processor.piece_to_id('<DA>') == DA_TAG_ID
+  text = {'eng': processor.encode(ROWS[0]['eng_Latn']),
+          'hau': processor.encode(ROWS[0]['hau_Latn'])}
+
+  def expand(ids):
+    return [i for item in ids for i in (text[item] if isinstance(item, str) else [item])]
+
+  example = _synthetic_example(scheme, src_lang, tgt_lang)
+  assert example['inputs'].tolist() == expand(inputs)
+  assert example['targets'].tolist() == expand(targets)
+
+
+def test_unknown_synthetic_scheme_is_named():
+  with pytest.raises(UserError, match=r"--tag: unknown synthetic-data tag scheme 'caswell'; "
+                     'choose one of bt, da, none'):
+    tags.check_synthetic_tag_scheme('caswell', '--tag')
