@@ -34,6 +34,7 @@ from t5x_mt.data import cldr
 from t5x_mt.data import corpora
 from t5x_mt.data import directions
 from t5x_mt.data import tags
+from t5x_mt.data import wmt22
 from t5x_mt.errors import UserError
 
 DEFAULT_VOCABULARY_PATH = os.path.join(
@@ -87,8 +88,16 @@ def tag_strategy(strategy: str = tags.DEFAULT_TAG_STRATEGY) -> str:
   return tags.check_tag_strategy(strategy, 'tag_strategy.strategy')
 
 
+DEFAULT_TEMPERATURE = 5.0
+
+
+def sampling_temperature() -> float:
+  """The tau `temperature_rate` samples with under the current gin config."""
+  return gin.get_bindings(temperature_rate).get('temperature', DEFAULT_TEMPERATURE)
+
+
 @gin.configurable
-def temperature_rate(task: seqio.Task, temperature: float = 5.0,
+def temperature_rate(task: seqio.Task, temperature: float = DEFAULT_TEMPERATURE,
                      mixture_tasks: Sequence[str] = ()) -> float:
   """Mixing rate of a task: p_i = |D_i|^(1/tau) / sum_j |D_j|^(1/tau) (METHODS.md 5).
 
@@ -378,8 +387,64 @@ _TASK_NAME = re.compile(r'^(?P<corpus>\w+?)_(?P<src>[a-z]{3}_[A-Z][a-z]{3})'
                         r'\.(?P<tgt>[a-z]{3}_[A-Z][a-z]{3})$')
 
 
+@gin.configurable
+def wmt22_corpora(names: Sequence[str] = ('ntrex128', 'salt', 'tatoeba'),
+                  synthetic: Sequence[str] = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
+  """The corpora the WMT22 mixtures draw bitext from, and the synthetic corpora that
+  wmt22_large adds (launch/back_translate.py folders named in register_from_config)."""
+  return tuple(names), tuple(synthetic)
+
+
+def wmt22_mixture_names() -> tuple[str, ...]:
+  """wmt22_base, wmt22_large, wmt22_eval, wmt22_eval_english, wmt22_<pair group> and
+  wmt22_lfg<1..5>, registered on first use over `wmt22_corpora`."""
+  return (('wmt22_base', 'wmt22_large', 'wmt22_eval', 'wmt22_eval_english')
+          + tuple(f'wmt22_{group.lower()}' for group in wmt22.pair_groups())
+          + tuple(f'wmt22_lfg{group}' for group in wmt22.FAMILY_GROUPS))
+
+
+def _wmt22_candidates(name: str) -> tuple[tuple[str, str], ...]:
+  """The directions a WMT22 mixture may hold (those with data make it)."""
+  groups = {f'wmt22_{group.lower()}': d for group, d in wmt22.pair_groups().items()}
+  if name in groups:
+    return groups[name]
+  if name == 'wmt22_eval':
+    return wmt22.evaluated_directions()
+  if name == 'wmt22_eval_english':
+    return tuple(dict.fromkeys(wmt22.evaluated_directions() + wmt22.english_centric()))
+  if name.startswith('wmt22_lfg'):
+    return wmt22.family_directions(int(name.removeprefix('wmt22_lfg')),
+                                   wmt22.all_directions())
+  return wmt22.all_directions()  # wmt22_base, wmt22_large.
+
+
+def _has_train_pairs(corpus_name: str, src_lang: str, tgt_lang: str) -> bool:
+  corpus = corpora.get_corpus(corpus_name)
+  if 'train' not in corpus.splits() or not {src_lang, tgt_lang} <= set(corpus.languages()):
+    return False
+  try:
+    return bool(corpus.pairs('train', src_lang, tgt_lang))
+  except UserError:  # A pairs corpus that holds both languages, but not together.
+    return False
+
+
+def register_wmt22_mixture(name: str) -> str:
+  """Registers one of `wmt22_mixture_names()`: a task per candidate direction and corpus
+  with training pairs; a UserError if none has any."""
+  names, synthetic = wmt22_corpora()
+  sources = names + (synthetic if name == 'wmt22_large' else ())
+  candidates = _wmt22_candidates(name)
+  tasks = [register_direction_task(corpus, src, tgt) for src, tgt in candidates
+           for corpus in sources if _has_train_pairs(corpus, src, tgt)]
+  if not tasks:
+    raise UserError(f'{name}: none of its {len(candidates)} directions has training pairs in '
+                    f'{", ".join(sources)} (choose corpora with wmt22_corpora.names)')
+  return register_task_mixture(name, tasks, overwrite=True)
+
+
 def get_mixture_or_task(name: str) -> seqio.Task | seqio.Mixture:
-  """seqio's lookup; `<corpus>_<src>.<tgt>` of any registered corpus is registered on demand.
+  """seqio's lookup; `<corpus>_<src>.<tgt>` of any registered corpus and the WMT22 mixtures
+  are registered on demand.
 
   Unknown names raise a UserError naming the registered choices.
   """
@@ -387,11 +452,14 @@ def get_mixture_or_task(name: str) -> seqio.Task | seqio.Mixture:
   if (name not in seqio.TaskRegistry.names() and match
       and match['corpus'] in corpora.registered_corpora()):
     register_direction_task(match['corpus'], match['src'], match['tgt'])
+  if name not in seqio.MixtureRegistry.names() and name in wmt22_mixture_names():
+    register_wmt22_mixture(name)
   try:
     return seqio.get_mixture_or_task(name)
   except ValueError:
     raise UserError(f'MIXTURE_OR_TASK_NAME: unknown mixture or task {name!r}; registered '
-                    f'mixtures: {", ".join(sorted(seqio.MixtureRegistry.names()))} (and one '
+                    f'mixtures: {", ".join(sorted(seqio.MixtureRegistry.names()))}, '
+                    f'{", ".join(wmt22_mixture_names())} (and one '
                     'task per direction of each registered corpus, <corpus>_<src>.<tgt>, '
                     f'corpora: {", ".join(corpora.registered_corpora())})') from None
 
