@@ -116,14 +116,17 @@ def evaluate_directions(translator: inference.Translator, mixture_or_task_name: 
                         spm_model_path: str | None = None) -> dict[str, Any]:
   """Translates each direction's `split` and scores it (the eval/step_<N>.json summary).
 
-  By default each direction is evaluated on its training corpus's `split`; `corpus`
-  evaluates the same directions on another registered corpus (e.g. train on NTREX-128,
-  validate on FLORES-200 dev).
+  By default each direction is evaluated on the `split` of the first of its training
+  corpora that has one (back-translations have none); `corpus` evaluates the same
+  directions on another registered corpus (e.g. train on NTREX-128, validate on
+  FLORES-200 dev). A direction several corpora train is evaluated once.
   """
   scores = {}
   for direction in data_tasks.mixture_directions(mixture_or_task_name):
-    pairs = corpora.get_corpus(corpus or direction.corpus).pairs(
-        split, direction.src_lang, direction.tgt_lang)[:max_sentences]
+    source = corpora.get_corpus(corpus or direction.corpus)
+    if direction.name in scores or (corpus is None and split not in source.splits()):
+      continue
+    pairs = source.pairs(split, direction.src_lang, direction.tgt_lang)[:max_sentences]
     if not pairs:
       continue
     sources, references = zip(*pairs)

@@ -220,3 +220,21 @@ def test_command_refuses_an_empty_monolingual_line_and_writes_nothing(trained_ru
   assert error_lines(err) == [f'error: {mono}:2: empty line (monolingual files hold one '
                               'sentence per line)']
   assert not (tmp_path / 'bt').exists()
+
+
+def test_direction_trained_on_genuine_and_synthetic_pairs_is_evaluated_once(trained_run):
+  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
+  translator = run_loading.load_translator(str(trained_run), beam_size=1, batch_size=4)
+  name = 'test_bt_eval'
+  corpora.register_corpus(name, lambda: corpora.SyntheticCorpus(
+      name, 'train', {('eng_Latn', 'hau_Latn'): [('Monday', 'Litinin')]},
+      {('eng_Latn', 'hau_Latn'): ('eng_Latn', 'bt')}), overwrite=True)
+  gin.bind_parameter('register_from_config.mixtures',
+                     {name: ['cldr_eng_Latn.hau_Latn', name]})
+  data_tasks.register_from_config()
+  assert len(data_tasks.mixture_directions(name)) == 2
+  both = train_loop.evaluate_directions(translator, name, 4, max_sentences=4)
+  genuine = train_loop.evaluate_directions(translator, 'cldr_eng_Latn.hau_Latn', 4,
+                                           max_sentences=4)
+  assert list(both['directions']) == ['eng_Latn-hau_Latn']
+  assert both['directions'] == genuine['directions']
