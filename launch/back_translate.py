@@ -18,7 +18,6 @@ same flags continues where it stopped; no sentence is lost or translated twice.
 """
 
 import argparse
-import json
 
 from t5x_mt import cli
 from t5x_mt import languages
@@ -63,27 +62,15 @@ def main(argv: list[str]) -> int:
   import data_tasks  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import monolingual  # pylint: disable=g-import-not-at-top
-  step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
-  translator = run_loading.load_translator(args.checkpoint_dir, step, **decoding)
+  run_loading.load_run_config(args.checkpoint_dir)
   data_tasks.register_from_config()  # --from_corpus may name the run's own corpora.
   sentences = monolingual.gather(job.lang, args.monolingual, args.from_corpus, args.split)
   sentences = sentences[:args.max_sentences]
   print(f'{len(sentences)} distinct {job.lang} sentences; writing {job.direction} pairs '
         f'({job.other_lang} synthetic, tag {job.tag}) into {args.output}', flush=True)
-
-  def translate_chunks(lines, start):
-    return run_loading.translation_chunks(translator, lines, job.lang, job.other_lang,
-                                          start=start, progress_bar=True)
-
-  provenance = {'checkpoint_dir': str(args.checkpoint_dir), 'step': step,
-                'decoding': decoding}
-  summary = back_translation.translate_into_corpus(translate_chunks, job, sentences,
-                                                   args.output, provenance)
-  print(json.dumps({
-      'direction': summary.direction, 'translated_now': summary.translated_now,
-      'resumed_from': summary.resumed_from, 'pairs_written': summary.pairs_written,
-      'seconds': round(summary.seconds, 2),
-      'sentences_per_second': round(summary.sentences_per_second, 2)}), flush=True)
+  teacher = back_translation.Teacher.load(args.checkpoint_dir, args.step, decoding)
+  summary = teacher.make_corpus(job, sentences, args.output)
+  print(back_translation.summary_line(summary), flush=True)
   return 0
 
 

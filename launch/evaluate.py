@@ -5,6 +5,10 @@ One direction from two line-aligned files prints one JSON object {bleu, chrf, sp
   python launch/evaluate.py --checkpoint_dir=/tmp/t5x_mt/demo --src_lang=eng_Latn \
       --tgt_lang=hau_Latn --src_file=dev.eng --ref_file=dev.hau [--spm_model=flores200.model]
 
+--family_models=1=DIR,2=DIR,... (instead of --checkpoint_dir) translates each direction
+with the run of its target's language family group (scores are printed and written to
+--output_json only).
+
 Registered mixtures or tasks (data_tasks) evaluate every direction's --split into
 MODEL_DIR/eval/step_<N>.json (other splits: MODEL_DIR/<split>/eval/step_<N>.json, as
 training writes 'test') and print the per-direction and per-category table:
@@ -31,7 +35,7 @@ SINGLE_DIRECTION_FLAGS = ('src_lang', 'tgt_lang', 'src_file', 'ref_file')
 def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  cli.add_decoding_flags(parser)
+  cli.add_decoding_flags(parser, family_models=True)
   parser.add_argument('--src_lang', help='FLORES-200 code of --src_file, e.g. eng_Latn')
   parser.add_argument('--tgt_lang', help='FLORES-200 code of --ref_file, e.g. hau_Latn')
   parser.add_argument('--src_file', help='source sentences, one per line')
@@ -70,7 +74,8 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   if len(sources) != len(references):
     raise UserError(f'{args.src_file} has {len(sources)} lines but {args.ref_file} has '
                     f'{len(references)}: --src_file and --ref_file must be line-aligned')
-  translator = run_loading.load_translator(args.checkpoint_dir, args.step, **decoding)
+  translator = run_loading.load_model(args.checkpoint_dir, args.family_models, args.step,
+                                      decoding)
   hypotheses = run_loading.translate_lines(translator, sources, args.src_lang, args.tgt_lang,
                                            progress_bar=True)
   return evaluation.score_direction(hypotheses, references, spm_model_path=args.spm_model)
@@ -92,13 +97,18 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   names = [name.strip() for name in args.tasks.split(',') if name.strip()]
   if not names:
     raise UserError('--tasks: give at least one registered mixture or task name')
-  step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
-  translator = run_loading.load_translator(args.checkpoint_dir, step, **decoding)
+  step = None
+  if args.checkpoint_dir is not None:
+    step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
+  translator = run_loading.load_model(args.checkpoint_dir, args.family_models, step, decoding)
   # After loading: the run's config.gin may import or name its own corpora and mixtures.
   import data_tasks  # pylint: disable=g-import-not-at-top
   data_tasks.register_from_config()
   for name in names:
     _check_task(name)
+    if args.family_models is not None:  # A missing group fails before any translation.
+      for direction in data_tasks.mixture_directions(name):
+        translator.model_for(direction.tgt_lang)
   options: dict[str, Any] = {'split': args.split}
   if args.max_sentences is not None:
     options['max_sentences'] = args.max_sentences
@@ -110,9 +120,10 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
     direction_scores.update(summary['directions'])
   summary = evaluation.summarize(step, direction_scores)
   summary['split'] = args.split
-  model_dir = pathlib.Path(args.checkpoint_dir)
-  evaluation.write_eval_json(model_dir if args.split == 'validation' else model_dir / args.split,
-                             summary)
+  if args.checkpoint_dir is not None:  # Family models' scores belong to no one run.
+    model_dir = pathlib.Path(args.checkpoint_dir)
+    evaluation.write_eval_json(
+        model_dir if args.split == 'validation' else model_dir / args.split, summary)
   return summary
 
 

@@ -3,9 +3,11 @@
   python launch/translate.py --checkpoint_dir=/tmp/t5x_mt/demo \
       --src_lang=eng_Latn --tgt_lang=hau_Latn [--input=F] [--output=F] [--step=N]
 
-Reads stdin and writes stdout unless --input/--output are given. Output line i is the
-translation of input line i; empty lines stay empty. The model, vocabulary and tag
-strategy come from the run's MODEL_DIR; the decoding flags override its config.gin.
+--family_models=1=DIR,2=DIR,... instead of --checkpoint_dir translates with the run of the
+target's language family group (swh: group 3). Reads stdin and writes stdout unless
+--input/--output are given. Output line i is the translation of input line i; empty lines
+stay empty. The model, vocabulary and tag strategy come from the run's MODEL_DIR; the
+decoding flags override its config.gin.
 """
 
 import argparse
@@ -20,7 +22,7 @@ STDIN = '/dev/stdin'
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  cli.add_decoding_flags(parser)
+  cli.add_decoding_flags(parser, family_models=True)
   parser.add_argument('--src_lang', required=True, help='FLORES-200 code, e.g. eng_Latn')
   parser.add_argument('--tgt_lang', required=True, help='FLORES-200 code, e.g. hau_Latn')
   parser.add_argument('--input', default=None, help='text file (default: stdin)')
@@ -33,7 +35,8 @@ def main(argv: list[str]) -> int:
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import readers  # pylint: disable=g-import-not-at-top
   lines = readers.read_lines(args.input or STDIN)
-  translator = run_loading.load_translator(args.checkpoint_dir, args.step, **overrides)
+  translator = run_loading.load_model(args.checkpoint_dir, args.family_models, args.step,
+                                      overrides)
   translations = run_loading.translate_lines(translator, lines, src_lang, tgt_lang,
                                              progress_bar=args.input is not None)
   text = ''.join(line + '\n' for line in translations)

@@ -216,3 +216,37 @@ def translate_into_corpus(
   with contextlib.suppress(OSError):
     partial_dir.parent.rmdir()  # Gone once no direction is unfinished.
   return Summary(job.direction, len(sentences) - resumed_from, resumed_from, pairs, seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class Teacher:
+  """A trained run's translator and what identifies its output (checkpoint, step, flags)."""
+  translator: Any
+  provenance: dict[str, Any]
+
+  @classmethod
+  def load(cls, checkpoint_dir: str, step: int | None, decoding: dict[str, Any]) -> 'Teacher':
+    from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top  (loads JAX and TF)
+    step = run_loading.checkpoint_step(checkpoint_dir, step)
+    return cls(run_loading.load_translator(checkpoint_dir, step, **decoding),
+               {'checkpoint_dir': str(checkpoint_dir), 'step': step, 'decoding': decoding})
+
+  def make_corpus(self, job: Job, sentences: Sequence[str], output_dir: str,
+                  progress_bar: bool = True) -> Summary:
+    """`translate_into_corpus` with this model, in chunks, with a progress bar."""
+    from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+
+    def translate_chunks(lines, start):
+      return run_loading.translation_chunks(self.translator, lines, job.lang, job.other_lang,
+                                            start=start, progress_bar=progress_bar)
+
+    return translate_into_corpus(translate_chunks, job, sentences, output_dir, self.provenance)
+
+
+def summary_line(summary: Summary) -> str:
+  """The JSON line the commands print last."""
+  return json.dumps({
+      'direction': summary.direction, 'translated_now': summary.translated_now,
+      'resumed_from': summary.resumed_from, 'pairs_written': summary.pairs_written,
+      'seconds': round(summary.seconds, 2),
+      'sentences_per_second': round(summary.sentences_per_second, 2)})

@@ -115,6 +115,31 @@ class RunCheckpoints:
         params=ocp.args.StandardRestore(_abstract(target_params))))
     return restored['params']
 
+  def save_params(self, step: int, params: Any) -> None:
+    """Saves parameters alone at `step`: a checkpoint to translate, evaluate or fine-tune
+    from (an averaged one has no optimizer state of its own)."""
+    self._manager.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(params)))
+
+  def average_params(self, steps: list[int], target_params: Any) -> Any:
+    """The mean of the parameters saved at `steps`, shaped and sharded like `target_params`.
+
+    Checkpoints are read one at a time into a running mean, so memory holds two models
+    whatever the number of steps. All must have the model's shapes (UserError otherwise,
+    e.g. across a vocabulary growth).
+    """
+    mean = None
+    for count, step in enumerate(steps, start=1):
+      if self.saved_shapes(step) != self.saved_shapes(steps[0]):
+        raise UserError(f'{self.directory}: checkpoints {steps[0]} and {step} have different '
+                        'shapes (a vocabulary grew between them); average steps of one shape')
+      params = self.restore_params(step, target_params)
+      if mean is None:
+        mean = jax.tree_util.tree_map(lambda p: p.astype(jax.numpy.float32), params)
+      else:
+        mean = jax.tree_util.tree_map(lambda m, p: m + (p - m) / count, mean, params)
+      del params
+    return jax.tree_util.tree_map(lambda m, t: m.astype(t.dtype), mean, target_params)
+
   def restore_input(self, step: int, input_iterator: Any) -> None:
     """Moves `input_iterator` to where it was when `step` was saved."""
     prefix = self._input_state_prefix(step)

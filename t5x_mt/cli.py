@@ -50,9 +50,18 @@ def add_gin_flags(parser: argparse.ArgumentParser, example_binding: str) -> None
                       help=f'extra binding, e.g. "{example_binding}" (same as --gin.NAME=VALUE)')
 
 
-def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
-  """Which run and checkpoint to load, and how to decode (translate.py, evaluate.py)."""
-  parser.add_argument('--checkpoint_dir', required=True, help="the training run's MODEL_DIR")
+def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = False) -> None:
+  """Which run and checkpoint to load, and how to decode (translate.py, evaluate.py, ...).
+
+  With `family_models`, --family_models may name one run per target-language family group
+  instead of --checkpoint_dir (language family grouping, METHODS.md section 7).
+  """
+  parser.add_argument('--checkpoint_dir', required=not family_models,
+                      help="the training run's MODEL_DIR")
+  if family_models:
+    parser.add_argument('--family_models', default=None,
+                        help='one run per family group instead of --checkpoint_dir: '
+                        '1=DIR,2=DIR,...; each direction goes to its target\'s group (swh: 3)')
   parser.add_argument('--step', type=int, default=None,
                       help='checkpoint step to load (default: the latest)')
   parser.add_argument('--beam_size', type=int, default=4, help='beam width; 1 is greedy')
@@ -68,8 +77,28 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
     raise UserError(f'--beam_size: must be >= 1, got {args.beam_size}')
   if args.batch_size < 1:
     raise UserError(f'--batch_size: must be >= 1, got {args.batch_size}')
+  if hasattr(args, 'family_models'):
+    if (args.checkpoint_dir is None) == (args.family_models is None):
+      raise UserError('give exactly one of --checkpoint_dir and --family_models')
+    if args.family_models is not None:
+      parse_family_models(args.family_models)
+      if args.step is not None:
+        raise UserError('--step: family models each load their latest checkpoint')
   overrides = {'beam_size': args.beam_size, 'alpha': args.alpha, 'batch_size': args.batch_size}
   if args.pivot_via:
     overrides['pivot_language'] = languages.check_language(args.pivot_via, '--pivot_via')
     overrides['pivot_directions'] = ('*',)
   return overrides
+
+
+def parse_family_models(text: str) -> dict[int, str]:
+  """{family group: run folder} from '1=DIR,2=DIR,...' (--family_models)."""
+  models = {}
+  for entry in filter(None, (e.strip() for e in text.split(','))):
+    group, sep, directory = entry.partition('=')
+    if not sep or not group.strip().isdigit() or not directory.strip():
+      raise UserError(f'--family_models: {entry!r} is not GROUP=DIR (e.g. 3=/runs/lfg3)')
+    models[int(group)] = directory.strip()
+  if not models:
+    raise UserError('--family_models: give at least one GROUP=DIR')
+  return models

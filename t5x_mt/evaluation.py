@@ -111,8 +111,9 @@ def _mean_scores(scores: Sequence[dict[str, Any]]) -> dict[str, Any]:
   }
 
 
-def summarize(step: int, direction_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
-  """The eval record for one step: per-direction scores, category means and the average.
+def summarize(step: int | None, direction_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
+  """The eval record for one step (None: several models, e.g. one per family group):
+  per-direction scores, category means and the average.
 
   Each category's bleu/chrf/spbleu is the unweighted mean over its directions (a direction
   counts once whatever its sentence count), its 'n' the number of directions; categories
@@ -128,7 +129,7 @@ def summarize(step: int, direction_scores: dict[str, dict[str, Any]]) -> dict[st
   categories = {category: _mean_scores(scores)
                 for category, scores in members.items() if scores}
   return {
-      'step': int(step),
+      'step': None if step is None else int(step),
       'directions': directions,
       'categories': categories,
       'average': {'bleu': categories['ALL']['bleu'], 'chrf': categories['ALL']['chrf']},
@@ -166,7 +167,8 @@ def format_table(summary: dict[str, Any]) -> str:
   width = max(len(name) for name in names + ['direction'])
   header = f'{"direction":<{width}} {"BLEU":>7} {"chrF++":>7} {"spBLEU":>7} {"n":>7}'
   rule = '-' * len(header)
-  lines = [f'step {summary["step"]}', header, rule]
+  title = 'family models' if summary['step'] is None else f'step {summary["step"]}'
+  lines = [title, header, rule]
   lines += [_format_row(name, scores, width) for name, scores in summary['directions'].items()]
   lines += [rule, f'{"category":<{width}} {"BLEU":>7} {"chrF++":>7} {"spBLEU":>7} '
             f'{"dirs":>7}', rule]

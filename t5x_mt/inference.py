@@ -4,7 +4,7 @@ The same path serves `launch/translate.py`, `launch/evaluate.py` and evaluation 
 training, so the scores a run reports are the scores its users get.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gin
@@ -18,6 +18,8 @@ from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
+from t5x_mt.data import wmt22
+from t5x_mt.errors import UserError
 
 # Inputs are padded up to one of these lengths, so a corpus compiles a few shapes only.
 LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512, 1024)
@@ -171,3 +173,33 @@ class Translator:
       for row, index in enumerate(rows):
         outputs[index] = self.decode_target(generated[row], prefix_id is not None)
     return outputs
+
+
+class FamilyTranslator:
+  """Language family grouping at inference (Tencent, METHODS.md section 7): one model per
+  target-language family group, each direction translated by its target's group's model
+  (`wmt22.inference_group`: swh goes to group 3). Models load on first use and one is
+  held at a time, so memory stays at one model whatever the number of groups.
+  """
+
+  def __init__(self, family_models: Mapping[int, str], load: Callable[[str], Translator],
+               batch_size: int):
+    self.family_models = dict(family_models)
+    self.batch_size = batch_size
+    self._load = load
+    self._loaded: tuple[str, Translator] | None = None
+
+  def model_for(self, tgt_lang: str) -> str:
+    """The run folder that translates into `tgt_lang`; UserError if its group has none."""
+    group = wmt22.inference_group(tgt_lang)
+    if group not in self.family_models:
+      raise UserError(f'--family_models: no model for family group {group}, which translates '
+                      f'into {tgt_lang} (add {group}=DIR)')
+    return self.family_models[group]
+
+  def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[str]:
+    directory = self.model_for(tgt_lang)
+    if self._loaded is None or self._loaded[0] != directory:
+      self._loaded = None  # Frees the previous model before the next one loads.
+      self._loaded = (directory, self._load(directory))
+    return self._loaded[1].translate(sentences, src_lang, tgt_lang)

@@ -13,8 +13,10 @@ as arguments (beam size, alpha, batch size) still override the run's.
 
 from collections.abc import Iterator
 from collections.abc import Sequence
+import dataclasses
 import itertools
 import pathlib
+import shutil
 import sys
 from typing import Any
 
@@ -26,6 +28,7 @@ import tqdm
 
 import data_tasks
 from t5x_mt import checkpoints
+from t5x_mt import cli
 from t5x_mt import gin_utils
 from t5x_mt import inference
 from t5x_mt import network
@@ -126,6 +129,39 @@ def load_translator(checkpoint_dir: str, step: int | None = None, *,
       batch_size, ...) that take precedence over the run's config.gin.
   """
   step = checkpoint_step(checkpoint_dir, step)
+  run = _load_run(checkpoint_dir, mesh_shape)
+  params = _restore_params(run.run_dir, step, run.abstract_params)
+  return inference.Translator(network.Transformer(run.config), params,
+                              str(run.vocabulary_file), data_tasks.tag_strategy(),
+                              mesh=run.mesh, rules=run.rules, **translator_overrides)
+
+
+def load_model(checkpoint_dir: str | None, family_models: str | None, step: int | None,
+               overrides: dict[str, Any]) -> inference.Translator | inference.FamilyTranslator:
+  """The translator --checkpoint_dir or --family_models ('1=DIR,2=DIR,...') names."""
+  if family_models is None:
+    return load_translator(checkpoint_dir, step, **overrides)
+  models = cli.parse_family_models(family_models)
+  for directory in models.values():
+    checkpoint_step(directory)  # Each must be a run with a checkpoint, before any loads.
+  return inference.FamilyTranslator(
+      models, lambda directory: load_translator(directory, **overrides),
+      batch_size=overrides.get('batch_size', 64))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+  """A run's files and its model, with the abstract (shape-only) parameters to restore."""
+  run_dir: pathlib.Path
+  vocabulary_file: pathlib.Path
+  config: network.TransformerConfig
+  mesh: jax.sharding.Mesh
+  rules: partitioning.LogicalRules
+  abstract_params: Any
+
+
+def _load_run(checkpoint_dir: str, mesh_shape: Sequence[int]) -> _Run:
+  """The run's config (made the process's gin config), vocabulary and abstract parameters."""
   run_dir = load_run_config(checkpoint_dir)
   vocabulary_file = _run_file(checkpoint_dir, train_loop.VOCABULARY_FILE,
                               'a copy of its SentencePiece model')
@@ -133,10 +169,45 @@ def load_translator(checkpoint_dir: str, step: int | None = None, *,
   config = train_loop.model_config(vocab_size=train_loop.padded_vocab_size(num_pieces))
   mesh = partitioning.create_mesh(mesh_shape)
   rules = partitioning.logical_axis_rules()
-  params = _restore_params(run_dir, step, abstract_params(config, mesh, rules))
-  return inference.Translator(network.Transformer(config), params, str(vocabulary_file),
-                              data_tasks.tag_strategy(), mesh=mesh, rules=rules,
-                              **translator_overrides)
+  return _Run(run_dir, vocabulary_file, config, mesh, rules,
+              abstract_params(config, mesh, rules))
+
+
+def average_checkpoints(checkpoint_dir: str, steps: Sequence[int], output_dir: str) -> int:
+  """Writes the mean parameters of a run's checkpoints at `steps` as a run folder.
+
+  `output_dir` gets the run's config.gin and vocab.model and one params-only checkpoint
+  at the last of `steps`, so translate.py, evaluate.py and fine-tuning read it like any
+  run. It appears whole or not at all (built under a temporary name, then renamed).
+  Returns the step it was saved at.
+  """
+  output = pathlib.Path(output_dir)
+  if output.exists() and any(output.iterdir()):
+    raise UserError(f'--output_dir: {output} exists and is not empty')
+  for step in steps:
+    checkpoint_step(checkpoint_dir, step)
+  run = _load_run(checkpoint_dir, (-1, 1))
+  staging = output.with_name(f'.{output.name}.partial')
+  shutil.rmtree(staging, ignore_errors=True)
+  staging.mkdir(parents=True)
+  try:
+    shutil.copy(run.run_dir / train_loop.CONFIG_FILE, staging / train_loop.CONFIG_FILE)
+    shutil.copy(run.vocabulary_file, staging / train_loop.VOCABULARY_FILE)
+    source = checkpoints.RunCheckpoints(str(run.run_dir), read_only=True)
+    target = checkpoints.RunCheckpoints(str(staging), keep=1)
+    try:
+      target.save_params(max(steps), source.average_params(sorted(steps),
+                                                           run.abstract_params))
+    finally:
+      source.close()
+      target.close()
+  except BaseException:
+    shutil.rmtree(staging, ignore_errors=True)
+    raise
+  if output.exists():
+    output.rmdir()
+  staging.rename(output)
+  return max(steps)
 
 
 def translate_lines(translator: inference.Translator, lines: Sequence[str], src_lang: str,

@@ -238,3 +238,31 @@ def test_direction_trained_on_genuine_and_synthetic_pairs_is_evaluated_once(trai
                                            max_sentences=4)
   assert list(both['directions']) == ['eng_Latn-hau_Latn']
   assert both['directions'] == genuine['directions']
+
+
+def test_distill_writes_the_teachers_translations_of_the_sources(trained_run, tmp_path,
+                                                                 monkeypatch, capsys):
+  output = tmp_path / 'kd'
+  code, out, err = run_in_process('distill.py', [
+      f'--checkpoint_dir={trained_run}', '--corpus=cldr', '--directions=eng_Latn-hau_Latn',
+      '--max_sentences=6', f'--output={output}', '--beam_size=2', '--batch_size=4'],
+      monkeypatch, capsys)
+  assert code == 0, err
+  assert json.loads(out.splitlines()[-1])['translated_now'] == 6
+  sources = list(dict.fromkeys(s for s, _ in corpora.get_corpus('cldr').pairs(
+      'train', 'eng_Latn', 'hau_Latn')))[:6]
+  translator = run_loading.load_translator(str(trained_run), beam_size=2, batch_size=4)
+  expected = run_loading.translate_lines(translator, sources, 'eng_Latn', 'hau_Latn')
+  job = back_translation.Job('eng_Latn', 'hau_Latn', mode='ft', tag='none')
+  assert read_pairs(output, job) == [p for p in zip(sources, expected) if p[1].strip()]
+  corpora.register_dir('test_kd', output, overwrite=True)
+  assert corpora.get_corpus('test_kd').synthetic_tags('eng_Latn', 'hau_Latn') == (
+      corpora.tags.SyntheticTags())
+
+
+def test_distill_needs_directions(monkeypatch, capsys, tmp_path):
+  code, _, err = run_in_process('distill.py', [
+      f'--checkpoint_dir={tmp_path}', '--corpus=cldr', '--directions=eng_Latn',
+      f'--output={tmp_path / "kd"}'], monkeypatch, capsys)
+  assert code == 2 and error_lines(err) == [
+      "error: --directions: 'eng_Latn' is not <src>-<tgt>"]

@@ -65,20 +65,13 @@ def inference_group(tgt_lang: str) -> int:
                   + '; '.join(f'{g}: {", ".join(m)}' for g, m in FAMILY_GROUPS.items()) + ')')
 
 
-def _parse_direction(text: str, where: str) -> Direction:
-  src, sep, tgt = text.partition('-')
-  if not sep:
-    raise UserError(f'{where}: {text!r} is not a direction <src>-<tgt>')
-  return (languages.check_language(src, where), languages.check_language(tgt, where))
-
-
 @gin.configurable
 def pair_groups(extra: Mapping[str, Sequence[str]] | None = None
                 ) -> dict[str, tuple[Direction, ...]]:
   """PAIR_GROUPS plus the `extra` groups a user names ({'HCEA': ['amh_Ethi-swh_Latn', ...]})."""
   groups = dict(PAIR_GROUPS)
   for name, directions in (extra or {}).items():
-    groups[name] = tuple(_parse_direction(d, f'pair_groups.extra[{name!r}]')
+    groups[name] = tuple(languages.parse_direction(d, f'pair_groups.extra[{name!r}]')
                          for d in directions)
   return groups
 

@@ -40,7 +40,7 @@ def test_extra_groups_join_the_evaluated_directions():
   assert 'wmt22_ngg' in data_tasks.wmt22_mixture_names()
   gin.bind_parameter('pair_groups.extra', {'NGG': ['hau_Latn:yor_Latn']})
   with pytest.raises(UserError, match=r"pair_groups.extra\['NGG'\]: 'hau_Latn:yor_Latn' is not "
-                     'a direction'):
+                     '<src>-<tgt>'):
     wmt22.pair_groups()
 
 

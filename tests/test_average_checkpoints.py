@@ -1,0 +1,89 @@
+"""Tests for checkpoint averaging (checkpoints.average_params, launch/average_checkpoints.py)
+on the session's tiny trained run, which saved steps 2 and 4."""
+
+import shutil
+
+import jax
+import numpy as np
+
+from t5x_mt import checkpoints
+from t5x_mt import run_loading
+from test_launch_translate_evaluate import error_lines
+from test_launch_translate_evaluate import run_in_process
+
+
+def _saved_params(run_dir, step) -> list[np.ndarray]:
+  run_checkpoints = checkpoints.RunCheckpoints(str(run_dir), read_only=True)
+  try:
+    restored = run_checkpoints._manager.restore(step)  # pylint: disable=protected-access
+  finally:
+    run_checkpoints.close()
+  return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(restored['params'])]
+
+
+def test_average_of_two_checkpoints_is_their_mean_and_translates(trained_run, tmp_path,
+                                                                 monkeypatch, capsys):
+  output = tmp_path / 'averaged'
+  code, out, err = run_in_process('average_checkpoints.py', [
+      f'--checkpoint_dir={trained_run}', f'--output_dir={output}', '--last=2'],
+      monkeypatch, capsys)
+  assert code == 0, err
+  assert 'averaged steps 2, 4' in out
+  assert sorted(p.name for p in output.iterdir()) == ['checkpoints', 'config.gin', 'vocab.model']
+  averaged = _saved_params(output, 4)
+  for mean, a, b in zip(averaged, _saved_params(trained_run, 2), _saved_params(trained_run, 4)):
+    np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-6, atol=1e-7)
+  assert not np.allclose(averaged[0], _saved_params(trained_run, 4)[0])
+  translator = run_loading.load_translator(str(output), beam_size=1)
+  assert run_loading.translate_lines(translator, ['Monday'], 'eng_Latn', 'hau_Latn')[0]
+
+
+def test_one_step_average_is_that_checkpoint(trained_run, tmp_path, monkeypatch, capsys):
+  output = tmp_path / 'one'
+  code, _, err = run_in_process('average_checkpoints.py', [
+      f'--checkpoint_dir={trained_run}', f'--output_dir={output}', '--steps=2'],
+      monkeypatch, capsys)
+  assert code == 0, err
+  for mean, saved in zip(_saved_params(output, 2), _saved_params(trained_run, 2)):
+    np.testing.assert_array_equal(mean, saved)
+
+
+def test_bad_requests_are_one_line_and_write_nothing(trained_run, tmp_path, monkeypatch,
+                                                     capsys):
+  busy = tmp_path / 'busy'
+  busy.mkdir()
+  (busy / 'file').write_text('x')
+  for flags, message in (
+      (['--last=3'], 'keeps 2 checkpoints (2, 4), fewer than 3'),
+      (['--steps=2,3'], '--step: '),
+      (['--steps=2,x'], "--steps: '2,x' is not a comma-separated list"),
+      (['--last=2', '--steps=2'], 'exactly one of --last=K and --steps'),
+      (['--last=2', f'--output_dir={busy}'], f'{busy} exists and is not empty'),
+  ):
+    code, _, err = run_in_process('average_checkpoints.py', [
+        f'--checkpoint_dir={trained_run}', f'--output_dir={tmp_path / "out"}', *flags],
+        monkeypatch, capsys)
+    assert code == 2 and len(error_lines(err)) == 1 and message in err, (flags, err)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['busy']
+
+
+def test_checkpoints_of_different_shapes_are_refused(trained_run, tmp_path, monkeypatch,
+                                                     capsys):
+  run_dir = tmp_path / 'run'
+  shutil.copytree(trained_run, run_dir)
+  run_checkpoints = checkpoints.RunCheckpoints(str(run_dir), read_only=True)
+  params = run_checkpoints._manager.restore(4)['params']  # pylint: disable=protected-access
+  run_checkpoints.close()
+  grown = jax.tree_util.tree_map(lambda leaf: np.concatenate([leaf, leaf]) if leaf.ndim == 2
+                                 else leaf, params)
+  writer = checkpoints.RunCheckpoints(str(run_dir), keep=5)
+  writer.save_params(6, grown)
+  writer.close()
+  code, _, err = run_in_process('average_checkpoints.py', [
+      f'--checkpoint_dir={run_dir}', f'--output_dir={tmp_path / "out"}', '--steps=4,6'],
+      monkeypatch, capsys)
+  assert code == 2
+  assert error_lines(err) == [f'error: {run_dir / "checkpoints"}: checkpoints 4 and 6 have '
+                              'different shapes (a vocabulary grew between them); average '
+                              'steps of one shape']
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['run']

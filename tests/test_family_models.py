@@ -1,0 +1,95 @@
+"""Tests for language family grouping at inference: inference.FamilyTranslator and the
+--family_models flag of launch/translate.py and launch/evaluate.py."""
+
+import pytest
+
+from t5x_mt import cli
+from t5x_mt import inference
+from t5x_mt.errors import UserError
+from test_launch_translate_evaluate import error_lines
+from test_launch_translate_evaluate import run_in_process
+
+
+class RecordingTranslator:
+  """Stands in for a loaded run: names itself in every translation."""
+
+  def __init__(self, directory: str, loads: list):
+    self.directory = directory
+    loads.append(directory)
+
+  def translate(self, sentences, src_lang, tgt_lang):
+    return [f'{self.directory}:{src_lang}>{tgt_lang}:{s}' for s in sentences]
+
+
+def test_each_direction_goes_to_its_target_group_and_swahili_to_three():
+  loads = []
+  models = {1: 'g1', 3: 'g3', 5: 'g5'}
+  router = inference.FamilyTranslator(
+      models, lambda directory: RecordingTranslator(directory, loads), batch_size=8)
+  assert router.translate(['a'], 'eng_Latn', 'swh_Latn') == ['g3:eng_Latn>swh_Latn:a']
+  assert router.translate(['b'], 'swh_Latn', 'eng_Latn') == ['g1:swh_Latn>eng_Latn:b']
+  assert router.translate(['c'], 'eng_Latn', 'lug_Latn') == ['g5:eng_Latn>lug_Latn:c']
+  assert router.translate(['d'], 'fra_Latn', 'lug_Latn') == ['g5:fra_Latn>lug_Latn:d']
+  assert loads == ['g3', 'g1', 'g5']  # One load per change of model, one model held.
+  with pytest.raises(UserError, match='no model for family group 4, which translates into '
+                     r'hau_Latn \(add 4=DIR\)'):
+    router.translate(['e'], 'eng_Latn', 'hau_Latn')
+
+
+@pytest.mark.parametrize('text, message', [
+    ('1=/a,x=/b', "'x=/b' is not GROUP=DIR"),
+    ('1=', "'1=' is not GROUP=DIR"),
+    (',', 'give at least one GROUP=DIR'),
+])
+def test_family_models_flag_syntax(text, message):
+  with pytest.raises(UserError, match=message):
+    cli.parse_family_models(text)
+  assert cli.parse_family_models(' 1=/a , 4=/b ') == {1: '/a', 4: '/b'}
+
+
+def test_translate_with_the_family_model_of_the_target(trained_run, tmp_path, monkeypatch,
+                                                       capsys):
+  src = tmp_path / 'src.txt'
+  src.write_text('Monday\nTuesday\n', encoding='utf-8')
+  outputs = {}
+  for name, flag in (('direct', f'--checkpoint_dir={trained_run}'),
+                     ('family', f'--family_models=1={trained_run},4={trained_run}')):
+    code, out, err = run_in_process('translate.py', [
+        flag, '--src_lang=eng_Latn', '--tgt_lang=hau_Latn', f'--input={src}',
+        '--beam_size=1'], monkeypatch, capsys)
+    assert code == 0, err
+    outputs[name] = out
+  assert outputs['family'] == outputs['direct'] and len(outputs['direct'].splitlines()) == 2
+
+
+@pytest.mark.parametrize('flags, message', [
+    (['--tgt_lang=zul_Latn', '--family_models=4={run}'],
+     'no model for family group 2, which translates into zul_Latn'),
+    (['--tgt_lang=hau_Latn', '--family_models=4={run}', '--checkpoint_dir={run}'],
+     'exactly one of --checkpoint_dir and --family_models'),
+    (['--tgt_lang=hau_Latn', '--family_models=4={run}', '--step=2'],
+     '--step: family models each load their latest checkpoint'),
+    (['--tgt_lang=hau_Latn', '--family_models=4={run}/nope'], 'is not a directory'),
+])
+def test_bad_family_requests_are_one_line(trained_run, tmp_path, monkeypatch, capsys, flags,
+                                          message):
+  src = tmp_path / 'src.txt'
+  src.write_text('Monday\n', encoding='utf-8')
+  code, out, err = run_in_process('translate.py', [
+      '--src_lang=eng_Latn', f'--input={src}', *[f.format(run=trained_run) for f in flags]],
+      monkeypatch, capsys)
+  assert code == 2 and out == ''
+  assert len(error_lines(err)) == 1 and message in err, err
+
+
+def test_evaluate_tasks_with_family_models_writes_nothing_into_the_runs(trained_run, tmp_path,
+                                                                      monkeypatch, capsys):
+  before = sorted(p.name for p in (trained_run / 'eval').iterdir())
+  output = tmp_path / 'scores.json'
+  code, out, err = run_in_process('evaluate.py', [
+      f'--family_models=4={trained_run}', '--tasks=cldr_eng_Latn.hau_Latn',
+      '--max_sentences=2', '--beam_size=1', f'--output_json={output}'], monkeypatch, capsys)
+  assert code == 0, err
+  assert out.splitlines()[0] == 'family models' and 'eng_Latn-hau_Latn' in out
+  assert '"step": null' in output.read_text()
+  assert sorted(p.name for p in (trained_run / 'eval').iterdir()) == before
