@@ -101,6 +101,35 @@ def _microbatches(batch: Batch, num_microbatches: int) -> Batch:
       batch)
 
 
+def _direction_id_array(direction_ids: Sequence[int]) -> jax.Array:
+  return jnp.asarray(sorted(direction_ids) or [0], jnp.int32)
+
+
+def _loss_sums(model: nn.Module, params: Any, batch: Batch, ids: jax.Array,
+               label_smoothing: float, dropout_rng: jax.Array | None) -> dict[str, jax.Array]:
+  """Loss sum, token count and per-direction sums of a batch; dropout iff a key is given."""
+  logits = model.apply({'params': params}, **model_kwargs(batch),
+                       enable_dropout=dropout_rng is not None,
+                       rngs={} if dropout_rng is None else {'dropout': dropout_rng})
+  weights = batch['decoder_loss_weights'].astype(jnp.float32)
+  token_loss = losses.label_smoothed_cross_entropy(
+      logits, batch['decoder_target_tokens'], weights, label_smoothing)
+  direction_loss, direction_tokens = losses.direction_sums(
+      token_loss, weights, batch['decoder_direction_ids'], ids)
+  return {'loss_sum': token_loss.sum(), 'tokens': weights.sum(),
+          'direction_loss_sums': direction_loss, 'direction_tokens': direction_tokens}
+
+
+def make_eval_step(model: nn.Module, *, direction_ids: Sequence[int],
+                   label_smoothing: float = 0.1) -> Callable[[Any, Batch], dict]:
+  """The jitted loss of a batch without dropout or updates: the sums `make_train_step`
+  reports, so that a plain model's per-direction losses (DRO baselines) are in the units
+  of the training losses they are compared with."""
+  ids = _direction_id_array(direction_ids)
+  return jax.jit(lambda params, batch: _loss_sums(model, params, batch, ids, label_smoothing,
+                                                  None))
+
+
 def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *,
                     direction_ids: Sequence[int], label_smoothing: float = 0.1,
                     num_microbatches: int = 1) -> Callable[[TrainState, Batch, jax.Array],
@@ -111,19 +140,11 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *
   learning rate, the global gradient norm, and per-direction loss sums and token counts
   in the order of sorted `direction_ids`.
   """
-  ids = jnp.asarray(sorted(direction_ids) or [0], jnp.int32)
+  ids = _direction_id_array(direction_ids)
 
   def loss_and_sums(params, microbatch, dropout_rng):
-    logits = model.apply({'params': params}, **model_kwargs(microbatch), enable_dropout=True,
-                         rngs={'dropout': dropout_rng})
-    weights = microbatch['decoder_loss_weights'].astype(jnp.float32)
-    token_loss = losses.label_smoothed_cross_entropy(
-        logits, microbatch['decoder_target_tokens'], weights, label_smoothing)
-    direction_loss, direction_tokens = losses.direction_sums(
-        token_loss, weights, microbatch['decoder_direction_ids'], ids)
-    sums = {'loss_sum': token_loss.sum(), 'tokens': weights.sum(),
-            'direction_loss_sums': direction_loss, 'direction_tokens': direction_tokens}
-    return token_loss.sum(), sums
+    sums = _loss_sums(model, params, microbatch, ids, label_smoothing, dropout_rng)
+    return sums['loss_sum'], sums
 
   grad_fn = jax.grad(loss_and_sums, has_aux=True)
 

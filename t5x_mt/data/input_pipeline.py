@@ -47,3 +47,20 @@ def numpy_batches(iterator: Iterator[Mapping[str, tf.Tensor]]) -> Iterator[dict[
   """NumPy views of a tf.data iterator's elements."""
   for batch in iterator:
     yield {name: value.numpy() for name, value in batch.items()}
+
+
+def one_pass_batches(task_name: str, *, batch_size: int, inputs_length: int,
+                     targets_length: int, split: str = 'train') -> Iterator[dict[str, np.ndarray]]:
+  """Every example of a task's split once, in order, packed like training batches; the last
+  batch is padded with empty rows (zero loss weight), so every batch has one shape."""
+  dataset = seqio.get_dataset(
+      task_name, task_feature_lengths=task_feature_lengths(inputs_length, targets_length),
+      dataset_split=split, shuffle=False, num_epochs=1,
+      feature_converter=DirectionEncDecFeatureConverter(pack=True))
+  for batch in numpy_batches(iter(dataset.batch(batch_size))):
+    rows = next(iter(batch.values())).shape[0]
+    if rows < batch_size:
+      batch = {name: np.concatenate([value, np.zeros((batch_size - rows,) + value.shape[1:],
+                                                     value.dtype)])
+               for name, value in batch.items()}
+    yield batch

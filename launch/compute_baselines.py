@@ -1,0 +1,61 @@
+"""Computes DRO baselines: a trained run's per-token loss on each group of a mixture.
+
+  python launch/compute_baselines.py --checkpoint_dir=/tmp/t5x_mt/ntrex_flores \
+      --mixture=ntrex128 --output=/tmp/t5x_mt/ntrex_baselines.json \
+      [--grouping=direction|target] [--max_batches_per_task=N] [--batch_size=32]
+
+Every training example of the mixture is scored once with the run's model (no dropout,
+the run's label smoothing), in packed batches; the output JSON holds per group the mean
+per-token loss and the token count, and the run and step it came from. A DRO run reads it
+(METHODS.md section 6: the baselines b_g of a plain model trained on the same data).
+"""
+
+import argparse
+import json
+
+from t5x_mt import cli
+from t5x_mt import files
+from t5x_mt.errors import UserError
+
+
+def main(argv: list[str]) -> int:
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--checkpoint_dir', required=True, help="the plain run's MODEL_DIR")
+  parser.add_argument('--step', type=int, default=None, help='checkpoint (default: latest)')
+  parser.add_argument('--mixture', required=True, help='mixture or task of the DRO run')
+  parser.add_argument('--output', required=True, help='JSON file to write')
+  parser.add_argument('--grouping', default='direction', choices=('direction', 'target'))
+  parser.add_argument('--batch_size', type=int, default=32, help='packed rows per batch')
+  parser.add_argument('--max_batches_per_task', type=int, default=None,
+                      help='score at most N batches of each task (default: all)')
+  args = parser.parse_args(argv)
+  for flag in ('batch_size', 'max_batches_per_task'):
+    value = getattr(args, flag)
+    if value is not None and value < 1:
+      raise UserError(f'--{flag}: must be >= 1, got {value}')
+  import data_tasks  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  import gin  # pylint: disable=g-import-not-at-top
+  from t5x_mt import baselines  # pylint: disable=g-import-not-at-top
+  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
+  translator = run_loading.load_translator(args.checkpoint_dir, step)
+  data_tasks.register_from_config()
+  data_tasks.check_train_examples(args.mixture)
+  train_settings = gin.get_bindings('train_loop.train')
+  result = baselines.group_losses(
+      translator, args.mixture, grouping=args.grouping, batch_size=args.batch_size,
+      inputs_length=train_settings.get('inputs_length', 64),
+      targets_length=train_settings.get('targets_length', 64),
+      label_smoothing=train_settings.get('label_smoothing', 0.1),
+      max_batches_per_task=args.max_batches_per_task)
+  result.update(checkpoint_dir=args.checkpoint_dir, step=step, mixture=args.mixture)
+  files.write_text_atomically(args.output, json.dumps(result, indent=2, sort_keys=True) + '\n')
+  for group, loss in sorted(result['losses'].items()):
+    print(f'{group:<24}{loss:8.4f}{result["tokens"][group]:>12.0f} tokens')
+  print(f'wrote {args.output}')
+  return 0
+
+
+if __name__ == '__main__':
+  cli.run(main)

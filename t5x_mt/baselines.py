@@ -1,0 +1,52 @@
+"""DRO baselines: a trained run's per-token loss on each group of a mixture's training data.
+
+Distributionally robust optimisation chases each group's excess loss over what a plain
+(ERM) model reaches on it (METHODS.md section 6). This module measures that: every
+training example of every task of the mixture once, through the same loss (label
+smoothing included) the training step reports, without dropout, summed per direction and
+then per group (direction or target language, `dro.group_of`).
+"""
+
+from typing import Any
+
+import jax
+import numpy as np
+
+import data_tasks
+from t5x_mt import dro
+from t5x_mt import inference
+from t5x_mt import trainer
+from t5x_mt.data import directions
+from t5x_mt.data import input_pipeline
+
+
+def group_losses(translator: inference.Translator, mixture_or_task_name: str, *,
+                 grouping: str = 'direction', batch_size: int = 32, inputs_length: int = 128,
+                 targets_length: int = 128, label_smoothing: float = 0.1,
+                 max_batches_per_task: int | None = None) -> dict[str, Any]:
+  """{'losses': {group: per-token loss}, 'tokens': {group: tokens}} of the run's model."""
+  run_directions = data_tasks.mixture_directions(mixture_or_task_name)
+  ids = sorted({directions.direction_id(d.src_lang, d.tgt_lang) for d in run_directions})
+  eval_step = trainer.make_eval_step(translator.model, direction_ids=ids,
+                                     label_smoothing=label_smoothing)
+  loss_sums, token_counts = np.zeros(len(ids)), np.zeros(len(ids))
+  for direction in run_directions:
+    task = data_tasks.task_name(direction.corpus, direction.src_lang, direction.tgt_lang)
+    batches = input_pipeline.one_pass_batches(task, batch_size=batch_size,
+                                              inputs_length=inputs_length,
+                                              targets_length=targets_length)
+    for number, batch in enumerate(batches):
+      if max_batches_per_task is not None and number >= max_batches_per_task:
+        break
+      sums = jax.device_get(eval_step(translator.params, batch))
+      loss_sums += np.asarray(sums['direction_loss_sums'])
+      token_counts += np.asarray(sums['direction_tokens'])
+  grouped: dict[str, list[float]] = {}
+  for direction_id, loss_sum, count in zip(ids, loss_sums, token_counts):
+    group = dro.group_of(directions.direction_from_id(direction_id), grouping)
+    totals = grouped.setdefault(group, [0.0, 0.0])
+    totals[0] += float(loss_sum)
+    totals[1] += float(count)
+  return {'grouping': grouping,
+          'losses': {g: s / n for g, (s, n) in grouped.items() if n > 0},
+          'tokens': {g: n for g, (_, n) in grouped.items()}}
