@@ -6,6 +6,7 @@ position) and continues the same loss curve.
 """
 
 from collections.abc import Sequence
+import dataclasses
 import json
 import logging
 import pathlib
@@ -143,6 +144,81 @@ def _write_evaluation(model_dir: pathlib.Path, summary: dict[str, Any], test: bo
   print(evaluation.format_table(summary), flush=True)
 
 
+BEST_FILE = 'best.json'
+
+
+@dataclasses.dataclass
+class EarlyStopping:
+  """The best validation average chrF++ so far, its step, and evaluations since; kept in
+  MODEL_DIR/best.json so that a resumed run keeps counting."""
+  path: pathlib.Path
+  best_step: int | None = None
+  best_chrf: float = float('-inf')
+  evaluations_since_best: int = 0
+
+  @classmethod
+  def load(cls, run_dir: pathlib.Path) -> 'EarlyStopping':
+    path = run_dir / BEST_FILE
+    if not path.exists():
+      return cls(path)
+    record = json.loads(path.read_text(encoding='utf-8'))
+    return cls(path, record['step'], record['chrf'], record['evaluations_since_best'])
+
+  def update(self, step: int, summary: dict[str, Any]) -> bool:
+    """Counts one evaluation; True if it is the best so far."""
+    chrf = summary['average']['chrf']
+    improved = chrf > self.best_chrf
+    if improved:
+      self.best_step, self.best_chrf, self.evaluations_since_best = step, chrf, 0
+    else:
+      self.evaluations_since_best += 1
+    files.write_text_atomically(self.path, json.dumps({
+        'step': self.best_step, 'chrf': self.best_chrf,
+        'evaluations_since_best': self.evaluations_since_best}, indent=2) + '\n')
+    return improved
+
+  def should_stop(self, patience: int) -> bool:
+    return self.best_step is not None and self.evaluations_since_best >= patience
+
+
+def _schedule(name: str):
+  if name == 'inverse_sqrt':
+    return trainer.inverse_sqrt_schedule()
+  if name == 'constant':
+    return trainer.constant_schedule()
+  raise UserError(f'train.learning_rate_schedule: {name!r} is not inverse_sqrt or constant')
+
+
+def _check_early_stopping(patience: int, eval_every_steps: int, keep_checkpoints: int) -> None:
+  if not patience:
+    return
+  if not eval_every_steps:
+    raise UserError('train.early_stopping_patience: needs EVAL_EVERY_STEPS > 0')
+  if patience >= keep_checkpoints:
+    raise UserError(f'train.early_stopping_patience ({patience}) must be below '
+                    f'train.keep_checkpoints ({keep_checkpoints}), or the best checkpoint '
+                    'could be deleted before the run stops')
+
+
+def _initial_params(init_from: str, run_dir: pathlib.Path, target: Any) -> Any:
+  """The latest parameters of run `init_from`, which must share this run's vocabulary."""
+  parent = pathlib.Path(init_from)
+  parent_vocabulary = parent / VOCABULARY_FILE
+  if not parent_vocabulary.is_file():
+    raise UserError(f'train.init_from: {parent_vocabulary} not found (not a run folder)')
+  if parent_vocabulary.read_bytes() != (run_dir / VOCABULARY_FILE).read_bytes():
+    raise UserError(f'train.init_from: {parent_vocabulary} differs from this run\'s '
+                    'vocabulary; set VOCABULARY_PATH to it')
+  parent_checkpoints = checkpoints.RunCheckpoints(str(parent), read_only=True)
+  try:
+    logging.info('Starting from the parameters of %s', parent)
+    return parent_checkpoints.restore_params(None, target)
+  except UserError as error:
+    raise UserError(f'train.init_from: {error}') from None
+  finally:
+    parent_checkpoints.close()
+
+
 @gin.configurable
 def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
           batch_size: int = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRED,
@@ -151,7 +227,8 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
           keep_checkpoints: int = 3, seed: int = 0, inputs_length: int = 64,
           targets_length: int = 64, pack: bool = True, num_microbatches: int = 1,
           label_smoothing: float = 0.1, evaluate_test_split: bool = True,
-          progress_bar: bool = True) -> dict[str, Any]:
+          progress_bar: bool = True, learning_rate_schedule: str = 'inverse_sqrt',
+          init_from: str | None = None, early_stopping_patience: int = 0) -> dict[str, Any]:
   """Trains, checkpoints, logs and evaluates a run; returns the last logged metrics.
 
   Args:
@@ -165,6 +242,14 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
     eval_every_steps: EVAL_EVERY_STEPS; 0 evaluates only at the end.
     evaluate_test_split: after training, also score the 'test' split into
       MODEL_DIR/test/eval/step_<N>.json.
+    learning_rate_schedule: 'inverse_sqrt' (trainer.inverse_sqrt_schedule) or 'constant'
+      (trainer.constant_schedule, for fine-tuning).
+    init_from: fine-tuning: a run folder (or launch/average_checkpoints.py output) whose
+      latest parameters start this run, with a fresh optimizer, at step 0. Its
+      vocab.model must be this run's vocabulary.
+    early_stopping_patience: with EVAL_EVERY_STEPS, stop after this many evaluations
+      without a better average chrF++ than the best so far; the best step is saved as a
+      checkpoint and named in MODEL_DIR/best.json. 0 never stops early.
   """
   run_dir = pathlib.Path(model_dir)
   checkpoints.check_writable(model_dir)
@@ -179,8 +264,9 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
   trainer.check_microbatches(batch_size, num_microbatches, mesh.shape['data'])
   config = model_config(vocab_size=padded_vocab_size(data_tasks.VOCABULARY.vocab_size))
   model = network.Transformer(config)
-  schedule = trainer.inverse_sqrt_schedule()
+  schedule = _schedule(learning_rate_schedule)
   optimizer = trainer.make_optimizer(learning_rate=schedule)
+  _check_early_stopping(early_stopping_patience, eval_every_steps, keep_checkpoints)
 
   run_directions = data_tasks.mixture_directions(mixture_or_task_name)
   direction_ids = sorted({directions.direction_id(d.src_lang, d.tgt_lang)
@@ -201,6 +287,8 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
     logging.info('Resuming from checkpoint at step %d', start_step)
     state = run_checkpoints.restore(start_step, state)
     run_checkpoints.restore_input(start_step, data_iterator)
+  elif init_from:
+    state = state.replace(params=_initial_params(init_from, run_dir, state.params))
 
   train_step = trainer.jit_train_step(
       trainer.make_train_step(model, optimizer, direction_ids=direction_ids,
@@ -216,7 +304,9 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
   progress = tqdm.tqdm(total=train_steps, initial=start_step, disable=not progress_bar,
                        desc='train', unit='step', dynamic_ncols=True)
   step = start_step
-  while step < train_steps:
+  early_stopping = EarlyStopping.load(run_dir)
+  while step < train_steps and not (early_stopping_patience and
+                                    early_stopping.should_stop(early_stopping_patience)):
     batch = partitioning.host_batch_to_global(
         {name: value.numpy() for name, value in next(data_iterator).items()}, mesh)
     state, metrics = train_step(state, batch, step_rng)
@@ -241,9 +331,15 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
       run_checkpoints.save(step, state, data_iterator)
     if eval_every_steps and step % eval_every_steps == 0 and step != train_steps:
       translator.params = state.params
-      _write_evaluation(run_dir, evaluate_directions(translator, mixture_or_task_name, step),
-                        test=False)
+      summary = evaluate_directions(translator, mixture_or_task_name, step)
+      _write_evaluation(run_dir, summary, test=False)
       window_start = time.perf_counter()  # Throughput counts training time only.
+      if early_stopping_patience:
+        if early_stopping.update(step, summary) and step % checkpoint_every_steps:
+          run_checkpoints.save(step, state, data_iterator)  # The best step stays loadable.
+        if early_stopping.should_stop(early_stopping_patience):
+          logging.info('Early stopping at step %d: best average chrF++ %.2f at step %d',
+                       step, early_stopping.best_chrf, early_stopping.best_step)
   progress.close()
   run_checkpoints.close()
   translator.params = state.params

@@ -55,6 +55,12 @@ def inverse_sqrt_schedule(peak_learning_rate: float = 1e-3,
   return schedule
 
 
+@gin.configurable
+def constant_schedule(learning_rate: float = 1e-5) -> optax.Schedule:
+  """A fixed learning rate: fine-tuning on small clean data (METHODS.md section 9: 1e-5)."""
+  return optax.constant_schedule(learning_rate)
+
+
 def _decay_mask(params: Any) -> Any:
   """Weight decay applies to matrices, not to norm scales, biases or other vectors."""
   return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
