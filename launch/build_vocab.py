@@ -33,6 +33,7 @@ def main(argv: list[str]) -> int:
   from t5x_mt.data import vocab
   # pylint: enable=g-import-not-at-top
   gin_utils.parse_gin(args.gin_file, args.gin_bindings + bindings)
+  data_tasks.register_from_config()  # Corpora and mixtures the run's config names.
   try:
     mixture_or_task_name = gin.query_parameter('%MIXTURE_OR_TASK_NAME')
   except ValueError:
