@@ -39,14 +39,10 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
   args = parse_flags(argv)
-  from t5x_mt import checkpoints  # pylint: disable=g-import-not-at-top  (TF after cli setup)
-  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top  (TF after cli setup)
   steps = args.steps
   if steps is None:
-    run_loading.checkpoint_step(args.checkpoint_dir)  # Names a folder that is not a run.
-    run_checkpoints = checkpoints.RunCheckpoints(args.checkpoint_dir, read_only=True)
-    available = run_checkpoints.all_steps()
-    run_checkpoints.close()
+    available = run_loading.saved_steps(args.checkpoint_dir)
     if args.last > len(available):
       raise UserError(f'--last: {args.checkpoint_dir} keeps {len(available)} checkpoints '
                       f'({", ".join(map(str, available))}), fewer than {args.last}')

@@ -65,8 +65,8 @@ def load_run_config(checkpoint_dir: str) -> pathlib.Path:
   return config_file.parent
 
 
-def checkpoint_step(checkpoint_dir: str, step: int | None = None) -> int:
-  """The checkpoint step to load: `step` if the run saved it, else the latest."""
+def saved_steps(checkpoint_dir: str) -> list[int]:
+  """The run's finished checkpoint steps, ascending; a UserError if it has none."""
   _run_file(checkpoint_dir, train_loop.CONFIG_FILE, 'its config.gin')
   run_checkpoints = checkpoints.RunCheckpoints(checkpoint_dir, read_only=True)
   try:
@@ -75,11 +75,17 @@ def checkpoint_step(checkpoint_dir: str, step: int | None = None) -> int:
     run_checkpoints.close()
   if not steps:
     raise UserError(f'{run_checkpoints.directory}: holds no finished checkpoint')
+  return steps
+
+
+def checkpoint_step(checkpoint_dir: str, step: int | None = None) -> int:
+  """The checkpoint step to load: `step` if the run saved it, else the latest."""
+  steps = saved_steps(checkpoint_dir)
   if step is None:
     return steps[-1]
   if step not in steps:
-    raise UserError(f'--step: {run_checkpoints.directory} has no checkpoint {step} '
-                    f'(it has {", ".join(map(str, steps))})')
+    raise UserError(f'--step: {pathlib.Path(checkpoint_dir) / checkpoints.CHECKPOINTS} has '
+                    f'no checkpoint {step} (it has {", ".join(map(str, steps))})')
   return step
 
 

@@ -13,8 +13,11 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import gin  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from t5x_mt import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import gin_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -52,6 +55,16 @@ def configure_tiny_run(*args, **overrides) -> None:
   """Replaces the gin config with demo.gin and tiny_run_bindings(*args, **overrides)."""
   gin.clear_config()
   gin_utils.parse_gin(['gin/runs/demo.gin'], tiny_run_bindings(*args, **overrides))
+
+
+def saved_params(run_dir: pathlib.Path, step: int) -> list[np.ndarray]:
+  """The parameter arrays a run saved at `step`, as written (no model needed to read them)."""
+  run_checkpoints = checkpoints.RunCheckpoints(str(run_dir), read_only=True)
+  try:
+    restored = run_checkpoints._manager.restore(step)  # pylint: disable=protected-access
+  finally:
+    run_checkpoints.close()
+  return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(restored['params'])]
 
 
 @pytest.fixture(scope='session')

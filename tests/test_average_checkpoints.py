@@ -8,17 +8,9 @@ import numpy as np
 
 from t5x_mt import checkpoints
 from t5x_mt import run_loading
+from conftest import saved_params
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
-
-
-def _saved_params(run_dir, step) -> list[np.ndarray]:
-  run_checkpoints = checkpoints.RunCheckpoints(str(run_dir), read_only=True)
-  try:
-    restored = run_checkpoints._manager.restore(step)  # pylint: disable=protected-access
-  finally:
-    run_checkpoints.close()
-  return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(restored['params'])]
 
 
 def test_average_of_two_checkpoints_is_their_mean_and_translates(trained_run, tmp_path,
@@ -30,10 +22,10 @@ def test_average_of_two_checkpoints_is_their_mean_and_translates(trained_run, tm
   assert code == 0, err
   assert 'averaged steps 2, 4' in out
   assert sorted(p.name for p in output.iterdir()) == ['checkpoints', 'config.gin', 'vocab.model']
-  averaged = _saved_params(output, 4)
-  for mean, a, b in zip(averaged, _saved_params(trained_run, 2), _saved_params(trained_run, 4)):
+  averaged = saved_params(output, 4)
+  for mean, a, b in zip(averaged, saved_params(trained_run, 2), saved_params(trained_run, 4)):
     np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-6, atol=1e-7)
-  assert not np.allclose(averaged[0], _saved_params(trained_run, 4)[0])
+  assert not np.allclose(averaged[0], saved_params(trained_run, 4)[0])
   translator = run_loading.load_translator(str(output), beam_size=1)
   assert run_loading.translate_lines(translator, ['Monday'], 'eng_Latn', 'hau_Latn')[0]
 
@@ -44,7 +36,7 @@ def test_one_step_average_is_that_checkpoint(trained_run, tmp_path, monkeypatch,
       f'--checkpoint_dir={trained_run}', f'--output_dir={output}', '--steps=2'],
       monkeypatch, capsys)
   assert code == 0, err
-  for mean, saved in zip(_saved_params(output, 2), _saved_params(trained_run, 2)):
+  for mean, saved in zip(saved_params(output, 2), saved_params(trained_run, 2)):
     np.testing.assert_array_equal(mean, saved)
 
 

@@ -3,7 +3,6 @@ constant learning rate and early stopping on validation chrF++."""
 
 import json
 
-import jax
 import numpy as np
 import pytest
 
@@ -11,17 +10,9 @@ from t5x_mt import checkpoints
 from t5x_mt import train_loop
 from t5x_mt.errors import UserError
 from conftest import configure_tiny_run
+from conftest import saved_params
 
 TASK = 'cldr_eng_Latn.hau_Latn'
-
-
-def _params(run_dir, step) -> list[np.ndarray]:
-  run_checkpoints = checkpoints.RunCheckpoints(str(run_dir), read_only=True)
-  try:
-    restored = run_checkpoints._manager.restore(step)  # pylint: disable=protected-access
-    return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(restored['params'])]
-  finally:
-    run_checkpoints.close()
 
 
 def _configure(trained_run, model_dir, train_steps: int, **overrides) -> None:
@@ -35,7 +26,7 @@ def _configure(trained_run, model_dir, train_steps: int, **overrides) -> None:
 def test_fine_tuning_starts_from_the_parent_parameters(trained_run, tmp_path):
   _configure(trained_run, tmp_path / 'ft', 2)
   train_loop.train()
-  for child, parent in zip(_params(tmp_path / 'ft', 2), _params(trained_run, 4)):
+  for child, parent in zip(saved_params(tmp_path / 'ft', 2), saved_params(trained_run, 4)):
     np.testing.assert_array_equal(child, parent)  # Learning rate 0: nothing moved.
 
 
