@@ -108,7 +108,11 @@ class Translator:
       logits, variables = self.model.apply(
           {'params': params, 'cache': model_cache}, encoded_rows, encoder_rows, tokens, tokens,
           decode=True, mutable=['cache'], method=network.Transformer.decode)
-      return logits[:, -1, :], variables['cache']
+      # The embedding is padded past the vocabulary (train_loop.padded_vocab_size); those
+      # rows are no pieces, so they are never generated, however little the model trained.
+      next_logits = logits[:, -1, :]
+      is_piece = jnp.arange(next_logits.shape[-1]) < self.tokenizer.get_piece_size()
+      return jnp.where(is_piece, next_logits, decoding.NEG_INF), variables['cache']
 
     if beam_size == 1:
       return decoding.greedy_search(tokens_to_logits, cache, prefix=prefix,

@@ -16,6 +16,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from t5x_mt import run_loading
+from t5x_mt.data import tags
 from t5x_mt.errors import UserError
 
 from conftest import TINY_RUN_CHECKPOINT_EVERY
@@ -168,3 +169,22 @@ def test_pivoted_direction_goes_through_the_pivot_language(trained_run):
   translator.pivot_directions = ('*',)
   assert translator.pivots('zul_Latn', 'hau_Latn') and not translator.pivots('eng_Latn',
                                                                               'hau_Latn')
+
+
+def test_padded_embedding_rows_are_never_generated(trained_run):
+  # The embedding has more rows than the vocabulary has pieces. Rows r and -r, scaled up,
+  # give one padded id a larger logit than any piece whatever the decoder state; decoding
+  # must still emit pieces only (an untrained model otherwise crashes detokenisation).
+  translator = run_loading.load_translator(str(trained_run), beam_size=1)
+  pieces = translator.tokenizer.get_piece_size()
+  embedding = np.array(translator.params['shared_embedding']['embedding'])
+  assert embedding.shape[0] > pieces + 1
+  embedding[pieces] = 1e3 * np.abs(embedding).max(axis=0)
+  embedding[pieces + 1] = -embedding[pieces]
+  translator.params = {**translator.params, 'shared_embedding': {'embedding': embedding}}
+  encoder_ids = [translator.encode_source('Monday', tags.tags_for(
+      translator.tag_strategy, 'eng_Latn', 'hau_Latn'))]
+  prefix = translator._tag_id('<2hau_Latn>')  # pylint: disable=protected-access
+  generated = translator._run_batch(encoder_ids, prefix)  # pylint: disable=protected-access
+  assert generated.max() < pieces
+  assert isinstance(translator.translate(['Monday'], 'eng_Latn', 'hau_Latn')[0], str)
