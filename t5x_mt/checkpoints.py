@@ -4,11 +4,14 @@ A checkpoint has two items, so that commands that only translate read only what 
   params      the model parameters
   optimizer   the step counter and the optimizer state
 and, beside it, the position of every host's input pipeline (a tf.data iterator
-checkpoint per process) so that a resumed run sees exactly the batches an uninterrupted
-run would have seen. The input position is written before Orbax commits the step, so a
-step that exists always has its input position.
+checkpoint per process, or what an input with `write_state`/`read_state` saves, such as
+the DRO group sampler) so that a resumed run sees exactly the batches an uninterrupted
+run would have seen, and optionally a JSON record of other host-side training state
+(DRO's loss averages). Both are written before Orbax commits the step, so a step that
+exists always has them.
 """
 
+import json
 import logging
 import os
 import pathlib
@@ -19,11 +22,13 @@ import jax
 import orbax.checkpoint as ocp
 import tensorflow as tf
 
+from t5x_mt import files
 from t5x_mt.errors import UserError
 
 CHECKPOINTS = 'checkpoints'
 INPUT_STATE = 'input_state'
 ITEMS = ('params', 'optimizer')
+HOST_STATE_SUFFIX = '.host_state.json'
 
 
 class RunCheckpoints:
@@ -50,10 +55,19 @@ class RunCheckpoints:
   def _input_state_prefix(self, step: int) -> str:
     return str(self.model_dir / INPUT_STATE / f'step_{step}' / f'process_{jax.process_index()}')
 
-  def save(self, step: int, state: Any, input_iterator: Any | None = None) -> None:
-    """Saves `state` (a TrainState) and the input position at `step` (asynchronously)."""
+  def save(self, step: int, state: Any, input_iterator: Any | None = None,
+           host_state: dict[str, Any] | None = None) -> None:
+    """Saves `state` (a TrainState), the input position and `host_state` (JSON-compatible)
+    at `step`; the arrays asynchronously."""
+    prefix = self._input_state_prefix(step)
     if input_iterator is not None:
-      tf.train.Checkpoint(iterator=input_iterator).write(self._input_state_prefix(step))
+      if hasattr(input_iterator, 'write_state'):
+        input_iterator.write_state(prefix)
+      else:
+        tf.train.Checkpoint(iterator=input_iterator).write(prefix)
+    if host_state is not None:
+      files.write_text_atomically(prefix + HOST_STATE_SUFFIX,
+                                  json.dumps(host_state, sort_keys=True) + '\n')
     self._manager.save(step, args=ocp.args.Composite(
         params=ocp.args.StandardSave(state.params),
         optimizer=ocp.args.StandardSave({'step': state.step, 'opt_state': state.opt_state})))
@@ -146,7 +160,18 @@ class RunCheckpoints:
     if not tf.io.gfile.exists(prefix + '.index'):
       raise UserError(f'{prefix}: input position of checkpoint {step} is missing; the run '
                       'cannot resume its data where it stopped')
-    tf.train.Checkpoint(iterator=input_iterator).read(prefix).assert_consumed()
+    if hasattr(input_iterator, 'read_state'):
+      input_iterator.read_state(prefix)
+    else:
+      tf.train.Checkpoint(iterator=input_iterator).read(prefix).assert_consumed()
+
+  def restore_host_state(self, step: int) -> dict[str, Any] | None:
+    """The `host_state` saved at `step`, None if it was saved without one."""
+    path = self._input_state_prefix(step) + HOST_STATE_SUFFIX
+    if not tf.io.gfile.exists(path):
+      return None
+    with tf.io.gfile.GFile(path) as f:
+      return json.load(f)
 
   def _drop_stale_input_states(self) -> None:
     """Input positions of checkpoints Orbax has deleted go too."""

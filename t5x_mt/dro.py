@@ -12,6 +12,8 @@ recomputed, the sampler that applies them) builds on it.
 
 from collections.abc import Mapping, Sequence
 import dataclasses
+import io
+import json
 
 import numpy as np
 
@@ -160,3 +162,188 @@ class GroupLosses:
                np.array(state['baselines'], np.float64),
                np.array([np.nan if v is None else v for v in state['ema']], np.float64),
                np.array(state['weights'], np.float64))
+
+
+MODES = ('sampling', 'reweighting')
+
+
+@dataclasses.dataclass(frozen=True)
+class DroConfig:
+  """A DRO run's settings (gin: `train_loop.train.dro = @dro.DroConfig()`).
+
+  Attributes:
+    baselines: JSON written by launch/compute_baselines.py for the run's mixture and
+      grouping (DRO_BASELINES).
+    grouping: 'direction' or 'target' (a group per target language).
+    interval: DRO_INTERVAL, steps between weight recomputations.
+    rho, min_ratio: the ball's radius and the q/p floor of `worst_case_weights`.
+    ema_decay: a in l_g <- (1 - a) l_g + a loss_g(batch).
+    proportions: p_g, the ball's centre: each group's share of the training 'pairs'
+      (METHODS.md), or of the plain mixture's sampling 'rates'.
+    mode: 'sampling' draws batch rows from group g with probability q_g; 'reweighting'
+      keeps the plain mixture's sampling and scales each token's loss by q_g / s_g (s_g the
+      group's sampling share), which has the same expected objective.
+  """
+  baselines: str
+  grouping: str = 'direction'
+  interval: int = 100
+  rho: float = 0.1
+  min_ratio: float = 0.2
+  ema_decay: float = 0.1
+  proportions: str = 'pairs'
+  mode: str = 'sampling'
+
+  def check(self) -> None:
+    if self.grouping not in GROUPINGS:
+      raise UserError(f'DroConfig.grouping: {self.grouping!r} is not one of '
+                      f'{", ".join(GROUPINGS)}')
+    if self.mode not in MODES:
+      raise UserError(f'DroConfig.mode: {self.mode!r} is not one of {", ".join(MODES)}')
+    if self.interval < 1:
+      raise UserError(f'DroConfig.interval (DRO_INTERVAL): must be >= 1, got {self.interval}')
+    if not 0 < self.ema_decay <= 1:
+      raise UserError(f'DroConfig.ema_decay: must be in (0, 1], got {self.ema_decay}')
+
+
+def load_baselines(path: str, grouping: str) -> dict[str, float]:
+  """{group: per-token loss} from a launch/compute_baselines.py file of this grouping."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      record = json.load(f)
+  except OSError as error:
+    raise UserError(f'DroConfig.baselines (DRO_BASELINES): cannot read {path} '
+                    f'({error.strerror or error})') from None
+  except json.JSONDecodeError as error:
+    raise UserError(f'DroConfig.baselines: {path} line {error.lineno}: not JSON '
+                    f'({error.msg})') from None
+  if record.get('grouping') != grouping or not isinstance(record.get('losses'), dict):
+    raise UserError(f'DroConfig.baselines: {path} holds {record.get("grouping")!r} groups, '
+                    f'the run groups by {grouping!r} (launch/compute_baselines.py '
+                    f'--grouping={grouping})')
+  return {group: float(loss) for group, loss in record['losses'].items()}
+
+
+class DroTraining:
+  """The host side of a DRO run: loss averages in, group weights or loss scales out.
+
+  The train step reports per-direction loss sums and token counts (in the order of
+  `direction_names`); `observe` folds each step's into the groups' EMAs, and every
+  `config.interval` steps `recompute` sets new weights.
+  """
+
+  def __init__(self, config: DroConfig, direction_names: Sequence[str],
+               proportions: Mapping[str, float], sampling_shares: Mapping[str, float]):
+    config.check()
+    self.config = config
+    self.direction_groups = [group_of(name, config.grouping) for name in direction_names]
+    groups = sorted(proportions)
+    baselines = load_baselines(config.baselines, config.grouping)
+    try:
+      self.losses = GroupLosses.start(groups, proportions, baselines)
+    except UserError as error:
+      raise UserError(f'DroConfig.baselines: {config.baselines}: {error}') from None
+    shares = np.array([sampling_shares[g] for g in groups], np.float64)
+    self.sampling_shares = shares / shares.sum()
+
+  def observe(self, direction_loss_sums: Sequence[float],
+              direction_tokens: Sequence[float]) -> None:
+    """One step's per-direction sums, summed per group, into the EMAs."""
+    loss_sums: dict[str, float] = {}
+    tokens: dict[str, float] = {}
+    for group, loss_sum, count in zip(self.direction_groups, direction_loss_sums,
+                                      direction_tokens):
+      loss_sums[group] = loss_sums.get(group, 0.0) + float(loss_sum)
+      tokens[group] = tokens.get(group, 0.0) + float(count)
+    self.losses.observe(loss_sums, tokens, self.config.ema_decay)
+
+  def after_step(self, step: int) -> bool:
+    """Recomputes the weights if `step` ends an interval; True if it did."""
+    if step % self.config.interval:
+      return False
+    self.losses.recompute(self.config.rho, self.config.min_ratio)
+    return True
+
+  @property
+  def weights(self) -> np.ndarray:
+    """q_g, in the order of `self.losses.groups`."""
+    return self.losses.weights
+
+  def direction_scales(self) -> np.ndarray:
+    """Per direction (the train step's order), q_g / s_g of its group: the loss scale of
+    the reweighting variant (all ones while q equals the sampling shares)."""
+    ratio = dict(zip(self.losses.groups, self.losses.weights / self.sampling_shares))
+    return np.array([ratio[group] for group in self.direction_groups], np.float32)
+
+  def log_record(self) -> dict[str, float]:
+    """The weights and loss averages for metrics.jsonl (`dro_weight/<group>`, `dro_loss/..`)."""
+    record = {f'dro_weight/{g}': float(w)
+              for g, w in zip(self.losses.groups, self.losses.weights)}
+    record.update({f'dro_loss/{g}': float(l) for g, l in zip(self.losses.groups,
+                                                            self.losses.ema)
+                   if not np.isnan(l)})
+    return record
+
+  def groups_record(self) -> dict:
+    """The run's groups with p_g, sampling shares s_g and baselines b_g (dro_groups.json)."""
+    return {'grouping': self.config.grouping, 'mode': self.config.mode,
+            'groups': {group: {'proportion': float(p), 'sampling_share': float(s),
+                               'baseline': float(b)}
+                       for group, p, s, b in zip(self.losses.groups, self.losses.proportions,
+                                                 self.sampling_shares,
+                                                 self.losses.baselines)}}
+
+  def state(self) -> dict:
+    return self.losses.state()
+
+  def restore(self, state: Mapping) -> None:
+    restored = GroupLosses.from_state(state)
+    if restored.groups != self.losses.groups:
+      raise UserError(f'DRO state saved for groups {restored.groups}, the run has '
+                      f'{self.losses.groups}; a different mixture or grouping needs a new '
+                      'MODEL_DIR')
+    self.losses = restored
+
+
+WEIGHT_PREFIX = 'dro_weight/'
+
+
+def weight_history(metrics_lines: Sequence[str]) -> tuple[list[int], dict[str, list[float]]]:
+  """(steps, {group: q_g at each step}) from a DRO run's metrics.jsonl lines."""
+  steps: list[int] = []
+  history: dict[str, list[float]] = {}
+  for line in metrics_lines:
+    if not line.strip():
+      continue
+    record = json.loads(line)
+    weights = {k[len(WEIGHT_PREFIX):]: v for k, v in record.items()
+               if k.startswith(WEIGHT_PREFIX)}
+    if not weights:
+      continue
+    steps.append(record['step'])
+    for group, weight in weights.items():
+      history.setdefault(group, []).append(weight)
+  return steps, history
+
+
+def weights_chart(steps: Sequence[int], history: Mapping[str, Sequence[float]],
+                  proportions: Mapping[str, float], title: str) -> bytes:
+  """PNG: each group's weight q_g over training as a line, its data share p_g dotted."""
+  import matplotlib  # pylint: disable=g-import-not-at-top  (plotting only here)
+  matplotlib.use('Agg')
+  from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
+  figure, axes = pyplot.subplots(figsize=(9, 5))
+  colours = pyplot.get_cmap('tab20')
+  for number, (group, weights) in enumerate(sorted(history.items())):
+    colour = colours(number % 20)
+    axes.plot(steps, weights, label=group, color=colour, linewidth=1.4)
+    if group in proportions:
+      axes.axhline(proportions[group], color=colour, linestyle=':', linewidth=0.8)
+  axes.set_xlabel('step')
+  axes.set_ylabel('sampling weight q_g (dotted: data share p_g)')
+  axes.set_title(title)
+  axes.legend(fontsize='x-small', ncol=2, loc='center left', bbox_to_anchor=(1.0, 0.5))
+  figure.tight_layout()
+  buffer = io.BytesIO()
+  figure.savefig(buffer, format='png', dpi=100)
+  pyplot.close(figure)
+  return buffer.getvalue()

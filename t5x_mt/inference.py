@@ -13,9 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import sentencepiece as spm
 
+from t5x_mt import adapters
 from t5x_mt import decoding
 from t5x_mt import network
 from t5x_mt import partitioning
+from t5x_mt.data import directions
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
 from t5x_mt.data import wmt22
@@ -94,20 +96,26 @@ class Translator:
       ids = ids[:ids.index(vocab.EOS_ID)]
     return self.tokenizer.decode([i for i in ids if i > 0 and i not in self._synthetic_tag_ids])
 
-  def _decode_batch(self, params, encoder_tokens, prefix, *, max_decode_length: int,
-                    beam_size: int, alpha: float):
+  def _decode_batch(self, params, encoder_tokens, prefix, direction, *,
+                    max_decode_length: int, beam_size: int, alpha: float):
+    """Beam search over one direction's batch; `direction` (its id, traced, so directions
+    share one compilation) chooses the model's adapters, if it has any."""
     encoded = self.model.apply({'params': params}, encoder_tokens,
+                               encoder_direction_ids=jnp.full(
+                                   (encoder_tokens.shape[0], 1), direction, jnp.int32),
                                method=network.Transformer.encode)
     cache = network.init_decode_cache(self.model, params, encoded, encoder_tokens,
                                       max_decode_length)
     # Beam search keeps batch * beam rows; every row of an example sees its encoding.
     encoded_rows = jnp.repeat(encoded, beam_size, axis=0)
     encoder_rows = jnp.repeat(encoder_tokens, beam_size, axis=0)
+    row_directions = jnp.full((encoder_rows.shape[0], 1), direction, jnp.int32)
 
     def tokens_to_logits(tokens, model_cache):
       logits, variables = self.model.apply(
           {'params': params, 'cache': model_cache}, encoded_rows, encoder_rows, tokens, tokens,
-          decode=True, mutable=['cache'], method=network.Transformer.decode)
+          decode=True, mutable=['cache'], decoder_direction_ids=row_directions,
+          method=network.Transformer.decode)
       # The embedding is padded past the vocabulary (train_loop.padded_vocab_size); those
       # rows are no pieces, so they are never generated, however little the model trained.
       next_logits = logits[:, -1, :]
@@ -130,7 +138,8 @@ class Translator:
       rows *= 2
     return min(rows, self.batch_size)
 
-  def _run_batch(self, encoder_ids: list[list[int]], prefix_id: int | None) -> np.ndarray:
+  def _run_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
+                 direction: int) -> np.ndarray:
     length = bucket_length(max(len(ids) for ids in encoder_ids), self.max_input_length)
     rows = self._batch_rows(len(encoder_ids))
     tokens = np.zeros((rows, length), np.int32)
@@ -142,10 +151,11 @@ class Translator:
     prefix = None if prefix_id is None else jnp.full((rows,), prefix_id, jnp.int32)
     decode_length = min(2 * length + 16, self.max_decode_length)
     kwargs = dict(max_decode_length=decode_length, beam_size=self.beam_size, alpha=self.alpha)
+    direction = jnp.int32(direction)
     if self.mesh is None:
-      return np.asarray(self._decode(self.params, tokens, prefix, **kwargs))
+      return np.asarray(self._decode(self.params, tokens, prefix, direction, **kwargs))
     with partitioning.activation_sharding(self.mesh, self.rules):
-      return np.asarray(self._decode(self.params, tokens, prefix, **kwargs))
+      return np.asarray(self._decode(self.params, tokens, prefix, direction, **kwargs))
 
   def pivots(self, src_lang: str, tgt_lang: str) -> bool:
     """Whether src_lang -> tgt_lang goes through the pivot language."""
@@ -165,6 +175,11 @@ class Translator:
   def translate_directly(self, sentences: Sequence[str], src_lang: str,
                          tgt_lang: str) -> list[str]:
     """Translations of `sentences` from src_lang into tgt_lang by the model alone."""
+    config = self.model.config
+    if config.adapter_keys:
+      adapters.check_directions([directions.direction_name(src_lang, tgt_lang)],
+                                config.adapter_by, config.adapter_keys, 'translate')
+    direction = directions.direction_id(src_lang, tgt_lang)
     direction_tags = tags.tags_for(self.tag_strategy, src_lang, tgt_lang)
     prefix_id = (self._tag_id(direction_tags.decoder_tag)
                  if direction_tags.decoder_tag else None)
@@ -173,7 +188,7 @@ class Translator:
     outputs: list[str] = [''] * len(sentences)
     for start in range(0, len(order), self.batch_size):
       rows = order[start:start + self.batch_size]
-      generated = self._run_batch([encoded[i] for i in rows], prefix_id)
+      generated = self._run_batch([encoded[i] for i in rows], prefix_id, direction)
       for row, index in enumerate(rows):
         outputs[index] = self.decode_target(generated[row], prefix_id is not None)
     return outputs

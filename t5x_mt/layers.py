@@ -69,6 +69,7 @@ class DenseGeneral(nn.Module):
   use_bias: bool = True
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
+  kernel_init: Optional[Initializer] = None  # Default: Glorot-uniform.
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -79,7 +80,7 @@ class DenseGeneral(nn.Module):
       raise ValueError(f'kernel_axes {self.kernel_axes} do not match kernel {kernel_shape}')
     kernel = self.param(
         'kernel',
-        nn.with_logical_partitioning(_xavier_uniform(n_in, len(features)),
+        nn.with_logical_partitioning(self.kernel_init or _xavier_uniform(n_in, len(features)),
                                      tuple(self.kernel_axes)),
         kernel_shape, self.param_dtype)
     contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))

@@ -44,3 +44,12 @@ def direction_sums(token_loss: jax.Array, weights: jax.Array, token_directions: 
   token_counts = jax.ops.segment_sum(known.astype(jnp.float32).reshape(-1), segment,
                                      num_segments=num_segments)
   return loss_sums[:-1], token_counts[:-1]
+
+
+def direction_token_scales(token_directions: jax.Array, direction_ids: jax.Array,
+                           scales: jax.Array) -> jax.Array:
+  """Each token's scale [B, L]: scales[i] for a token of direction_ids[i] (sorted), 1 for
+  tokens of any other direction (and padding, whose loss weight is 0 anyway)."""
+  position = jnp.clip(jnp.searchsorted(direction_ids, token_directions), 0,
+                      direction_ids.shape[0] - 1)
+  return jnp.where(direction_ids[position] == token_directions, scales[position], 1.0)

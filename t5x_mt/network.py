@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t5x_mt import adapters
 from t5x_mt import layers
 
 Array = jax.Array
@@ -44,6 +45,17 @@ class TransformerConfig:
   attention_implementation: str = 'xla'
   logits_via_embedding: bool = True
   mlp_activation: str = 'relu'  # Or 'gelu'.
+  # Adapters after every layer (t5x_mt.adapters): one per key, a target language
+  # (adapter_by='target') or a direction ('direction'), with its bottleneck size.
+  adapter_by: str = 'target'
+  adapter_keys: tuple[str, ...] = ()
+  adapter_bottlenecks: tuple[int, ...] = ()
+
+  def __post_init__(self):
+    # gin may give lists; the config is hashed as a Flax module attribute.
+    object.__setattr__(self, 'adapter_keys', tuple(self.adapter_keys))
+    object.__setattr__(self, 'adapter_bottlenecks', tuple(self.adapter_bottlenecks))
+    adapters.check_config(self.adapter_by, self.adapter_keys, self.adapter_bottlenecks)
 
 
 def _segment_ids(tokens: Array, segment_ids: Optional[Array]) -> Array:
@@ -105,6 +117,20 @@ class DecoderLayer(nn.Module):
     return nn.with_logical_constraint(x, ('batch', 'length', 'embed'))
 
 
+def _adapters(cfg: TransformerConfig, layer: int):
+  """The adapters after layer `layer`, or the identity for a model built without."""
+  if not cfg.adapter_keys:
+    return lambda x, index: x
+  return adapters.Adapters(cfg.adapter_keys, cfg.adapter_bottlenecks, cfg.dtype,
+                           name=f'{adapters.MODULE_PREFIX}{layer}')
+
+
+def _adapter_index(cfg: TransformerConfig, direction_ids: Optional[Array]) -> Optional[Array]:
+  if not cfg.adapter_keys or direction_ids is None:
+    return None
+  return adapters.adapter_index(direction_ids, cfg.adapter_by, cfg.adapter_keys)
+
+
 class Encoder(nn.Module):
   """Embeds source tokens and runs the encoder stack; returns [batch, length, embed]."""
   config: TransformerConfig
@@ -112,7 +138,7 @@ class Encoder(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: Array, segment_ids: Array, positions: Optional[Array],
-               deterministic: bool) -> Array:
+               deterministic: bool, adapter_index: Optional[Array] = None) -> Array:
     cfg = self.config
     x = self.embedding(tokens)
     x = layers.PositionEmbedding(cfg.max_length, cfg.position_embedding, dtype=cfg.dtype,
@@ -120,6 +146,7 @@ class Encoder(nn.Module):
     x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
     for i in range(cfg.num_encoder_layers):
       x = EncoderLayer(cfg, name=f'layers_{i}')(x, segment_ids, deterministic)
+      x = _adapters(cfg, i)(x, adapter_index)
     return layers.LayerNorm(dtype=cfg.dtype, name='encoder_norm')(x)
 
 
@@ -131,7 +158,8 @@ class Decoder(nn.Module):
   @nn.compact
   def __call__(self, encoded: Array, tokens: Array, segment_ids: Optional[Array],
                encoder_segment_ids: Array, positions: Optional[Array], deterministic: bool,
-               decode: bool, max_decode_length: Optional[int]) -> Array:
+               decode: bool, max_decode_length: Optional[int],
+               adapter_index: Optional[Array] = None) -> Array:
     cfg = self.config
     x = self.embedding(tokens)
     x = layers.PositionEmbedding(cfg.max_length, cfg.position_embedding, dtype=cfg.dtype,
@@ -140,6 +168,7 @@ class Decoder(nn.Module):
     for i in range(cfg.num_decoder_layers):
       x = DecoderLayer(cfg, name=f'layers_{i}')(x, encoded, segment_ids, encoder_segment_ids,
                                                 deterministic, decode, max_decode_length)
+      x = _adapters(cfg, i)(x, adapter_index)
     x = layers.LayerNorm(dtype=cfg.dtype, name='decoder_norm')(x)
     if cfg.logits_via_embedding:
       logits = self.embedding.attend(x) / jnp.sqrt(jnp.float32(cfg.emb_dim)).astype(cfg.dtype)
@@ -170,18 +199,24 @@ class Transformer(nn.Module):
     self.decoder = Decoder(cfg, self.shared_embedding)
 
   def encode(self, encoder_input_tokens: Array, encoder_segment_ids: Optional[Array] = None,
-             encoder_positions: Optional[Array] = None, *,
-             enable_dropout: bool = False) -> Array:
-    """Encodes source tokens [B, Le] into [B, Le, emb_dim] (in `config.dtype`)."""
+             encoder_positions: Optional[Array] = None, *, enable_dropout: bool = False,
+             encoder_direction_ids: Optional[Array] = None) -> Array:
+    """Encodes source tokens [B, Le] into [B, Le, emb_dim] (in `config.dtype`).
+
+    `encoder_direction_ids` ([B, Le] or [B, 1]) choose each token's adapters; without
+    them a model with adapters runs its base only.
+    """
     segment_ids = _segment_ids(encoder_input_tokens, encoder_segment_ids)
     return self.encoder(encoder_input_tokens, segment_ids, encoder_positions,
-                        deterministic=not enable_dropout)
+                        deterministic=not enable_dropout,
+                        adapter_index=_adapter_index(self.config, encoder_direction_ids))
 
   def decode(self, encoded: Array, encoder_input_tokens: Array, decoder_input_tokens: Array,
              decoder_target_tokens: Array, encoder_segment_ids: Optional[Array] = None,
              decoder_segment_ids: Optional[Array] = None,
              decoder_positions: Optional[Array] = None, *, enable_dropout: bool = False,
-             decode: bool = False, max_decode_length: Optional[int] = None) -> Array:
+             decode: bool = False, max_decode_length: Optional[int] = None,
+             decoder_direction_ids: Optional[Array] = None) -> Array:
     """Float32 logits [B, Ld, vocab] for the next token at every decoder position.
 
     With `decode=True` (autoregressive decoding) `decoder_input_tokens` is [B, 1], positions
@@ -197,20 +232,30 @@ class Transformer(nn.Module):
       decoder_segment_ids = _segment_ids(decoder_target_tokens, decoder_segment_ids)
     return self.decoder(encoded, decoder_input_tokens, decoder_segment_ids, encoder_segment_ids,
                         decoder_positions, deterministic=not enable_dropout, decode=decode,
-                        max_decode_length=max_decode_length)
+                        max_decode_length=max_decode_length,
+                        adapter_index=_adapter_index(self.config, decoder_direction_ids))
 
   def __call__(self, encoder_input_tokens: Array, decoder_input_tokens: Array,
                decoder_target_tokens: Array, encoder_segment_ids: Optional[Array] = None,
                decoder_segment_ids: Optional[Array] = None,
                encoder_positions: Optional[Array] = None,
-               decoder_positions: Optional[Array] = None, *,
+               decoder_positions: Optional[Array] = None,
+               decoder_direction_ids: Optional[Array] = None, *,
                enable_dropout: bool = False) -> Array:
-    """Teacher-forced float32 logits [B, Ld, vocab]."""
+    """Teacher-forced float32 logits [B, Ld, vocab]; `decoder_direction_ids` (the
+    batch's per-token directions) choose adapters on both sides."""
+    encoder_direction_ids = None
+    if self.config.adapter_keys and decoder_direction_ids is not None:
+      encoder_direction_ids = adapters.encoder_direction_ids(
+          _segment_ids(encoder_input_tokens, encoder_segment_ids),
+          _segment_ids(decoder_target_tokens, decoder_segment_ids), decoder_direction_ids)
     encoded = self.encode(encoder_input_tokens, encoder_segment_ids, encoder_positions,
-                          enable_dropout=enable_dropout)
+                          enable_dropout=enable_dropout,
+                          encoder_direction_ids=encoder_direction_ids)
     return self.decode(encoded, encoder_input_tokens, decoder_input_tokens,
                        decoder_target_tokens, encoder_segment_ids, decoder_segment_ids,
-                       decoder_positions, enable_dropout=enable_dropout)
+                       decoder_positions, enable_dropout=enable_dropout,
+                       decoder_direction_ids=decoder_direction_ids)
 
 
 def _dummy_tokens(batch_size: int, length: int) -> jax.ShapeDtypeStruct:

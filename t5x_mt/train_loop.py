@@ -13,6 +13,7 @@ import pathlib
 import time
 from typing import Any
 
+from flax import traverse_util
 import flax.linen as nn
 import gin
 import jax
@@ -24,7 +25,9 @@ import tensorflow as tf
 import tqdm
 
 import data_tasks
+from t5x_mt import adapters
 from t5x_mt import checkpoints
+from t5x_mt import dro
 from t5x_mt import evaluation
 from t5x_mt import files
 from t5x_mt import inference
@@ -33,6 +36,7 @@ from t5x_mt import partitioning
 from t5x_mt import trainer
 from t5x_mt.data import corpora
 from t5x_mt.data import directions
+from t5x_mt.data import group_sampler
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import vocab
 from t5x_mt.data import vocab_merge
@@ -44,6 +48,7 @@ METRICS_FILE = 'metrics.jsonl'
 
 # The model's hyperparameters come from gin/models/*.gin; the vocabulary size from the run.
 model_config = gin.external_configurable(network.TransformerConfig, module='network')
+gin.external_configurable(dro.DroConfig, module='dro')
 
 
 @gin.configurable
@@ -145,6 +150,7 @@ def _write_evaluation(model_dir: pathlib.Path, summary: dict[str, Any], test: bo
 
 
 BEST_FILE = 'best.json'
+DRO_GROUPS_FILE = 'dro_groups.json'
 
 
 @dataclasses.dataclass
@@ -212,11 +218,28 @@ def _initial_params(init_from: str, run_dir: pathlib.Path, target: Any) -> Any:
   parent_checkpoints = checkpoints.RunCheckpoints(str(parent), read_only=True)
   try:
     logging.info('Starting from the parameters of %s', parent)
-    return parent_checkpoints.restore_params(None, target)
+    return _with_new_adapters(parent_checkpoints, target)
   except UserError as error:
     raise UserError(f'train.init_from: {error}') from None
   finally:
     parent_checkpoints.close()
+
+
+def _with_new_adapters(parent: checkpoints.RunCheckpoints, target: Any) -> Any:
+  """The parent's latest parameters; adapters it was built without keep `target`'s fresh
+  values (adapters added to a trained base start as the identity)."""
+  step = parent.latest_step()
+  saved = parent.saved_shapes(step) if step is not None else {}
+  flat = traverse_util.flatten_dict(target)
+  new = {path for path in flat if path not in saved and
+         any(part.startswith(adapters.MODULE_PREFIX) for part in path)}
+  if not new:
+    return parent.restore_params(step, target)
+  logging.info('%d adapter parameters are new: they start at their initial values', len(new))
+  restored = parent.restore_params(step, traverse_util.unflatten_dict(
+      {path: leaf for path, leaf in flat.items() if path not in new}))
+  merged = {**flat, **traverse_util.flatten_dict(restored)}
+  return traverse_util.unflatten_dict(merged)
 
 
 @gin.configurable
@@ -228,7 +251,8 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
           targets_length: int = 64, pack: bool = True, num_microbatches: int = 1,
           label_smoothing: float = 0.1, evaluate_test_split: bool = True,
           progress_bar: bool = True, learning_rate_schedule: str = 'inverse_sqrt',
-          init_from: str | None = None, early_stopping_patience: int = 0) -> dict[str, Any]:
+          init_from: str | None = None, early_stopping_patience: int = 0,
+          dro: dro.DroConfig | None = None) -> dict[str, Any]:
   """Trains, checkpoints, logs and evaluates a run; returns the last logged metrics.
 
   Args:
@@ -250,6 +274,8 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
     early_stopping_patience: with EVAL_EVERY_STEPS, stop after this many evaluations
       without a better average chrF++ than the best so far; the best step is saved as a
       checkpoint and named in MODEL_DIR/best.json. 0 never stops early.
+    dro: distributionally robust optimisation over groups of directions (gin/runs/dro/);
+      None trains on the mixture's fixed rates.
   """
   run_dir = pathlib.Path(model_dir)
   checkpoints.check_writable(model_dir)
@@ -272,21 +298,29 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
   direction_ids = sorted({directions.direction_id(d.src_lang, d.tgt_lang)
                           for d in run_directions})
   direction_names = [directions.direction_from_id(i) for i in direction_ids]
+  if config.adapter_keys:
+    adapters.check_directions(direction_names, config.adapter_by, config.adapter_keys,
+                              'MIXTURE_OR_TASK_NAME')
 
   state, state_shardings = partitioning.shard_init(
       lambda rng: trainer.init_train_state(model, optimizer, rng, inputs_length,
                                            targets_length),
       mesh, rules, jax.random.PRNGKey(seed))
   run_checkpoints = checkpoints.RunCheckpoints(model_dir, keep=keep_checkpoints)
-  dataset = input_pipeline.train_dataset(
-      mixture_or_task_name, global_batch_size=batch_size, inputs_length=inputs_length,
-      targets_length=targets_length, seed=seed, pack=pack)
-  data_iterator = iter(dataset)
+  robust = dro and _robust_training(dro, mixture_or_task_name, direction_names)
+  if robust:
+    files.write_text_atomically(run_dir / DRO_GROUPS_FILE, json.dumps(
+        robust.groups_record(), indent=2, sort_keys=True) + '\n')
+  data_iterator = _training_batches(mixture_or_task_name, robust, batch_size=batch_size,
+                                    inputs_length=inputs_length, targets_length=targets_length,
+                                    seed=seed, pack=pack)
   start_step = run_checkpoints.latest_step() or 0
   if start_step:
     logging.info('Resuming from checkpoint at step %d', start_step)
     state = run_checkpoints.restore(start_step, state)
     run_checkpoints.restore_input(start_step, data_iterator)
+    if robust:
+      robust.restore(_saved_dro_state(run_checkpoints, start_step))
   elif init_from:
     state = state.replace(params=_initial_params(init_from, run_dir, state.params))
 
@@ -305,17 +339,20 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
                        desc='train', unit='step', dynamic_ncols=True)
   step = start_step
   early_stopping = EarlyStopping.load(run_dir)
+  host_state = lambda: {'dro': robust.state()} if robust else None
   while step < train_steps and not (early_stopping_patience and
                                     early_stopping.should_stop(early_stopping_patience)):
     batch = partitioning.host_batch_to_global(
-        {name: value.numpy() for name, value in next(data_iterator).items()}, mesh)
-    state, metrics = train_step(state, batch, step_rng)
+        {name: np.asarray(value) for name, value in next(data_iterator).items()}, mesh)
+    state, metrics = train_step(state, batch, step_rng, _direction_scales(robust))
     # Summed on the device (asynchronously) until the next log: the logged loss is the
     # token-weighted mean over the window, not one noisy batch.
     window_sums = metrics if window_sums is None else jax.tree_util.tree_map(
         jnp.add, window_sums, metrics)
     step += 1
     progress.update(1)
+    if robust:
+      _update_dro(robust, metrics, step, data_iterator)
     if step % log_every_steps == 0 or step == train_steps:
       summary = trainer.summarize_metrics(window_sums, direction_names)
       elapsed = time.perf_counter() - window_start
@@ -323,12 +360,13 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
                      'learning_rate': float(schedule(step - 1)),
                      'tokens_per_second': summary['tokens'] / max(elapsed, 1e-9),
                      'grad_norm': float(metrics['grad_norm']),
-                     **{k: v for k, v in summary.items() if k.startswith('loss/')}}
+                     **{k: v for k, v in summary.items() if k.startswith('loss/')},
+                     **(robust.log_record() if robust else {})}
       metrics_log.write(last_record)
       progress.set_postfix(loss=f'{summary["loss"]:.3f}')
       window_sums, window_start = None, time.perf_counter()
     if step % checkpoint_every_steps == 0 or step == train_steps:
-      run_checkpoints.save(step, state, data_iterator)
+      run_checkpoints.save(step, state, data_iterator, host_state())
     if eval_every_steps and step % eval_every_steps == 0 and step != train_steps:
       translator.params = state.params
       summary = evaluate_directions(translator, mixture_or_task_name, step)
@@ -336,7 +374,8 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
       window_start = time.perf_counter()  # Throughput counts training time only.
       if early_stopping_patience:
         if early_stopping.update(step, summary) and step % checkpoint_every_steps:
-          run_checkpoints.save(step, state, data_iterator)  # The best step stays loadable.
+          # The best step stays loadable.
+          run_checkpoints.save(step, state, data_iterator, host_state())
         if early_stopping.should_stop(early_stopping_patience):
           logging.info('Early stopping at step %d: best average chrF++ %.2f at step %d',
                        step, early_stopping.best_chrf, early_stopping.best_step)
@@ -349,6 +388,54 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
     test_summary = evaluate_directions(translator, mixture_or_task_name, step, split='test')
     _write_evaluation(run_dir, test_summary, test=True)
   return last_record
+
+
+def _robust_training(config: dro.DroConfig, mixture_or_task_name: str,
+                     direction_names: Sequence[str]) -> dro.DroTraining:
+  """DRO's host-side state for the run's groups; p_g and sampling shares from the data."""
+  config.check()
+  return dro.DroTraining(
+      config, direction_names,
+      proportions=group_sampler.group_shares(mixture_or_task_name, config.grouping,
+                                             config.proportions),
+      sampling_shares=group_sampler.group_shares(mixture_or_task_name, config.grouping,
+                                                 'rates'))
+
+
+def _training_batches(mixture_or_task_name: str, robust: dro.DroTraining | None, **kwargs):
+  """This process's batches: the mixture at its fixed rates, or DRO's group sampler."""
+  if robust and robust.config.mode == 'sampling':
+    sampler = group_sampler.GroupSampler(mixture_or_task_name,
+                                         grouping=robust.config.grouping,
+                                         global_batch_size=kwargs.pop('batch_size'), **kwargs)
+    sampler.set_weights(robust.weights)
+    return sampler
+  return iter(input_pipeline.train_dataset(
+      mixture_or_task_name, global_batch_size=kwargs.pop('batch_size'), **kwargs))
+
+
+def _saved_dro_state(run_checkpoints: checkpoints.RunCheckpoints, step: int) -> dict:
+  saved = run_checkpoints.restore_host_state(step)
+  if not saved or 'dro' not in saved:
+    raise UserError(f'{run_checkpoints.model_dir}: checkpoint {step} was saved without '
+                    'DRO state; a DRO run cannot resume a plain run (use train.init_from)')
+  return saved['dro']
+
+
+def _direction_scales(robust: dro.DroTraining | None) -> jax.Array | None:
+  if robust and robust.config.mode == 'reweighting':
+    return jnp.asarray(robust.direction_scales())
+  return None
+
+
+def _update_dro(robust: dro.DroTraining, metrics: dict, step: int, data_iterator) -> None:
+  """Folds the step's per-direction losses into DRO's EMAs; at an interval's end, new
+  weights for the sampler (the reweighting variant reads them at the next step)."""
+  loss_sums, tokens = jax.device_get((metrics['direction_loss_sums'],
+                                      metrics['direction_tokens']))
+  robust.observe(loss_sums, tokens)
+  if robust.after_step(step) and isinstance(data_iterator, group_sampler.GroupSampler):
+    data_iterator.set_weights(robust.weights)
 
 
 def _shard_bytes(abstract_tree: Any, mesh_sizes: dict[str, int], rules) -> int:

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from t5x_mt import adapters
 from t5x_mt import losses
 from t5x_mt import partitioning
 from t5x_mt.errors import UserError
@@ -27,7 +28,7 @@ Batch = dict[str, jax.Array]
 # Model inputs that a packed batch from DirectionEncDecFeatureConverter carries.
 MODEL_INPUTS = ('encoder_input_tokens', 'decoder_input_tokens', 'decoder_target_tokens',
                 'encoder_segment_ids', 'decoder_segment_ids', 'encoder_positions',
-                'decoder_positions')
+                'decoder_positions', 'decoder_direction_ids')
 
 
 @flax.struct.dataclass
@@ -66,16 +67,30 @@ def _decay_mask(params: Any) -> Any:
   return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
 
 
+TRAINABLE = ('all', 'adapters')
+
+
 @gin.configurable
 def make_optimizer(learning_rate: optax.Schedule | None = None, b1: float = 0.9,
                    b2: float = 0.98, eps: float = 1e-9, weight_decay: float = 0.0,
-                   clip_norm: float | None = 1.0) -> optax.GradientTransformation:
-  """AdamW with betas (0.9, 0.98) and global-norm clipping (METHODS.md section 9)."""
+                   clip_norm: float | None = 1.0,
+                   trainable: str = 'all') -> optax.GradientTransformation:
+  """AdamW with betas (0.9, 0.98) and global-norm clipping (METHODS.md section 9).
+
+  `trainable='adapters'` updates only adapter parameters: every other update is exactly
+  zero (and clipping sees the adapters' gradients only), so the base stays bit-identical.
+  """
+  if trainable not in TRAINABLE:
+    raise UserError(f'make_optimizer.trainable: {trainable!r} is not one of '
+                    f'{", ".join(TRAINABLE)}')
   schedule = learning_rate or inverse_sqrt_schedule()
   parts = [optax.clip_by_global_norm(clip_norm)] if clip_norm else []
   parts.append(optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
                            mask=_decay_mask))
-  return optax.chain(*parts)
+  if trainable == 'all':
+    return optax.chain(*parts)
+  return optax.multi_transform({'adapters': optax.chain(*parts),
+                                'frozen': optax.set_to_zero()}, adapters.trainable_labels)
 
 
 def dummy_batch(batch_size: int, encoder_length: int, decoder_length: int) -> Batch:
@@ -112,8 +127,15 @@ def _direction_id_array(direction_ids: Sequence[int]) -> jax.Array:
 
 
 def _loss_sums(model: nn.Module, params: Any, batch: Batch, ids: jax.Array,
-               label_smoothing: float, dropout_rng: jax.Array | None) -> dict[str, jax.Array]:
-  """Loss sum, token count and per-direction sums of a batch; dropout iff a key is given."""
+               label_smoothing: float, dropout_rng: jax.Array | None,
+               direction_scales: jax.Array | None = None) -> dict[str, jax.Array]:
+  """Loss sum, token count and per-direction sums of a batch; dropout iff a key is given.
+
+  The objective the gradient follows is the loss sum, or with `direction_scales` (one per
+  id in `ids`) each token's loss times its direction's scale, normalised by the equally
+  scaled token count (`objective_sum` / `objective_weight`). The reported sums stay
+  unscaled, so logged losses mean the same with and without scales.
+  """
   logits = model.apply({'params': params}, **model_kwargs(batch),
                        enable_dropout=dropout_rng is not None,
                        rngs={} if dropout_rng is None else {'dropout': dropout_rng})
@@ -122,8 +144,14 @@ def _loss_sums(model: nn.Module, params: Any, batch: Batch, ids: jax.Array,
       logits, batch['decoder_target_tokens'], weights, label_smoothing)
   direction_loss, direction_tokens = losses.direction_sums(
       token_loss, weights, batch['decoder_direction_ids'], ids)
-  return {'loss_sum': token_loss.sum(), 'tokens': weights.sum(),
+  sums = {'loss_sum': token_loss.sum(), 'tokens': weights.sum(),
           'direction_loss_sums': direction_loss, 'direction_tokens': direction_tokens}
+  if direction_scales is None:
+    return dict(sums, objective_sum=sums['loss_sum'], objective_weight=sums['tokens'])
+  token_scales = losses.direction_token_scales(batch['decoder_direction_ids'], ids,
+                                               direction_scales)
+  return dict(sums, objective_sum=(token_loss * token_scales).sum(),
+              objective_weight=(weights * token_scales).sum())
 
 
 def make_eval_step(model: nn.Module, *, direction_ids: Sequence[int],
@@ -148,28 +176,35 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *
   """
   ids = _direction_id_array(direction_ids)
 
-  def loss_and_sums(params, microbatch, dropout_rng):
-    sums = _loss_sums(model, params, microbatch, ids, label_smoothing, dropout_rng)
-    return sums['loss_sum'], sums
+  def loss_and_sums(params, microbatch, dropout_rng, direction_scales):
+    sums = _loss_sums(model, params, microbatch, ids, label_smoothing, dropout_rng,
+                      direction_scales)
+    return sums['objective_sum'], sums
 
   grad_fn = jax.grad(loss_and_sums, has_aux=True)
 
-  def train_step(state: TrainState, batch: Batch, rng: jax.Array):
+  def train_step(state: TrainState, batch: Batch, rng: jax.Array,
+                 direction_scales: jax.Array | None = None):
+    """`direction_scales`: per direction (sorted ids), the loss scale of DRO's
+    reweighting variant; None trains on the plain token-mean loss."""
     dropout_rng = jax.random.fold_in(rng, state.step)
     micro = _microbatches(batch, num_microbatches)
 
     def accumulate(carry, index_and_microbatch):
       index, microbatch = index_and_microbatch
-      grads, sums = grad_fn(state.params, microbatch, jax.random.fold_in(dropout_rng, index))
+      grads, sums = grad_fn(state.params, microbatch, jax.random.fold_in(dropout_rng, index),
+                            direction_scales)
       return jax.tree_util.tree_map(jnp.add, carry, (grads, sums)), None
 
     zero_grads = jax.tree_util.tree_map(jnp.zeros_like, state.params)
     zero_sums = {'loss_sum': jnp.zeros(()), 'tokens': jnp.zeros(()),
                  'direction_loss_sums': jnp.zeros(ids.shape),
-                 'direction_tokens': jnp.zeros(ids.shape)}
+                 'direction_tokens': jnp.zeros(ids.shape),
+                 'objective_sum': jnp.zeros(()), 'objective_weight': jnp.zeros(())}
     (grad_sums, sums), _ = jax.lax.scan(
         accumulate, (zero_grads, zero_sums), (jnp.arange(num_microbatches), micro))
-    grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(sums['tokens'], 1.0), grad_sums)
+    grads = jax.tree_util.tree_map(
+        lambda g: g / jnp.maximum(sums['objective_weight'], 1e-9), grad_sums)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = dict(sums, grad_norm=optax.tree.norm(grads))
@@ -190,12 +225,13 @@ def jit_train_step(train_step, state_shardings, mesh, rules):
   """Compiles the step with explicit shardings; the input state's buffers are donated."""
   batch_sharding = partitioning.batch_sharding(mesh)
   replicated = partitioning.replicated(mesh)
-  jitted = jax.jit(train_step, in_shardings=(state_shardings, batch_sharding, replicated),
+  jitted = jax.jit(train_step,
+                   in_shardings=(state_shardings, batch_sharding, replicated, replicated),
                    out_shardings=(state_shardings, replicated), donate_argnums=(0,))
 
-  def step(state, batch, rng):
+  def step(state, batch, rng, direction_scales=None):
     with partitioning.activation_sharding(mesh, rules):
-      return jitted(state, batch, rng)
+      return jitted(state, batch, rng, direction_scales)
 
   return step
 

@@ -17,9 +17,11 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+import data_tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import gin_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 TINY_RUN_STEPS = 4
 TINY_RUN_CHECKPOINT_EVERY = 2
@@ -85,3 +87,30 @@ def clean_gin():
   """Tests that parse or load a run's gin config leave none behind for the next test."""
   yield
   gin.clear_config()
+
+
+LANGS = ('eng_Latn', 'fra_Latn', 'hau_Latn')
+WORDS = {'eng_Latn': ['one', 'two', 'three', 'four', 'five', 'six'],
+         'fra_Latn': ['un', 'deux', 'trois', 'quatre', 'cinq', 'six'],
+         'hau_Latn': ['daya', 'biyu', 'uku', 'hudu', 'biyar', 'shida']}
+
+
+def _rows(count: int, offset: int) -> list[dict[str, str]]:
+  rows = []
+  for i in range(count):
+    picks = [(i * 7 + offset + k) % 6 for k in range(1 + i % 3)]
+    rows.append({lang: ' '.join(WORDS[lang][p] for p in picks) for lang in LANGS})
+  return rows
+
+
+@pytest.fixture(scope='session')
+def tiny_mixture():
+  """A three-language multi-way corpus of number words; its mixture trains eng->fra and
+  hau->eng."""
+  if 'test_loop_numbers' not in corpora.registered_corpora():
+    corpora.register_corpus('test_loop_numbers', lambda: corpora.MultiwayCorpus(
+        'test_loop_numbers',
+        {'train': _rows(60, 0), 'validation': _rows(4, 1), 'test': _rows(4, 2)}))
+    data_tasks.register_mixture('test_loop_numbers', 'test_loop_numbers',
+                                [('eng_Latn', 'fra_Latn'), ('hau_Latn', 'eng_Latn')])
+  return 'test_loop_numbers'

@@ -16,6 +16,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from t5x_mt import run_loading
+from t5x_mt.data import directions
 from t5x_mt.data import tags
 from t5x_mt.errors import UserError
 
@@ -134,8 +135,8 @@ def test_translation_tags_the_encoder_and_forces_the_decoder_tag(trained_run, st
   seen = []
   run_batch = translator._run_batch  # pylint: disable=protected-access
 
-  def recording_run_batch(encoder_ids, prefix_id):
-    generated = run_batch(encoder_ids, prefix_id)
+  def recording_run_batch(encoder_ids, prefix_id, direction):
+    generated = run_batch(encoder_ids, prefix_id, direction)
     seen.append((encoder_ids, prefix_id, generated))
     return generated
   translator._run_batch = recording_run_batch  # pylint: disable=protected-access
@@ -185,6 +186,7 @@ def test_padded_embedding_rows_are_never_generated(trained_run):
   encoder_ids = [translator.encode_source('Monday', tags.tags_for(
       translator.tag_strategy, 'eng_Latn', 'hau_Latn'))]
   prefix = translator._tag_id('<2hau_Latn>')  # pylint: disable=protected-access
-  generated = translator._run_batch(encoder_ids, prefix)  # pylint: disable=protected-access
+  generated = translator._run_batch(  # pylint: disable=protected-access
+      encoder_ids, prefix, directions.direction_id('eng_Latn', 'hau_Latn'))
   assert generated.max() < pieces
   assert isinstance(translator.translate(['Monday'], 'eng_Latn', 'hau_Latn')[0], str)

@@ -8,7 +8,6 @@ import pytest
 
 from conftest import configure_tiny_run
 
-import data_tasks
 from t5x_mt import checkpoints
 from t5x_mt import gin_utils
 from t5x_mt import train_loop
@@ -16,30 +15,6 @@ from t5x_mt.data import corpora
 from t5x_mt.data import vocab
 from t5x_mt.data import vocab_merge
 from t5x_mt.errors import UserError
-
-LANGS = ('eng_Latn', 'fra_Latn', 'hau_Latn')
-WORDS = {'eng_Latn': ['one', 'two', 'three', 'four', 'five', 'six'],
-         'fra_Latn': ['un', 'deux', 'trois', 'quatre', 'cinq', 'six'],
-         'hau_Latn': ['daya', 'biyu', 'uku', 'hudu', 'biyar', 'shida']}
-
-
-def _rows(count: int, offset: int) -> list[dict[str, str]]:
-  rows = []
-  for i in range(count):
-    picks = [(i * 7 + offset + k) % 6 for k in range(1 + i % 3)]
-    rows.append({lang: ' '.join(WORDS[lang][p] for p in picks) for lang in LANGS})
-  return rows
-
-
-@pytest.fixture(scope='module')
-def tiny_mixture():
-  if 'test_loop_numbers' not in corpora.registered_corpora():
-    corpora.register_corpus('test_loop_numbers', lambda: corpora.MultiwayCorpus(
-        'test_loop_numbers',
-        {'train': _rows(60, 0), 'validation': _rows(4, 1), 'test': _rows(4, 2)}))
-    data_tasks.register_mixture('test_loop_numbers', 'test_loop_numbers',
-                                [('eng_Latn', 'fra_Latn'), ('hau_Latn', 'eng_Latn')])
-  return 'test_loop_numbers'
 
 
 def configure(model_dir: pathlib.Path, vocabulary: pathlib.Path, mixture: str,

@@ -31,3 +31,9 @@ def direction_from_id(direction: int) -> str:
   src_index, tgt_index = divmod(direction - 1, _STRIDE)
   codes = sorted(languages.FLORES200_CODES)
   return direction_name(codes[src_index], codes[tgt_index])
+
+
+def target_index(direction_ids):
+  """The target language's index (languages.language_index) of direction ids (ints or
+  integer arrays)."""
+  return (direction_ids - 1) % _STRIDE

@@ -1,0 +1,159 @@
+"""Language-specific adapters: identity at start, per-token routing, frozen-base training."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import configure_tiny_run
+from conftest import saved_params
+from test_launch_translate_evaluate import error_lines
+from test_launch_translate_evaluate import run_in_process
+
+from t5x_mt import adapters
+from t5x_mt import checkpoints
+from t5x_mt import network
+from t5x_mt import train_loop
+from t5x_mt.data import directions
+from t5x_mt.errors import UserError
+
+TASK = 'cldr_eng_Latn.hau_Latn'
+TINY = dict(vocab_size=64, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
+            num_encoder_layers=2, num_decoder_layers=2, dropout_rate=0.0)
+ENG_HAU = directions.direction_id('eng_Latn', 'hau_Latn')
+ENG_FRA = directions.direction_id('eng_Latn', 'fra_Latn')
+
+
+def _packed_batch() -> dict[str, jnp.ndarray]:
+  """One row packing an eng->hau pair (segment 1) and an eng->fra pair (segment 2)."""
+  return {
+      'encoder_input_tokens': jnp.asarray([[5, 6, 7, 1, 8, 9, 1, 0]]),
+      'encoder_segment_ids': jnp.asarray([[1, 1, 1, 1, 2, 2, 2, 0]]),
+      'encoder_positions': jnp.asarray([[0, 1, 2, 3, 0, 1, 2, 0]]),
+      'decoder_target_tokens': jnp.asarray([[10, 11, 1, 12, 13, 14, 1, 0]]),
+      'decoder_input_tokens': jnp.asarray([[0, 10, 11, 0, 12, 13, 14, 0]]),
+      'decoder_segment_ids': jnp.asarray([[1, 1, 1, 2, 2, 2, 2, 0]]),
+      'decoder_positions': jnp.asarray([[0, 1, 2, 0, 1, 2, 3, 0]]),
+      'decoder_direction_ids': jnp.asarray([[ENG_HAU] * 3 + [ENG_FRA] * 4 + [0]]),
+  }
+
+
+def _adapter_model(**config) -> network.Transformer:
+  return network.Transformer(network.TransformerConfig(
+      **TINY, adapter_by='target', adapter_keys=('hau_Latn', 'fra_Latn'),
+      adapter_bottlenecks=(4, 8), **config))
+
+
+def test_encoder_tokens_take_the_direction_of_their_segment():
+  batch = _packed_batch()
+  got = adapters.encoder_direction_ids(batch['encoder_segment_ids'],
+                                       batch['decoder_segment_ids'],
+                                       batch['decoder_direction_ids'])
+  assert got.tolist() == [[ENG_HAU] * 4 + [ENG_FRA] * 3 + [0]]
+
+
+def test_adapter_index_by_target_and_by_direction():
+  ids = jnp.asarray([ENG_HAU, ENG_FRA, directions.direction_id('fra_Latn', 'hau_Latn'), 0])
+  assert adapters.adapter_index(ids, 'target', ('fra_Latn', 'hau_Latn')).tolist() == [
+      1, 0, 1, -1]
+  assert adapters.adapter_index(ids, 'direction', ('eng_Latn-hau_Latn',)).tolist() == [
+      0, -1, -1, -1]
+
+
+def test_new_adapters_leave_the_base_model_outputs_unchanged():
+  batch = _packed_batch()
+  base = network.Transformer(network.TransformerConfig(**TINY))
+  base_params = base.init(jax.random.PRNGKey(0), **batch)['params']
+  model = _adapter_model()
+  fresh = model.init(jax.random.PRNGKey(1), **batch)['params']
+  params = dict(base_params)
+  for stack in ('encoder', 'decoder'):
+    params[stack] = {**base_params[stack],
+                     **{name: value for name, value in fresh[stack].items()
+                        if name.startswith(adapters.MODULE_PREFIX)}}
+  np.testing.assert_array_equal(model.apply({'params': params}, **batch),
+                                base.apply({'params': base_params}, **batch))
+
+
+def test_each_token_goes_through_its_own_directions_adapter():
+  batch = _packed_batch()
+  model = _adapter_model()
+  params = model.init(jax.random.PRNGKey(0), **batch)['params']
+  before = model.apply({'params': params}, **batch)
+  # Give the fra adapters a non-zero output (random: a constant shift would vanish in the
+  # next LayerNorm): only the eng->fra pair (segment 2) may change.
+  noise = np.random.default_rng(0)
+  changed = jax.tree_util.tree_map_with_path(
+      lambda path, x: x + noise.normal(size=x.shape).astype(np.float32)
+      if "'fra_Latn'" in jax.tree_util.keystr(path) and "'up'" in jax.tree_util.keystr(path)
+      else x, params)
+  after = model.apply({'params': changed}, **batch)
+  np.testing.assert_array_equal(after[0, :3], before[0, :3])
+  assert np.abs(after[0, 3:7] - before[0, 3:7]).min() > 0
+
+
+def test_bad_adapter_settings_are_named():
+  with pytest.raises(UserError, match="'xx_Latn' is not a FLORES-200"):
+    network.TransformerConfig(**TINY, adapter_keys=('xx_Latn',), adapter_bottlenecks=(4,))
+  with pytest.raises(UserError, match='one size >= 1 per adapter key'):
+    network.TransformerConfig(**TINY, adapter_keys=('hau_Latn',), adapter_bottlenecks=())
+  with pytest.raises(UserError, match="'hau_Latn' is not a direction"):
+    network.TransformerConfig(**TINY, adapter_by='direction', adapter_keys=('hau_Latn',),
+                              adapter_bottlenecks=(4,))
+
+
+def _configure_adapters(trained_run, model_dir, keys: str, trainable: str = "'adapters'"):
+  configure_tiny_run(model_dir, trained_run / 'vocab.model', TASK, 2, **{
+      'train_loop.train.init_from': repr(str(trained_run)),
+      'network.TransformerConfig.adapter_keys': keys,
+      'network.TransformerConfig.adapter_bottlenecks': '(8,)',
+      'trainer.make_optimizer.trainable': trainable,
+      'LEARNING_RATE': '1e-2'})
+
+
+def test_adapters_train_on_a_frozen_base_that_stays_bit_identical(trained_run, tmp_path):
+  parent_before = saved_params(trained_run, 4)
+  _configure_adapters(trained_run, tmp_path / 'adapters', "('hau_Latn',)")
+  train_loop.train()
+  run_checkpoints = checkpoints.RunCheckpoints(str(tmp_path / 'adapters'), read_only=True)
+  shapes = run_checkpoints.saved_shapes(2)
+  run_checkpoints.close()
+  paths = sorted(shapes)  # saved_params lists leaves in this (sorted-key) order.
+  child = dict(zip(paths, saved_params(tmp_path / 'adapters', 2)))
+  base = [value for path, value in child.items()
+          if not any(p.startswith(adapters.MODULE_PREFIX) for p in path)]
+  assert len(base) == len(parent_before)
+  for got, want in zip(base, parent_before):
+    np.testing.assert_array_equal(got, want)
+  up = [value for path, value in child.items() if path[-2:] == ('up', 'kernel')]
+  assert len(up) == 2  # One adapter after each layer of the 1+1-layer tiny model.
+  assert all(np.abs(value).max() > 0 for value in up)  # Trained away from zero init.
+  for got, want in zip(saved_params(trained_run, 4), parent_before):
+    np.testing.assert_array_equal(got, want)  # The parent checkpoint is untouched.
+
+
+def test_joint_training_moves_the_base_too(trained_run, tmp_path):
+  _configure_adapters(trained_run, tmp_path / 'joint', "('hau_Latn',)", trainable="'all'")
+  train_loop.train()
+  moved = [not np.array_equal(got, want) for got, want in
+           zip(saved_params(tmp_path / 'joint', 2), saved_params(trained_run, 4))]
+  assert any(moved)
+
+
+def test_a_direction_without_its_adapter_is_one_clear_error(trained_run, tmp_path,
+                                                            monkeypatch, capsys):
+  _configure_adapters(trained_run, tmp_path / 'fra', "('fra_Latn',)")
+  with pytest.raises(UserError, match="eng_Latn-hau_Latn needs the adapter 'hau_Latn'"):
+    train_loop.train()
+  _configure_adapters(trained_run, tmp_path / 'hau', "('hau_Latn',)")
+  train_loop.train()
+  source = tmp_path / 'src.txt'
+  source.write_text('Monday\n')
+  output = tmp_path / 'out.txt'
+  code, _, err = run_in_process('translate.py', [
+      f'--checkpoint_dir={tmp_path / "hau"}', '--src_lang=eng_Latn', '--tgt_lang=fra_Latn',
+      f'--input={source}', f'--output={output}'], monkeypatch, capsys)
+  assert code == 2 and error_lines(err) == [
+      "error: translate: direction eng_Latn-fra_Latn needs the adapter 'fra_Latn', which "
+      'the model was not built with (adapters: hau_Latn)']
+  assert not output.exists()
