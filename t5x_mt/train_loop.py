@@ -469,6 +469,8 @@ def dry_run(mesh_shape: Sequence[int] = (-1, 1), inputs_length: int = 64,
       vocab_size = data_tasks.VOCABULARY.vocab_size
     else:
       vocab_size = gin.query_parameter('build_vocabulary.vocab_size')
+      if isinstance(vocab_size, gin.config.ConfigurableReference):
+        vocab_size = vocab_size.scoped_configurable_fn()  # A macro such as %VOCAB_SIZE.
   config = model_config(vocab_size=padded_vocab_size(vocab_size))
   model = network.Transformer(config)
   optimizer = trainer.make_optimizer()

@@ -54,3 +54,19 @@ def test_memory_per_device_shrinks_with_model_parallelism():
   # Heads, FFN units and vocabulary rows split 4 ways; embed-sized vectors do not.
   ratio = sharded['param_bytes_per_device'] / single['param_bytes_per_device']
   assert 0.25 < ratio < 0.26
+
+
+def test_without_a_built_vocabulary_the_configured_size_is_used(tmp_path):
+  # VOCAB_SIZE is a macro: its value, not the reference, sizes the embedding.
+  gin.clear_config()
+  gin_utils.parse_gin(['gin/runs/adapters/demo.gin'],
+                      [f"VOCABULARY_PATH = '{tmp_path / 'missing.model'}'"])
+  report = train_loop.dry_run()
+  assert report['vocab_size'] == train_loop.padded_vocab_size(4000)
+  # The demo's adapters: 7 targets x 6 layers, bottlenecks 4 x 256 + 2 x 128 + 64.
+  base = network.count_params(network.TransformerConfig(
+      vocab_size=report['vocab_size'], emb_dim=256, num_heads=4, head_dim=64, mlp_dim=1024,
+      num_encoder_layers=3, num_decoder_layers=3, max_length=256))
+  per_adapter = lambda b: 2 * 256 + 256 * b + b + b * 256 + 256
+  adapters_total = 6 * sum(per_adapter(b) for b in (256, 256, 256, 256, 128, 128, 64))
+  assert report['parameters'] == base + adapters_total
