@@ -105,8 +105,9 @@ class Adapter(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
-    h = layers.LayerNorm(dtype=self.dtype, name='norm')(x)
+  def __call__(self, x: jax.Array, normalized: jax.Array | None = None) -> jax.Array:
+    """The residual for `x`; `normalized` (layers.normalize(x)) may be shared."""
+    h = layers.LayerNorm(dtype=self.dtype, name='norm')(x, normalized)
     h = layers.DenseGeneral((self.bottleneck,), ('embed', 'mlp'), dtype=self.dtype,
                             name='down')(h)
     h = nn.relu(h)
@@ -116,15 +117,21 @@ class Adapter(nn.Module):
 
 class Adapters(nn.Module):
   """The adapters after one layer: each token gets its own adapter's residual (computed for
-  every token and selected, which costs one bottleneck MLP per adapter)."""
+  every token and selected, which costs one bottleneck MLP per adapter).
+
+  The adapters' LayerNorms share one normalisation of the input (each keeps its own scale
+  and bias): the same values, but on CPU the backward pass of a LayerNorm per adapter cost
+  several times the whole base model.
+  """
   keys: Sequence[str]
   bottlenecks: Sequence[int]
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array, index: jax.Array | None) -> jax.Array:
+    normalized = layers.normalize(x)
     for number, (key, bottleneck) in enumerate(zip(self.keys, self.bottlenecks)):
-      residual = Adapter(bottleneck, self.dtype, name=key)(x)
+      residual = Adapter(bottleneck, self.dtype, name=key)(x, normalized)
       if index is not None:
         x = x + jnp.where((index == number)[..., None], residual, 0).astype(x.dtype)
     return x

@@ -36,19 +36,28 @@ def _xavier_uniform(num_input_axes: int, num_output_axes: int) -> Initializer:
       out_axis=tuple(range(num_input_axes, num_input_axes + num_output_axes)))
 
 
+def normalize(x: Array, epsilon: float = 1e-6) -> Array:
+  """(x - mean) / sqrt(var + epsilon) over the last axis, in float32."""
+  x = x.astype(jnp.float32)
+  mean = jnp.mean(x, axis=-1, keepdims=True)
+  var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+  return (x - mean) * jax.lax.rsqrt(var + epsilon)
+
+
 class LayerNorm(nn.Module):
-  """Layer normalisation over the last axis with learned scale and bias, in float32."""
+  """Layer normalisation over the last axis with learned scale and bias, in float32.
+
+  `normalized`, if given, is `normalize(x)` computed once for several LayerNorms of the
+  same input (adapters): each then only applies its own scale and bias.
+  """
   epsilon: float = 1e-6
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
 
   @nn.compact
-  def __call__(self, x: Array) -> Array:
+  def __call__(self, x: Array, normalized: Optional[Array] = None) -> Array:
     features = x.shape[-1]
-    x = x.astype(jnp.float32)
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-    y = (x - mean) * jax.lax.rsqrt(var + self.epsilon)
+    y = normalize(x, self.epsilon) if normalized is None else normalized
     scale = self.param('scale', nn.with_logical_partitioning(nn.initializers.ones, ('embed',)),
                        (features,), self.param_dtype)
     bias = self.param('bias', nn.with_logical_partitioning(nn.initializers.zeros, ('embed',)),
