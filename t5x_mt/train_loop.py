@@ -393,7 +393,6 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
 def _robust_training(config: dro.DroConfig, mixture_or_task_name: str,
                      direction_names: Sequence[str]) -> dro.DroTraining:
   """DRO's host-side state for the run's groups; p_g and sampling shares from the data."""
-  config.check()
   return dro.DroTraining(
       config, direction_names,
       proportions=group_sampler.group_shares(mixture_or_task_name, config.grouping,
