@@ -46,6 +46,10 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser.add_argument('--tasks', default=None,
                       help='registered mixtures or tasks, comma-separated, instead of files')
   parser.add_argument('--split', default='validation', help='split of --tasks to evaluate')
+  parser.add_argument('--corpus', default=None,
+                      help="evaluate --tasks' directions on this registered corpus's --split "
+                      "(e.g. flores200 for NTREX-128 tasks; default: the run's setting, "
+                      "else each direction's own corpus)")
   parser.add_argument('--max_sentences', type=int, default=None,
                       help="sentences per direction of --tasks (default: the run's setting)")
   args = parser.parse_args(argv)
@@ -94,6 +98,7 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   from t5x_mt import evaluation  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
   names = [name.strip() for name in args.tasks.split(',') if name.strip()]
   if not names:
     raise UserError('--tasks: give at least one registered mixture or task name')
@@ -112,6 +117,12 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   options: dict[str, Any] = {'split': args.split}
   if args.max_sentences is not None:
     options['max_sentences'] = args.max_sentences
+  if args.corpus is not None:
+    try:  # An unknown corpus fails before any translation.
+      corpora.get_corpus(args.corpus)
+    except UserError as error:
+      raise UserError(f'--corpus: {error}') from None
+    options['corpus'] = args.corpus
   if args.spm_model is not None:
     options['spm_model_path'] = args.spm_model
   direction_scores = {}

@@ -42,7 +42,7 @@ class TransformerConfig:
   position_embedding: str = 'learned'  # Or 'sinusoidal'.
   max_length: int = 512
   dtype: Any = jnp.float32  # Compute dtype; parameters stay float32.
-  attention_implementation: str = 'xla'
+  attention_implementation: str = 'auto'  # t5x_mt.kernels: 'xla', 'pallas' or 'auto'.
   logits_via_embedding: bool = True
   mlp_activation: str = 'relu'  # Or 'gelu'.
   # Adapters after every layer (t5x_mt.adapters): one per key, a target language

@@ -1,8 +1,12 @@
 """One attention entry point for the whole model, dispatching to a kernel by name.
 
-Layers call `attention(...)` and never a kernel directly, so a faster kernel (Pallas flash
-attention on GPU/TPU) plugs in by `register_implementation('pallas', fn, ...)` without
-touching any caller. 'auto' picks the available implementation with the highest priority.
+Layers call `attention(...)` and never a kernel directly, so a kernel plugs in by
+`register_implementation(name, fn, ...)` without touching any caller. Registered:
+'xla' (the reference, any backend) and 'pallas' (`flash_attention`: on GPU through
+Triton; on TPU through Mosaic; on CPU the Pallas interpreter, for tests). 'auto' picks the
+available implementation with the highest priority that supports the call, else 'xla':
+'pallas' on GPU, except for attention dropout (which the kernel does not implement) and
+single-query decoding steps (a one-row tile would waste the kernel).
 """
 
 import dataclasses
@@ -10,13 +14,14 @@ from typing import Callable, Optional, Protocol
 
 import jax
 
+from t5x_mt.kernels.flash import flash_attention
 from t5x_mt.kernels.xla_attention import attention_mask
 from t5x_mt.kernels.xla_attention import xla_attention
 
 Array = jax.Array
 
-__all__ = ['attention', 'attention_mask', 'implementations', 'register_implementation',
-           'resolve_implementation', 'xla_attention']
+__all__ = ['attention', 'attention_mask', 'flash_attention', 'implementations',
+           'register_implementation', 'resolve_implementation', 'xla_attention']
 
 
 class AttentionFn(Protocol):
@@ -29,18 +34,21 @@ class AttentionFn(Protocol):
     ...
 
 
+# Why an implementation cannot run a call (q, k, dropout active), or None when it can.
+Unsupported = Callable[[Array, Array, bool], Optional[str]]
+
+
 @dataclasses.dataclass(frozen=True)
 class _Implementation:
   fn: AttentionFn
   auto_priority: Optional[int]  # None: 'auto' never picks it.
   is_available: Callable[[], bool]
-
-
-_IMPLEMENTATIONS: dict[str, _Implementation] = {}
+  unsupported: Unsupported
 
 
 def register_implementation(name: str, fn: AttentionFn, *, auto_priority: Optional[int] = None,
-                            is_available: Callable[[], bool] = lambda: True) -> None:
+                            is_available: Callable[[], bool] = lambda: True,
+                            unsupported: Unsupported = lambda q, k, dropout: None) -> None:
   """Makes `fn` callable as `attention(..., implementation=name)`.
 
   Args:
@@ -48,10 +56,15 @@ def register_implementation(name: str, fn: AttentionFn, *, auto_priority: Option
     fn: the kernel, with the `AttentionFn` signature.
     auto_priority: rank among candidates for 'auto' (higher wins); None to never auto-pick.
     is_available: whether the kernel can run here (e.g. on this backend); checked by 'auto'.
+    unsupported: the reason the kernel cannot run a call, or None; 'auto' then falls back
+      to 'xla', and naming the kernel explicitly raises a ValueError with the reason.
   """
   if name == 'auto':
     raise ValueError("'auto' is reserved for automatic selection")
-  _IMPLEMENTATIONS[name] = _Implementation(fn, auto_priority, is_available)
+  _IMPLEMENTATIONS[name] = _Implementation(fn, auto_priority, is_available, unsupported)
+
+
+_IMPLEMENTATIONS: dict[str, _Implementation] = {}
 
 
 def implementations() -> tuple[str, ...]:
@@ -101,10 +114,40 @@ def attention(q: Array, k: Array, v: Array, *,
     their segment ids are equal and nonzero; queries with no such key return zeros. Scores are
     scaled by 1/sqrt(head_dim) and normalised in float32.
   """
-  fn = _IMPLEMENTATIONS[resolve_implementation(implementation)].fn
+  name = resolve_implementation(implementation)
+  dropout = dropout_rate > 0.0 and dropout_rng is not None
+  reason = _IMPLEMENTATIONS[name].unsupported(q, k, dropout)
+  if implementation == 'auto' and (reason or q.shape[1] == 1):
+    name = 'xla'
+  elif reason:
+    raise ValueError(f'attention implementation {name!r} does not support {reason}; use '
+                     "'xla' or 'auto'")
+  fn = _IMPLEMENTATIONS[name].fn
   return fn(q, k, v, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids, bias=bias,
             causal=causal, dropout_rate=dropout_rate, dropout_rng=dropout_rng,
             interpret=interpret)
 
 
+def _pallas_attention(q: Array, k: Array, v: Array, *, q_segment_ids: Optional[Array],
+                      kv_segment_ids: Optional[Array], bias: Optional[Array], causal: bool,
+                      dropout_rate: float, dropout_rng: Optional[Array],
+                      interpret: bool) -> Array:
+  del dropout_rate, dropout_rng  # Calls with active dropout are refused by _pallas_unsupported.
+  return flash_attention(q, k, v, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                         bias=bias, causal=causal,
+                         interpret=interpret or jax.default_backend() == 'cpu')
+
+
+def _pallas_unsupported(q: Array, k: Array, dropout: bool) -> Optional[str]:
+  del k
+  if dropout:
+    return 'attention dropout (TransformerConfig.attention_dropout_rate > 0 in training)'
+  if q.shape[-1] > 256:
+    return f'head_dim {q.shape[-1]} (at most 256)'
+  return None
+
+
 register_implementation('xla', xla_attention, auto_priority=0)
+register_implementation('pallas', _pallas_attention, auto_priority=1,
+                        is_available=lambda: jax.default_backend() == 'gpu',
+                        unsupported=_pallas_unsupported)

@@ -1,4 +1,8 @@
-"""Tests for t5x_mt.kernels.attention: masks, packing isolation, padding, dispatch."""
+"""Tests for t5x_mt.kernels.attention: masks, packing isolation, padding, dispatch.
+
+The behavioural tests run every implementation: 'pallas' runs the flash attention kernel
+in the Pallas interpreter on CPU.
+"""
 
 import jax
 import jax.numpy as jnp
@@ -38,40 +42,48 @@ def random_qkv(q_length, kv_length, batch=2, heads=2, head_dim=4, seed=0):
   return q, k, v
 
 
+IMPLEMENTATIONS = pytest.mark.parametrize('implementation', ['xla', 'pallas'])
+
 # Packed cross-attention: decoder segments (q) against encoder segments (kv), Lq != Lk.
 Q_SEGMENTS = np.array([[1, 1, 1, 2, 2, 0], [1, 2, 2, 2, 3, 3]], np.int32)
 KV_SEGMENTS = np.array([[1, 1, 2, 2, 2, 2, 0, 0], [1, 1, 1, 2, 3, 3, 3, 0]], np.int32)
 
 
-def test_cross_attention_matches_naive_reference_on_packed_batch():
+@IMPLEMENTATIONS
+def test_cross_attention_matches_naive_reference_on_packed_batch(implementation):
   q, k, v = random_qkv(6, 8)
-  out = kernels.attention(q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS)
+  out = kernels.attention(q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS,
+                          implementation=implementation)
   expected = naive_attention(q, k, v, Q_SEGMENTS, KV_SEGMENTS)
   np.testing.assert_allclose(out, expected, atol=1e-5)
 
 
-def test_causal_packed_self_attention_matches_naive_reference():
+@IMPLEMENTATIONS
+def test_causal_packed_self_attention_matches_naive_reference(implementation):
   q, k, v = random_qkv(8, 8, seed=1)
   bias = np.random.default_rng(2).normal(size=(2, 2, 8, 8)).astype(np.float32)
   out = kernels.attention(q, k, v, q_segment_ids=KV_SEGMENTS, kv_segment_ids=KV_SEGMENTS,
-                          bias=bias, causal=True)
+                          bias=bias, causal=True, implementation=implementation)
   expected = naive_attention(q, k, v, KV_SEGMENTS, KV_SEGMENTS, causal=True, bias=bias)
   np.testing.assert_allclose(out, expected, atol=1e-5)
 
 
-def test_first_causal_query_copies_its_own_value():
+@IMPLEMENTATIONS
+def test_first_causal_query_copies_its_own_value(implementation):
   q, k, v = random_qkv(5, 5, seed=3)
-  out = kernels.attention(q, k, v, causal=True)
+  out = kernels.attention(q, k, v, causal=True, implementation=implementation)
   np.testing.assert_allclose(out[:, 0], v[:, 0], atol=1e-6)
 
 
-def test_segments_never_influence_each_other_forward_and_backward():
+@IMPLEMENTATIONS
+def test_segments_never_influence_each_other_forward_and_backward(implementation):
   q, k, v = random_qkv(6, 8, seed=4)
   segment2_keys = KV_SEGMENTS[0] == 2
   segment1_queries = Q_SEGMENTS[0] == 1
 
   def segment1_output(k, v):
-    out = kernels.attention(q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS)
+    out = kernels.attention(q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS,
+                            implementation=implementation)
     return out[0, segment1_queries]
 
   perturbed_k = k.copy()
@@ -86,12 +98,13 @@ def test_segments_never_influence_each_other_forward_and_backward():
   assert np.abs(np.asarray(grad_v)[0, KV_SEGMENTS[0] == 1]).sum() > 0
 
 
-def test_padding_queries_give_zeros_and_finite_gradients():
+@IMPLEMENTATIONS
+def test_padding_queries_give_zeros_and_finite_gradients(implementation):
   q, k, v = random_qkv(6, 8, seed=5)
 
   def loss(q, k, v):
     out = kernels.attention(q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS,
-                            causal=False)
+                            causal=False, implementation=implementation)
     return jnp.sum(out ** 2), out
 
   (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
@@ -102,10 +115,12 @@ def test_padding_queries_give_zeros_and_finite_gradients():
   np.testing.assert_array_equal(grads[1][0, 6:], 0.0)  # Padding keys get no gradient.
 
 
-def test_bfloat16_inputs_keep_dtype_and_stay_close_to_float32():
+@IMPLEMENTATIONS
+def test_bfloat16_inputs_keep_dtype_and_stay_close_to_float32(implementation):
   q, k, v = random_qkv(6, 8, seed=6)
   bf16 = [jnp.asarray(x, jnp.bfloat16) for x in (q, k, v)]
-  out = kernels.attention(*bf16, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS)
+  out = kernels.attention(*bf16, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS,
+                          implementation=implementation)
   assert out.dtype == jnp.bfloat16
   expected = naive_attention(*(np.asarray(x, np.float32) for x in bf16), Q_SEGMENTS,
                              KV_SEGMENTS)
@@ -124,7 +139,7 @@ def test_jit_and_auto_match_xla():
 
 def test_unknown_implementation_names_the_valid_ones():
   q, k, v = random_qkv(2, 2)
-  with pytest.raises(ValueError, match="'flash'.*auto, xla"):
+  with pytest.raises(ValueError, match="'flash'.*auto, pallas, xla"):
     kernels.attention(q, k, v, implementation='flash')
 
 
