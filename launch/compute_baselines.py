@@ -48,7 +48,8 @@ def main(argv: list[str]) -> int:
       inputs_length=train_settings.get('inputs_length', 64),
       targets_length=train_settings.get('targets_length', 64),
       label_smoothing=train_settings.get('label_smoothing', 0.1),
-      max_batches_per_task=args.max_batches_per_task)
+      max_batches_per_task=args.max_batches_per_task,
+      loss_chunk_length=train_settings.get('loss_chunk_length', 0))
   result.update(checkpoint_dir=args.checkpoint_dir, step=step, mixture=args.mixture)
   files.write_text_atomically(args.output, json.dumps(result, indent=2, sort_keys=True) + '\n')
   for group, loss in sorted(result['losses'].items()):

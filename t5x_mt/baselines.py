@@ -23,12 +23,14 @@ from t5x_mt.data import input_pipeline
 def group_losses(translator: inference.Translator, mixture_or_task_name: str, *,
                  grouping: str = 'direction', batch_size: int = 32, inputs_length: int = 128,
                  targets_length: int = 128, label_smoothing: float = 0.1,
-                 max_batches_per_task: int | None = None) -> dict[str, Any]:
+                 max_batches_per_task: int | None = None,
+                 loss_chunk_length: int = 0) -> dict[str, Any]:
   """{'losses': {group: per-token loss}, 'tokens': {group: tokens}} of the run's model."""
   run_directions = data_tasks.mixture_directions(mixture_or_task_name)
   ids = sorted({directions.direction_id(d.src_lang, d.tgt_lang) for d in run_directions})
   eval_step = trainer.make_eval_step(translator.model, direction_ids=ids,
-                                     label_smoothing=label_smoothing)
+                                     label_smoothing=label_smoothing,
+                                     loss_chunk_length=loss_chunk_length)
   loss_sums, token_counts = np.zeros(len(ids)), np.zeros(len(ids))
   for direction in run_directions:
     task = data_tasks.task_name(direction.corpus, direction.src_lang, direction.tgt_lang)

@@ -151,7 +151,9 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-  """Embeds target tokens, runs the decoder stack and returns float32 logits [B, L, vocab]."""
+  """Embeds target tokens, runs the decoder stack and returns float32 logits [B, L, vocab]
+  (or, with `return_hidden`, the final normalised states [B, L, embed] the logits are
+  projected from: `output_projection` gives the projection)."""
   config: TransformerConfig
   embedding: layers.Embed
 
@@ -159,7 +161,7 @@ class Decoder(nn.Module):
   def __call__(self, encoded: Array, tokens: Array, segment_ids: Optional[Array],
                encoder_segment_ids: Array, positions: Optional[Array], deterministic: bool,
                decode: bool, max_decode_length: Optional[int],
-               adapter_index: Optional[Array] = None) -> Array:
+               adapter_index: Optional[Array] = None, return_hidden: bool = False) -> Array:
     cfg = self.config
     x = self.embedding(tokens)
     x = layers.PositionEmbedding(cfg.max_length, cfg.position_embedding, dtype=cfg.dtype,
@@ -170,6 +172,8 @@ class Decoder(nn.Module):
                                                 deterministic, decode, max_decode_length)
       x = _adapters(cfg, i)(x, adapter_index)
     x = layers.LayerNorm(dtype=cfg.dtype, name='decoder_norm')(x)
+    if return_hidden:
+      return x
     if cfg.logits_via_embedding:
       logits = self.embedding.attend(x) / jnp.sqrt(jnp.float32(cfg.emb_dim)).astype(cfg.dtype)
     else:
@@ -216,8 +220,10 @@ class Transformer(nn.Module):
              decoder_segment_ids: Optional[Array] = None,
              decoder_positions: Optional[Array] = None, *, enable_dropout: bool = False,
              decode: bool = False, max_decode_length: Optional[int] = None,
-             decoder_direction_ids: Optional[Array] = None) -> Array:
-    """Float32 logits [B, Ld, vocab] for the next token at every decoder position.
+             decoder_direction_ids: Optional[Array] = None,
+             return_hidden: bool = False) -> Array:
+    """Float32 logits [B, Ld, vocab] for the next token at every decoder position (with
+    `return_hidden`, the states they are projected from; see `output_projection`).
 
     With `decode=True` (autoregressive decoding) `decoder_input_tokens` is [B, 1], positions
     and self-attention masks come from the 'cache' collection (which must be mutable), and
@@ -233,7 +239,8 @@ class Transformer(nn.Module):
     return self.decoder(encoded, decoder_input_tokens, decoder_segment_ids, encoder_segment_ids,
                         decoder_positions, deterministic=not enable_dropout, decode=decode,
                         max_decode_length=max_decode_length,
-                        adapter_index=_adapter_index(self.config, decoder_direction_ids))
+                        adapter_index=_adapter_index(self.config, decoder_direction_ids),
+                        return_hidden=return_hidden)
 
   def __call__(self, encoder_input_tokens: Array, decoder_input_tokens: Array,
                decoder_target_tokens: Array, encoder_segment_ids: Optional[Array] = None,
@@ -241,9 +248,10 @@ class Transformer(nn.Module):
                encoder_positions: Optional[Array] = None,
                decoder_positions: Optional[Array] = None,
                decoder_direction_ids: Optional[Array] = None, *,
-               enable_dropout: bool = False) -> Array:
-    """Teacher-forced float32 logits [B, Ld, vocab]; `decoder_direction_ids` (the
-    batch's per-token directions) choose adapters on both sides."""
+               enable_dropout: bool = False, return_hidden: bool = False) -> Array:
+    """Teacher-forced float32 logits [B, Ld, vocab] (with `return_hidden`, the decoder's
+    final states instead); `decoder_direction_ids` (the batch's per-token directions)
+    choose adapters on both sides."""
     encoder_direction_ids = None
     if self.config.adapter_keys and decoder_direction_ids is not None:
       encoder_direction_ids = adapters.encoder_direction_ids(
@@ -255,7 +263,18 @@ class Transformer(nn.Module):
     return self.decode(encoded, encoder_input_tokens, decoder_input_tokens,
                        decoder_target_tokens, encoder_segment_ids, decoder_segment_ids,
                        decoder_positions, enable_dropout=enable_dropout,
-                       decoder_direction_ids=decoder_direction_ids)
+                       decoder_direction_ids=decoder_direction_ids,
+                       return_hidden=return_hidden)
+
+
+def output_projection(config: TransformerConfig, params: Any) -> tuple[Array, float, bool]:
+  """(projection, logits scale, vocab-major) with logits = hidden . projection * scale:
+  the tied embedding [vocab, embed] scaled by 1/sqrt(emb_dim), or `logits_dense`'s kernel
+  [embed, vocab] unscaled. What `Decoder` applies to the states `return_hidden` gives."""
+  if config.logits_via_embedding:
+    return (params['shared_embedding']['embedding'], 1.0 / float(np.sqrt(config.emb_dim)),
+            True)
+  return params['decoder']['logits_dense']['kernel'], 1.0, False
 
 
 def _dummy_tokens(batch_size: int, length: int) -> jax.ShapeDtypeStruct:

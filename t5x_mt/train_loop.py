@@ -252,7 +252,7 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
           label_smoothing: float = 0.1, evaluate_test_split: bool = True,
           progress_bar: bool = True, learning_rate_schedule: str = 'inverse_sqrt',
           init_from: str | None = None, early_stopping_patience: int = 0,
-          dro: dro.DroConfig | None = None) -> dict[str, Any]:
+          dro: dro.DroConfig | None = None, loss_chunk_length: int = 0) -> dict[str, Any]:
   """Trains, checkpoints, logs and evaluates a run; returns the last logged metrics.
 
   Args:
@@ -276,7 +276,13 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
       checkpoint and named in MODEL_DIR/best.json. 0 never stops early.
     dro: distributionally robust optimisation over groups of directions (gin/runs/dro/);
       None trains on the mixture's fixed rates.
+    loss_chunk_length: > 0 computes the loss that many decoder positions at a time, from
+      the decoder's states (losses.chunked_label_smoothed_cross_entropy): the same loss and
+      gradients without ever holding the [batch, length, vocab] logits, for 100k-256k
+      vocabularies. 0: the plain loss over full logits.
   """
+  if loss_chunk_length < 0:
+    raise UserError(f'train.loss_chunk_length: must be >= 0, got {loss_chunk_length}')
   run_dir = pathlib.Path(model_dir)
   checkpoints.check_writable(model_dir)
   data_tasks.register_from_config()
@@ -327,7 +333,8 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
   train_step = trainer.jit_train_step(
       trainer.make_train_step(model, optimizer, direction_ids=direction_ids,
                               label_smoothing=label_smoothing,
-                              num_microbatches=num_microbatches),
+                              num_microbatches=num_microbatches,
+                              loss_chunk_length=loss_chunk_length),
       state_shardings, mesh, rules)
   metrics_log = MetricsLog(run_dir, start_step)
   translator = inference.Translator(model, state.params, str(run_dir / VOCABULARY_FILE),

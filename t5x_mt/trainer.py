@@ -20,6 +20,7 @@ import optax
 
 from t5x_mt import adapters
 from t5x_mt import losses
+from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt.errors import UserError
 
@@ -126,9 +127,28 @@ def _direction_id_array(direction_ids: Sequence[int]) -> jax.Array:
   return jnp.asarray(sorted(direction_ids) or [0], jnp.int32)
 
 
+def _token_losses(model: nn.Module, params: Any, batch: Batch, label_smoothing: float,
+                  dropout_rng: jax.Array | None, loss_chunk_length: int) -> jax.Array:
+  """Per-token weighted losses [B, L]; with `loss_chunk_length` from the decoder's states
+  by `losses.chunked_label_smoothed_cross_entropy`, never holding all the logits."""
+  kwargs = dict(enable_dropout=dropout_rng is not None,
+                rngs={} if dropout_rng is None else {'dropout': dropout_rng})
+  weights = batch['decoder_loss_weights'].astype(jnp.float32)
+  targets = batch['decoder_target_tokens']
+  if not loss_chunk_length:
+    logits = model.apply({'params': params}, **model_kwargs(batch), **kwargs)
+    return losses.label_smoothed_cross_entropy(logits, targets, weights, label_smoothing)
+  hidden = model.apply({'params': params}, **model_kwargs(batch), return_hidden=True, **kwargs)
+  projection, scale, vocab_major = network.output_projection(model.config, params)
+  return losses.chunked_label_smoothed_cross_entropy(
+      hidden, projection, targets, weights, label_smoothing, scale, vocab_major,
+      loss_chunk_length)
+
+
 def _loss_sums(model: nn.Module, params: Any, batch: Batch, ids: jax.Array,
                label_smoothing: float, dropout_rng: jax.Array | None,
-               direction_scales: jax.Array | None = None) -> dict[str, jax.Array]:
+               direction_scales: jax.Array | None = None,
+               loss_chunk_length: int = 0) -> dict[str, jax.Array]:
   """Loss sum, token count and per-direction sums of a batch; dropout iff a key is given.
 
   The objective the gradient follows is the loss sum, or with `direction_scales` (one per
@@ -136,12 +156,9 @@ def _loss_sums(model: nn.Module, params: Any, batch: Batch, ids: jax.Array,
   scaled token count (`objective_sum` / `objective_weight`). The reported sums stay
   unscaled, so logged losses mean the same with and without scales.
   """
-  logits = model.apply({'params': params}, **model_kwargs(batch),
-                       enable_dropout=dropout_rng is not None,
-                       rngs={} if dropout_rng is None else {'dropout': dropout_rng})
   weights = batch['decoder_loss_weights'].astype(jnp.float32)
-  token_loss = losses.label_smoothed_cross_entropy(
-      logits, batch['decoder_target_tokens'], weights, label_smoothing)
+  token_loss = _token_losses(model, params, batch, label_smoothing, dropout_rng,
+                             loss_chunk_length)
   direction_loss, direction_tokens = losses.direction_sums(
       token_loss, weights, batch['decoder_direction_ids'], ids)
   sums = {'loss_sum': token_loss.sum(), 'tokens': weights.sum(),
@@ -155,30 +172,34 @@ def _loss_sums(model: nn.Module, params: Any, batch: Batch, ids: jax.Array,
 
 
 def make_eval_step(model: nn.Module, *, direction_ids: Sequence[int],
-                   label_smoothing: float = 0.1) -> Callable[[Any, Batch], dict]:
+                   label_smoothing: float = 0.1,
+                   loss_chunk_length: int = 0) -> Callable[[Any, Batch], dict]:
   """The jitted loss of a batch without dropout or updates: the sums `make_train_step`
   reports, so that a plain model's per-direction losses (DRO baselines) are in the units
   of the training losses they are compared with."""
   ids = _direction_id_array(direction_ids)
   return jax.jit(lambda params, batch: _loss_sums(model, params, batch, ids, label_smoothing,
-                                                  None))
+                                                  None, loss_chunk_length=loss_chunk_length))
 
 
 def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *,
                     direction_ids: Sequence[int], label_smoothing: float = 0.1,
-                    num_microbatches: int = 1) -> Callable[[TrainState, Batch, jax.Array],
-                                                          tuple[TrainState, dict]]:
+                    num_microbatches: int = 1,
+                    loss_chunk_length: int = 0) -> Callable[[TrainState, Batch, jax.Array],
+                                                           tuple[TrainState, dict]]:
   """The (unjitted) train step: accumulate gradients, clip, AdamW update.
 
   Returns new state and metrics: the loss sum and token count of the whole batch, the
   learning rate, the global gradient norm, and per-direction loss sums and token counts
-  in the order of sorted `direction_ids`.
+  in the order of sorted `direction_ids`. `loss_chunk_length` > 0 computes the loss that
+  many decoder positions at a time (`losses.chunked_label_smoothed_cross_entropy`): the
+  same loss and gradients without the [batch, length, vocab] logits.
   """
   ids = _direction_id_array(direction_ids)
 
   def loss_and_sums(params, microbatch, dropout_rng, direction_scales):
     sums = _loss_sums(model, params, microbatch, ids, label_smoothing, dropout_rng,
-                      direction_scales)
+                      direction_scales, loss_chunk_length)
     return sums['objective_sum'], sums
 
   grad_fn = jax.grad(loss_and_sums, has_aux=True)

@@ -47,10 +47,10 @@ def test_direction_sums_split_loss_by_direction_and_skip_padding():
   np.testing.assert_allclose(counts, [1.0, 2.0])
 
 
-def _one_step(num_microbatches: int):
+def _one_step(num_microbatches: int, loss_chunk_length: int = 0, **config_overrides):
   """One SGD step: parameters move by the gradient itself (Adam's first step would move
   every parameter by about +-lr whatever its gradient, hiding differences)."""
-  config = dataclasses.replace(TINY, dropout_rate=0.0)
+  config = dataclasses.replace(TINY, dropout_rate=0.0, **config_overrides)
   model = network.Transformer(config)
   optimizer = optax.sgd(1.0)
   mesh = partitioning.create_mesh((1, 1), jax.devices()[:1])
@@ -59,7 +59,8 @@ def _one_step(num_microbatches: int):
       partitioning.DEFAULT_RULES, jax.random.PRNGKey(0))
   step = trainer.jit_train_step(
       trainer.make_train_step(model, optimizer, direction_ids=DIRECTIONS,
-                              num_microbatches=num_microbatches),
+                              num_microbatches=num_microbatches,
+                              loss_chunk_length=loss_chunk_length),
       shardings, mesh, partitioning.DEFAULT_RULES)
   batch = partitioning.host_batch_to_global(packed_batch(0), mesh)
   state, metrics = step(state, batch, jax.random.PRNGKey(1))
@@ -76,6 +77,48 @@ def test_gradient_accumulation_equals_one_large_batch():
   for big, micro in zip(jax.tree_util.tree_leaves(big_params),
                         jax.tree_util.tree_leaves(micro_params)):
     np.testing.assert_allclose(micro, big, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize('vocab_major', [True, False])
+def test_chunked_loss_equals_the_plain_loss_and_gradients(vocab_major):
+  """Both output projections (tied embedding [V, E] scaled, separate kernel [E, V]), a
+  chunk that does not divide the length, padding tokens, and d loss / d weights."""
+  rng = np.random.default_rng(0)
+  hidden = jnp.asarray(rng.normal(size=(3, 37, 16)), jnp.float32)
+  projection = jnp.asarray(rng.normal(size=(50, 16) if vocab_major else (16, 50)), jnp.float32)
+  targets = jnp.asarray(rng.integers(0, 50, (3, 37)))
+  weights = jnp.asarray(rng.integers(0, 2, (3, 37)), jnp.float32)
+  cotangent = jnp.asarray(rng.normal(size=(3, 37)), jnp.float32)
+
+  def plain(hidden, projection, weights):
+    logits = jnp.einsum('ble,ve->blv' if vocab_major else 'ble,ev->blv', hidden, projection)
+    return jnp.sum(cotangent * losses.label_smoothed_cross_entropy(
+        logits * 0.25, targets, weights, 0.1))
+
+  def chunked(hidden, projection, weights):
+    return jnp.sum(cotangent * losses.chunked_label_smoothed_cross_entropy(
+        hidden, projection, targets, weights, 0.1, 0.25, vocab_major, 8))
+
+  expected, expected_grads = jax.value_and_grad(plain, argnums=(0, 1, 2))(
+      hidden, projection, weights)
+  value, grads = jax.value_and_grad(chunked, argnums=(0, 1, 2))(hidden, projection, weights)
+  assert float(value) == pytest.approx(float(expected), rel=1e-6)
+  for grad, expected_grad in zip(grads, expected_grads):
+    np.testing.assert_allclose(grad, expected_grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize('logits_via_embedding', [True, False])
+def test_train_step_with_chunked_loss_equals_plain_step(logits_via_embedding):
+  plain_params, plain_metrics = _one_step(1, logits_via_embedding=logits_via_embedding)
+  chunked_params, chunked_metrics = _one_step(1, loss_chunk_length=5,
+                                              logits_via_embedding=logits_via_embedding)
+  assert float(chunked_metrics['loss_sum']) == pytest.approx(
+      float(plain_metrics['loss_sum']), rel=1e-6)
+  np.testing.assert_allclose(chunked_metrics['direction_loss_sums'],
+                             plain_metrics['direction_loss_sums'], rtol=1e-6)
+  for plain, chunked in zip(jax.tree_util.tree_leaves(plain_params),
+                            jax.tree_util.tree_leaves(chunked_params)):
+    np.testing.assert_allclose(chunked, plain, rtol=1e-5, atol=1e-6)
 
 
 def test_microbatches_must_divide_the_batch():
