@@ -5,6 +5,7 @@ training, so the scores a run reports are the scores its users get.
 """
 
 from collections.abc import Callable, Mapping, Sequence
+import dataclasses
 from typing import Any
 
 import gin
@@ -58,7 +59,12 @@ class Translator:
                max_decode_length: int = 256, stop: str = 'beam_full',
                pivot_language: str = 'eng_Latn', pivot_directions: Sequence[str] = ()):
     self.model = model
-    self.params = params
+    self.params = params  # In the model's layout (scanned layers stay stacked).
+    # Decoding caches keys and values per layer: it runs the unrolled stack.
+    self._decoding_model = model
+    if model.config.scan_layers:
+      self._decoding_model = network.Transformer(
+          dataclasses.replace(model.config, scan_layers=False))
     self.vocabulary_file = str(vocabulary_file)
     self.tokenizer = spm.SentencePieceProcessor(model_file=self.vocabulary_file)
     self.tag_strategy = tags.check_tag_strategy(tag_strategy)
@@ -100,11 +106,14 @@ class Translator:
                     max_decode_length: int, beam_size: int, alpha: float):
     """Beam search over one direction's batch; `direction` (its id, traced, so directions
     share one compilation) chooses the model's adapters, if it has any."""
-    encoded = self.model.apply({'params': params}, encoder_tokens,
+    if self.model.config.scan_layers:
+      params = network.unstack_layers(params)
+    model = self._decoding_model
+    encoded = model.apply({'params': params}, encoder_tokens,
                                encoder_direction_ids=jnp.full(
                                    (encoder_tokens.shape[0], 1), direction, jnp.int32),
                                method=network.Transformer.encode)
-    cache = network.init_decode_cache(self.model, params, encoded, encoder_tokens,
+    cache = network.init_decode_cache(model, params, encoded, encoder_tokens,
                                       max_decode_length)
     # Beam search keeps batch * beam rows; every row of an example sees its encoding.
     encoded_rows = jnp.repeat(encoded, beam_size, axis=0)
@@ -112,7 +121,7 @@ class Translator:
     row_directions = jnp.full((encoder_rows.shape[0], 1), direction, jnp.int32)
 
     def tokens_to_logits(tokens, model_cache):
-      logits, variables = self.model.apply(
+      logits, variables = model.apply(
           {'params': params, 'cache': model_cache}, encoded_rows, encoder_rows, tokens, tokens,
           decode=True, mutable=['cache'], decoder_direction_ids=row_directions,
           method=network.Transformer.decode)

@@ -7,6 +7,11 @@ Choices (the systems in METHODS.md section 8 are fairseq pre-LN transformers):
   or fixed sinusoids. The decoder's input embedding is always its output projection when
   `logits_via_embedding`, and then logits are divided by sqrt(d) so that they start with unit
   variance (as in T5X); otherwise a separate [embed, vocab] projection (no bias) is used.
+- Deep stacks: `scan_layers` runs each stack as one `nn.scan` over stacked layer
+  parameters (one layer to compile, whatever the depth) and `remat_policy` recomputes
+  activations in the backward pass instead of storing them (`REMAT_POLICIES`). Scanned
+  parameters are [layers, ...] arrays under `encoder/layers` and `decoder/layers`
+  (`stack_layers`/`unstack_layers` convert); decoding always runs the unrolled stack.
 - Masks: token 0 is padding. Unpacked inputs derive segment ids from `tokens > 0` (the decoder
   from `decoder_target_tokens`, since its inputs may start with token 0); packed inputs use
   the given segment ids, still zeroed where the token is padding.
@@ -22,6 +27,7 @@ import numpy as np
 
 from t5x_mt import adapters
 from t5x_mt import layers
+from t5x_mt.errors import UserError
 
 Array = jax.Array
 
@@ -50,12 +56,30 @@ class TransformerConfig:
   adapter_by: str = 'target'
   adapter_keys: tuple[str, ...] = ()
   adapter_bottlenecks: tuple[int, ...] = ()
+  scan_layers: bool = False
+  remat_policy: str = 'none'  # A key of REMAT_POLICIES.
 
   def __post_init__(self):
     # gin may give lists; the config is hashed as a Flax module attribute.
     object.__setattr__(self, 'adapter_keys', tuple(self.adapter_keys))
     object.__setattr__(self, 'adapter_bottlenecks', tuple(self.adapter_bottlenecks))
     adapters.check_config(self.adapter_by, self.adapter_keys, self.adapter_bottlenecks)
+    if self.remat_policy not in REMAT_POLICIES:
+      raise UserError(f'TransformerConfig.remat_policy: {self.remat_policy!r} is not one of '
+                      f'{", ".join(REMAT_POLICIES)}')
+
+
+# What the backward pass keeps of a layer's forward activations ('none': everything, no
+# recomputation); the rest is recomputed, trading FLOPs for memory.
+REMAT_POLICIES = {
+    'none': None,
+    'full': jax.checkpoint_policies.nothing_saveable,
+    'dots': jax.checkpoint_policies.dots_saveable,
+    'dots_with_no_batch_dims': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+SCANNED_LAYERS = 'layers'  # encoder/layers, decoder/layers: the scanned stacks.
+SCANNED_LAYER = 'layer'
+SCANNED_ADAPTERS = adapters.MODULE_PREFIX + 'stacked'
 
 
 def _segment_ids(tokens: Array, segment_ids: Optional[Array]) -> Array:
@@ -131,6 +155,59 @@ def _adapter_index(cfg: TransformerConfig, direction_ids: Optional[Array]) -> Op
   return adapters.adapter_index(direction_ids, cfg.adapter_by, cfg.adapter_keys)
 
 
+def _remat(layer_class, cfg: TransformerConfig, static_argnums: tuple[int, ...]):
+  """`layer_class`, or under a remat policy its rematerialised version (`static_argnums`
+  count `self` as 0: the Python flags the layer branches on)."""
+  if cfg.remat_policy == 'none':
+    return layer_class
+  return nn.remat(layer_class, policy=REMAT_POLICIES[cfg.remat_policy],
+                  static_argnums=static_argnums, prevent_cse=not cfg.scan_layers)
+
+
+class EncoderBlock(nn.Module):
+  """One step of the scanned encoder stack: a layer and its adapters; (carry, None)."""
+  config: TransformerConfig
+  deterministic: bool
+
+  @nn.compact
+  def __call__(self, x: Array, segment_ids: Array,
+               adapter_index: Optional[Array]) -> tuple[Array, None]:
+    cfg = self.config
+    x = _remat(EncoderLayer, cfg, static_argnums=(3,))(cfg, name=SCANNED_LAYER)(
+        x, segment_ids, self.deterministic)
+    return _stacked_adapters(cfg)(x, adapter_index), None
+
+
+class DecoderBlock(nn.Module):
+  """One step of the scanned decoder stack (training and scoring, never decoding)."""
+  config: TransformerConfig
+  deterministic: bool
+
+  @nn.compact
+  def __call__(self, x: Array, encoded: Array, segment_ids: Optional[Array],
+               encoder_segment_ids: Array,
+               adapter_index: Optional[Array]) -> tuple[Array, None]:
+    cfg = self.config
+    x = _remat(DecoderLayer, cfg, static_argnums=(5, 6, 7))(cfg, name=SCANNED_LAYER)(
+        x, encoded, segment_ids, encoder_segment_ids, self.deterministic, False, None)
+    return _stacked_adapters(cfg)(x, adapter_index), None
+
+
+def _stacked_adapters(cfg: TransformerConfig):
+  if not cfg.adapter_keys:
+    return lambda x, index: x
+  return adapters.Adapters(cfg.adapter_keys, cfg.adapter_bottlenecks, cfg.dtype,
+                           name=SCANNED_ADAPTERS)
+
+
+def _scanned(block_class, cfg: TransformerConfig, num_layers: int):
+  """`block_class` scanned `num_layers` times: parameters stacked on a leading 'layers'
+  axis, a fresh dropout key per layer, every argument but the carry broadcast."""
+  return nn.scan(block_class, variable_axes={'params': 0},
+                 split_rngs={'params': True, 'dropout': True}, in_axes=nn.broadcast,
+                 length=num_layers, metadata_params={nn.PARTITION_NAME: 'layers'})
+
+
 class Encoder(nn.Module):
   """Embeds source tokens and runs the encoder stack; returns [batch, length, embed]."""
   config: TransformerConfig
@@ -144,9 +221,14 @@ class Encoder(nn.Module):
     x = layers.PositionEmbedding(cfg.max_length, cfg.position_embedding, dtype=cfg.dtype,
                                  name='posembed')(x, positions)
     x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
-    for i in range(cfg.num_encoder_layers):
-      x = EncoderLayer(cfg, name=f'layers_{i}')(x, segment_ids, deterministic)
-      x = _adapters(cfg, i)(x, adapter_index)
+    if cfg.scan_layers:
+      stack = _scanned(EncoderBlock, cfg, cfg.num_encoder_layers)
+      x, _ = stack(cfg, deterministic, name=SCANNED_LAYERS)(x, segment_ids, adapter_index)
+    else:
+      layer = _remat(EncoderLayer, cfg, static_argnums=(3,))
+      for i in range(cfg.num_encoder_layers):
+        x = layer(cfg, name=f'layers_{i}')(x, segment_ids, deterministic)
+        x = _adapters(cfg, i)(x, adapter_index)
     return layers.LayerNorm(dtype=cfg.dtype, name='encoder_norm')(x)
 
 
@@ -167,10 +249,19 @@ class Decoder(nn.Module):
     x = layers.PositionEmbedding(cfg.max_length, cfg.position_embedding, dtype=cfg.dtype,
                                  name='posembed')(x, positions, decode=decode)
     x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
-    for i in range(cfg.num_decoder_layers):
-      x = DecoderLayer(cfg, name=f'layers_{i}')(x, encoded, segment_ids, encoder_segment_ids,
-                                                deterministic, decode, max_decode_length)
-      x = _adapters(cfg, i)(x, adapter_index)
+    if cfg.scan_layers:
+      if decode:
+        raise ValueError('decoding runs the unrolled stack: build the model with '
+                         'scan_layers=False and pass unstack_layers(params)')
+      stack = _scanned(DecoderBlock, cfg, cfg.num_decoder_layers)
+      x, _ = stack(cfg, deterministic, name=SCANNED_LAYERS)(
+          x, encoded, segment_ids, encoder_segment_ids, adapter_index)
+    else:
+      layer = _remat(DecoderLayer, cfg, static_argnums=(5, 6, 7))
+      for i in range(cfg.num_decoder_layers):
+        x = layer(cfg, name=f'layers_{i}')(x, encoded, segment_ids, encoder_segment_ids,
+                                           deterministic, decode, max_decode_length)
+        x = _adapters(cfg, i)(x, adapter_index)
     x = layers.LayerNorm(dtype=cfg.dtype, name='decoder_norm')(x)
     if return_hidden:
       return x
@@ -310,3 +401,44 @@ def init_decode_cache(model: Transformer, params: Any, encoded: Array,
       decode=True, max_decode_length=max_decode_length, mutable=['cache'],
       method=Transformer.decode)
   return variables['cache']
+
+
+STACKS = ('encoder', 'decoder')
+
+
+def is_scanned(params: Any) -> bool:
+  """Whether `params` are in the scanned layout (`stack_layers`)."""
+  return SCANNED_LAYERS in params['encoder']
+
+
+def stack_layers(params: Any) -> Any:
+  """Unrolled parameters (`layers_<i>`, `adapters_<i>`) in the layout of scan_layers=True:
+  each stack's layers (and adapters) stacked on a leading axis."""
+  params = dict(params)
+  for stack in STACKS:
+    side = dict(params[stack])
+    depth = sum(1 for name in side if name.startswith('layers_'))
+    scanned = {SCANNED_LAYER: [side.pop(f'layers_{i}') for i in range(depth)]}
+    if f'{adapters.MODULE_PREFIX}0' in side:
+      scanned[SCANNED_ADAPTERS] = [side.pop(f'{adapters.MODULE_PREFIX}{i}')
+                                   for i in range(depth)]
+    side[SCANNED_LAYERS] = {name: jax.tree.map(lambda *leaves: jnp.stack(leaves), *layers)
+                            for name, layers in scanned.items()}
+    params[stack] = side
+  return params
+
+
+def unstack_layers(params: Any) -> Any:
+  """The inverse of `stack_layers`: scanned parameters in the unrolled layout."""
+  params = dict(params)
+  for stack in STACKS:
+    side = dict(params[stack])
+    scanned = side.pop(SCANNED_LAYERS)
+    depth = jax.tree.leaves(scanned[SCANNED_LAYER])[0].shape[0]
+    for i in range(depth):
+      for name, prefix in ((SCANNED_LAYER, 'layers_'),
+                           (SCANNED_ADAPTERS, adapters.MODULE_PREFIX)):
+        if name in scanned:
+          side[f'{prefix}{i}'] = jax.tree.map(lambda leaf, i=i: leaf[i], scanned[name])
+    params[stack] = side
+  return params

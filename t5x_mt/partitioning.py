@@ -34,6 +34,7 @@ DEFAULT_RULES: LogicalRules = (
     ('kv', None),
     ('embed', None),
     ('length', None),
+    ('layers', None),  # The stacked axis of scanned layers (TransformerConfig.scan_layers).
 )
 
 

@@ -5,7 +5,7 @@ resumes from the latest checkpoint in MODEL_DIR (parameters, optimizer, step and
 position) and continues the same loss curve.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import dataclasses
 import json
 import logging
@@ -218,11 +218,30 @@ def _initial_params(init_from: str, run_dir: pathlib.Path, target: Any) -> Any:
   parent_checkpoints = checkpoints.RunCheckpoints(str(parent), read_only=True)
   try:
     logging.info('Starting from the parameters of %s', parent)
-    return _with_new_adapters(parent_checkpoints, target)
+    return _in_parent_layout(parent_checkpoints, target,
+                             lambda target: _with_new_adapters(parent_checkpoints, target))
   except UserError as error:
     raise UserError(f'train.init_from: {error}') from None
   finally:
     parent_checkpoints.close()
+
+
+def _in_parent_layout(parent: checkpoints.RunCheckpoints, target: Any,
+                      restore: Callable[[Any], Any]) -> Any:
+  """`restore(target)`, run in the parent's layer layout when it differs from this run's
+  (one trained with TransformerConfig.scan_layers, the other without), the result
+  converted back and placed as `target` is."""
+  step = parent.latest_step()
+  saved = parent.saved_shapes(step) if step is not None else {}
+  parent_scanned = any(path[:2] == ('encoder', network.SCANNED_LAYERS) for path in saved)
+  if not saved or parent_scanned == network.is_scanned(target):
+    return restore(target)
+  to_parent, back = ((network.stack_layers, network.unstack_layers) if parent_scanned else
+                     (network.unstack_layers, network.stack_layers))
+  logging.info('Converting the parameters between scanned and unrolled layers')
+  restored = back(restore(to_parent(target)))
+  return jax.tree.map(lambda value, like: jax.device_put(value, like.sharding), restored,
+                      target)
 
 
 def _with_new_adapters(parent: checkpoints.RunCheckpoints, target: Any) -> Any:
