@@ -139,22 +139,27 @@ def ours_fn(translator, sentences, src_lang, tgt_lang):
 
 
 def ctranslate2_fn(model, translator, sentences, src_lang, tgt_lang, batch_size, beam_size):
-  """Text in, text out through CTranslate2 with our tokenisation and tags."""
+  """Text in, text out through CTranslate2 with our tokenisation and tags, in our
+  batches (sentences sorted by length) with our per-batch output length limit."""
   direction_tags = tags.tags_for(translator.tag_strategy, src_lang, tgt_lang)
   tokenizer = translator.tokenizer
   prefix = direction_tags.decoder_tag
 
   def run():
-    sources = [[tokenizer.id_to_piece(i) for i in translator.encode_source(s, direction_tags)]
-               for s in sentences]
-    results = model.translate_batch(
-        sources, target_prefix=[[prefix]] * len(sources) if prefix else None,
-        max_batch_size=batch_size, beam_size=beam_size, length_penalty=translator.alpha,
-        max_decoding_length=translator.max_decode_length)
-    outputs = []
-    for result in results:
-      ids = [tokenizer.piece_to_id(p) for p in result.hypotheses[0]]
-      outputs.append(translator.decode_target(ids, prefix is not None))
+    encoded = [translator.encode_source(s, direction_tags) for s in sentences]
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    outputs = [''] * len(sentences)
+    for start in range(0, len(order), batch_size):
+      rows = order[start:start + batch_size]
+      _, decode_length = translator.batch_lengths([encoded[i] for i in rows])
+      results = model.translate_batch(
+          [[tokenizer.id_to_piece(i) for i in encoded[row]] for row in rows],
+          target_prefix=[[prefix]] * len(rows) if prefix else None,
+          max_batch_size=batch_size, beam_size=beam_size, length_penalty=translator.alpha,
+          max_decoding_length=decode_length)
+      for row, result in zip(rows, results):
+        ids = [tokenizer.piece_to_id(p) for p in result.hypotheses[0]]
+        outputs[row] = translator.decode_target(ids, prefix is not None)
     return outputs
   return run
 

@@ -147,9 +147,15 @@ class Translator:
       rows *= 2
     return min(rows, self.batch_size)
 
+  def batch_lengths(self, encoder_ids: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """(encoder length, most output tokens) of a batch: the bucketed longest input, and
+    twice that plus 16 within max_decode_length."""
+    length = bucket_length(max(len(ids) for ids in encoder_ids), self.max_input_length)
+    return length, min(2 * length + 16, self.max_decode_length)
+
   def _run_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
                  direction: int) -> np.ndarray:
-    length = bucket_length(max(len(ids) for ids in encoder_ids), self.max_input_length)
+    length, decode_length = self.batch_lengths(encoder_ids)
     rows = self._batch_rows(len(encoder_ids))
     tokens = np.zeros((rows, length), np.int32)
     for row in range(rows):
@@ -158,7 +164,6 @@ class Translator:
       ids = encoder_ids[min(row, len(encoder_ids) - 1)]
       tokens[row, :len(ids)] = ids
     prefix = None if prefix_id is None else jnp.full((rows,), prefix_id, jnp.int32)
-    decode_length = min(2 * length + 16, self.max_decode_length)
     kwargs = dict(max_decode_length=decode_length, beam_size=self.beam_size, alpha=self.alpha)
     direction = jnp.int32(direction)
     if self.mesh is None:
