@@ -6,7 +6,7 @@
 The gradient (d hidden, d projection) of the label-smoothed cross entropy of logits =
 hidden . embedding^T / sqrt(d), a tied [vocab, embed] embedding as in the models here, two
 ways in one process:
-  chunked  losses.chunked_label_smoothed_cross_entropy (train.loss_chunk_length): `chunk`
+  chunked  fused_loss.chunked_label_smoothed_cross_entropy (train.loss_chunk_length):
            decoder positions of every row at a time, its own backward pass
   plain    logits materialised, losses.label_smoothed_cross_entropy, jax.grad
 `temp_memory` is XLA's buffer assignment for the compiled gradient (temporaries beyond the
@@ -24,13 +24,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5x_mt import losses
+from t5x_mt.kernels import fused_loss
 
 LABEL_SMOOTHING = 0.1
 
 
 def gradient_fns(chunk_length: int, scale: float):
   def chunked(hidden, embedding, targets, weights):
-    return losses.chunked_label_smoothed_cross_entropy(
+    return fused_loss.chunked_label_smoothed_cross_entropy(
         hidden, embedding, targets, weights, LABEL_SMOOTHING, scale, True, chunk_length).sum()
 
   def plain(hidden, embedding, targets, weights):

@@ -296,7 +296,7 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
     dro: distributionally robust optimisation over groups of directions (gin/runs/dro/);
       None trains on the mixture's fixed rates.
     loss_chunk_length: > 0 computes the loss that many decoder positions at a time, from
-      the decoder's states (losses.chunked_label_smoothed_cross_entropy): the same loss and
+      the decoder's states (fused_loss.chunked_label_smoothed_cross_entropy): the same loss and
       gradients without ever holding the [batch, length, vocab] logits, for 100k-256k
       vocabularies. 0: the plain loss over full logits.
   """

@@ -23,6 +23,7 @@ from t5x_mt import losses
 from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt.errors import UserError
+from t5x_mt.kernels import fused_loss
 
 Batch = dict[str, jax.Array]
 
@@ -130,7 +131,7 @@ def _direction_id_array(direction_ids: Sequence[int]) -> jax.Array:
 def _token_losses(model: nn.Module, params: Any, batch: Batch, label_smoothing: float,
                   dropout_rng: jax.Array | None, loss_chunk_length: int) -> jax.Array:
   """Per-token weighted losses [B, L]; with `loss_chunk_length` from the decoder's states
-  by `losses.chunked_label_smoothed_cross_entropy`, never holding all the logits."""
+  by `fused_loss.chunked_label_smoothed_cross_entropy`, never holding all the logits."""
   kwargs = dict(enable_dropout=dropout_rng is not None,
                 rngs={} if dropout_rng is None else {'dropout': dropout_rng})
   weights = batch['decoder_loss_weights'].astype(jnp.float32)
@@ -140,7 +141,7 @@ def _token_losses(model: nn.Module, params: Any, batch: Batch, label_smoothing: 
     return losses.label_smoothed_cross_entropy(logits, targets, weights, label_smoothing)
   hidden = model.apply({'params': params}, **model_kwargs(batch), return_hidden=True, **kwargs)
   projection, scale, vocab_major = network.output_projection(model.config, params)
-  return losses.chunked_label_smoothed_cross_entropy(
+  return fused_loss.chunked_label_smoothed_cross_entropy(
       hidden, projection, targets, weights, label_smoothing, scale, vocab_major,
       loss_chunk_length)
 
@@ -192,7 +193,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *
   Returns new state and metrics: the loss sum and token count of the whole batch, the
   learning rate, the global gradient norm, and per-direction loss sums and token counts
   in the order of sorted `direction_ids`. `loss_chunk_length` > 0 computes the loss that
-  many decoder positions at a time (`losses.chunked_label_smoothed_cross_entropy`): the
+  many decoder positions at a time (`fused_loss.chunked_label_smoothed_cross_entropy`): the
   same loss and gradients without the [batch, length, vocab] logits.
   """
   ids = _direction_id_array(direction_ids)
