@@ -7,7 +7,7 @@ The gradient (d hidden, d projection) of the label-smoothed cross entropy of log
 hidden . embedding^T / sqrt(d), a tied [vocab, embed] embedding as in the models here, two
 ways in one process:
   chunked  fused_loss.chunked_label_smoothed_cross_entropy (train.loss_chunk_length):
-           decoder positions of every row at a time, its own backward pass
+           `chunk` decoder positions of every row at a time, its own backward pass
   plain    logits materialised, losses.label_smoothed_cross_entropy, jax.grad
 `temp_memory` is XLA's buffer assignment for the compiled gradient (temporaries beyond the
 inputs and outputs, from `compiled.memory_analysis()`), so it is exact and independent of
