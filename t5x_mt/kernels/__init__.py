@@ -3,7 +3,7 @@
 Layers call `attention(...)` and never a kernel directly, so a kernel plugs in by
 `register_implementation(name, fn, ...)` without touching any caller. Registered:
 'xla' (the reference, any backend) and 'pallas' (`flash_attention`: on GPU through
-Triton; on TPU through Mosaic; on CPU the Pallas interpreter, for tests). 'auto' picks the
+Triton; on CPU the Pallas interpreter, for tests; see flash.py for TPUs). 'auto' picks the
 available implementation with the highest priority that supports the call, else 'xla':
 'pallas' on GPU, except for attention dropout (which the kernel does not implement) and
 single-query decoding steps (a one-row tile would waste the kernel).

@@ -16,8 +16,10 @@ Causal calls skip the tiles above the diagonal.
 
 Any shape runs: lengths are padded to whole blocks with segment id 0, and head_dim to a
 power of two (at least 16, what GPU tensor-core dots need) with zeros, which change no dot
-product. The kernel body uses only array operations that lower through Pallas' Triton
-backend (GPU), its TPU backend and the interpreter (CPU tests, `interpret=True`).
+product. The kernel body uses only array operations: it lowers through Pallas' Triton
+backend for GPUs (tests check the lowering from a CPU host) and runs in the interpreter
+(`interpret=True`, the CPU tests). On TPUs it gets Mosaic's compiler parameters, but no
+TPU has compiled it yet.
 """
 
 import functools
