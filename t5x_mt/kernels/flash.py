@@ -316,7 +316,7 @@ def _flash_bwd_rule(causal, scale, block_q, block_k, interpret, residuals, d_out
 _flash.defvjp(_flash_fwd_rule, _flash_bwd_rule)
 
 
-def _full_bias(bias: Array, batch: int, heads: int, q_length: int, kv_length: int) -> Array:
+def _full_bias(bias: Array, q_length: int, kv_length: int) -> Array:
   """`bias` as [1 or B, 1 or H, Lq, Lk]: batch and head broadcasts stay (the kernel reads
   the one copy), query and key broadcasts are materialised."""
   bias = jnp.reshape(bias, (1,) * (4 - bias.ndim) + bias.shape)
@@ -345,7 +345,7 @@ def flash_attention(q: Array, k: Array, v: Array, *,
   Returns:
     [batch, q_length, heads, head_dim] in q's dtype; queries without a visible key give 0.
   """
-  batch, q_length, heads, head_dim = q.shape
+  batch, q_length, _, head_dim = q.shape
   kv_length = k.shape[1]
   if q_segment_ids is None:
     q_segment_ids = jnp.ones((batch, q_length), jnp.int32)
@@ -362,7 +362,7 @@ def flash_attention(q: Array, k: Array, v: Array, *,
     return jnp.transpose(x, (0, 2, 1, 3))
 
   if bias is not None:
-    bias = _full_bias(bias, batch, heads, q_length, kv_length)
+    bias = _full_bias(bias, q_length, kv_length)
     bias = _pad_axis(_pad_axis(bias, 2, q_padded), 3, kv_padded)
   out = _flash(heads_first(q, q_padded), heads_first(k, kv_padded), heads_first(v, kv_padded),
                _pad_axis(q_segment_ids.astype(jnp.int32), 1, q_padded),
