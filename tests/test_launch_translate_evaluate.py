@@ -9,6 +9,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -96,6 +97,32 @@ def test_evaluate_tasks_writes_eval_json_for_the_checkpoint_step(trained_run, mo
       (summary['directions']['eng_Latn-hau_Latn']['chrf']
        + summary['directions']['hau_Latn-eng_Latn']['chrf']) / 2)
   assert out.startswith(f'step {TRAIN_STEPS}\n') and 'hau_Latn-eng_Latn' in out
+
+
+def test_evaluate_tasks_on_another_corpus(trained_run, monkeypatch, capsys, tmp_path):
+  """--corpus scores the CLDR task's direction on FLORES-200 dev: 6 sentences, more than
+  the CLDR validation split has for it."""
+  run = tmp_path / 'run'
+  shutil.copytree(trained_run, run)
+  code, _, err = run_in_process(
+      'evaluate.py', [f'--checkpoint_dir={run}', '--beam_size=1', '--max_sentences=6',
+                      '--tasks=cldr_eng_Latn.hau_Latn', '--corpus=flores200'],
+      monkeypatch, capsys)
+  assert code == 0, err
+  summary = json.loads((run / 'eval' / f'step_{TRAIN_STEPS}.json').read_text())
+  assert list(summary['directions']) == ['eng_Latn-hau_Latn']
+  assert summary['directions']['eng_Latn-hau_Latn']['n'] == 6
+
+
+def test_unknown_evaluation_corpus_is_named_before_translating(trained_run, monkeypatch,
+                                                               capsys):
+  code, out, err = run_in_process(
+      'evaluate.py', [f'--checkpoint_dir={trained_run}', '--tasks=cldr_eng_Latn.hau_Latn',
+                      '--corpus=flores'], monkeypatch, capsys)
+  assert code == 2 and out == ''
+  lines = error_lines(err)
+  assert len(lines) == 1 and lines[0].startswith("error: --corpus: unknown corpus 'flores'")
+  assert 'flores200' in lines[0]
 
 
 def test_bad_src_lang_is_one_line_suggesting_the_flores_code(monkeypatch, capsys, tmp_path):
