@@ -95,8 +95,9 @@ def run_variant(variant: str, argv: list[str], timeout: float,
     if elapsed > timeout or host_gib > max_host_gib:
       process.kill()
       process.wait()
-      return {'stopped': f'stopped after {elapsed:.0f} s (start-up included) at {host_gib:.1f} GiB host '
-                         'memory, still compiling', 'seconds': elapsed, 'host': host_gib * 2**30}
+      why = (f'stopped after {elapsed:.0f} s (start-up included) at {host_gib:.1f} GiB '
+             'host memory, still compiling')
+      return {'stopped': why, 'seconds': elapsed, 'host': host_gib * 2**30}
     time.sleep(0.5)
   lines = process.stdout.read().strip().splitlines()
   if process.returncode or not lines:
