@@ -30,6 +30,7 @@ from ctranslate2.specs import common_spec
 from ctranslate2.specs import transformer_spec
 
 from t5x_mt import cli
+from t5x_mt import layers
 from t5x_mt import network
 from t5x_mt.data import tags
 from t5x_mt.errors import UserError
@@ -65,7 +66,6 @@ def _mlp(spec, norm, mlp) -> None:
 
 
 def _positions(config: network.TransformerConfig, side_params) -> np.ndarray:
-  from t5x_mt import layers  # pylint: disable=g-import-not-at-top
   if config.position_embedding == 'learned':
     return np.asarray(side_params['posembed']['pos_embedding'], np.float32)
   return layers.sinusoidal_table(config.max_length, config.emb_dim)

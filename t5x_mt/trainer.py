@@ -128,13 +128,13 @@ def _direction_id_array(direction_ids: Sequence[int]) -> jax.Array:
   return jnp.asarray(sorted(direction_ids) or [0], jnp.int32)
 
 
-def _token_losses(model: nn.Module, params: Any, batch: Batch, label_smoothing: float,
-                  dropout_rng: jax.Array | None, loss_chunk_length: int) -> jax.Array:
+def _token_losses(model: nn.Module, params: Any, batch: Batch, weights: jax.Array,
+                  label_smoothing: float, dropout_rng: jax.Array | None,
+                  loss_chunk_length: int) -> jax.Array:
   """Per-token weighted losses [B, L]; with `loss_chunk_length` from the decoder's states
   by `fused_loss.chunked_label_smoothed_cross_entropy`, never holding all the logits."""
   kwargs = dict(enable_dropout=dropout_rng is not None,
                 rngs={} if dropout_rng is None else {'dropout': dropout_rng})
-  weights = batch['decoder_loss_weights'].astype(jnp.float32)
   targets = batch['decoder_target_tokens']
   if not loss_chunk_length:
     logits = model.apply({'params': params}, **model_kwargs(batch), **kwargs)
@@ -158,7 +158,7 @@ def _loss_sums(model: nn.Module, params: Any, batch: Batch, ids: jax.Array,
   unscaled, so logged losses mean the same with and without scales.
   """
   weights = batch['decoder_loss_weights'].astype(jnp.float32)
-  token_loss = _token_losses(model, params, batch, label_smoothing, dropout_rng,
+  token_loss = _token_losses(model, params, batch, weights, label_smoothing, dropout_rng,
                              loss_chunk_length)
   direction_loss, direction_tokens = losses.direction_sums(
       token_loss, weights, batch['decoder_direction_ids'], ids)
