@@ -12,6 +12,13 @@ Conventions shared with the model and the data pipeline:
   count towards the length (it plays the part of fairseq's `--decoder-langtok` BOS).
 - Cache leaves are either scalars (`cache_index`: shared by every row, left as they are) or
   have the batch as their leading axis (repeated to batch * beam, reordered with the beams).
+  State that every hypothesis of an example shares (cross-attention keys and values) stays
+  out of the cache, in `tokens_to_logits`' closure, so that it is neither repeated nor
+  reordered.
+- A cache may grow (`cache_lengths`, `extend_cache`): the search starts on a cache for the
+  first few steps and extends it only when a row is still alive at its end. A step's cost
+  follows the cache's length (beams reorder all of it, self-attention reads all of it), so
+  short outputs under a long limit no longer pay for the limit at every step.
 
 Beam search follows T5X / Flax examples/wmt: an alive set and a finished set of `beam_size`
 hypotheses each, the top 2 * beam_size expansions per step (enough to refill the alive set
@@ -22,7 +29,7 @@ that many hypotheses exist.
 """
 
 import functools
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import flax
 import jax
@@ -68,6 +75,45 @@ class _BeamState:
   finished_scores: jnp.ndarray  # [B, K] fp32, log-probabilities / length_penalty
   finished_flags: jnp.ndarray   # [B, K] bool, False for slots not holding a hypothesis
   cache: Cache                  # leaves scalar or [B * K, ...]
+
+
+# Extends a cache to hold the given number of steps; the searches call it between stages.
+ExtendCache = Callable[[Cache, int], Cache]
+
+
+def _check_cache_lengths(cache_lengths: Sequence[int], extend_cache: Optional[ExtendCache],
+                         max_decode_length: int) -> tuple[int, ...]:
+  """The stages' cache lengths, checked; one stage of max_decode_length steps by default."""
+  lengths = tuple(cache_lengths) or (max_decode_length,)
+  if (list(lengths) != sorted(set(lengths)) or lengths[0] < 1
+      or lengths[-1] < max_decode_length):
+    raise UserError(f'decoding: cache_lengths must increase from >= 1 to at least '
+                    f'max_decode_length ({max_decode_length}), got {lengths}')
+  if len(lengths) > 1 and extend_cache is None:
+    raise UserError('decoding: cache_lengths with more than one stage need extend_cache')
+  return lengths
+
+
+def _staged_while_loop(continues: Callable[[Any], jnp.ndarray], step: Callable[[Any], Any],
+                       state: Any, *, lengths: tuple[int, ...],
+                       extend_cache: Optional[ExtendCache], result: Callable[[Any], Any]):
+  """`result` of running `step` while `continues`, the state's cache grown stage by stage.
+
+  Stage s runs the steps that fit a cache of lengths[s] positions (state.cur_index is the
+  position the next step writes); the cache is extended to lengths[s + 1] only when the
+  search continues, inside a `lax.cond`, so a search that ends early never copies its
+  cache into a longer one. Branches of a cond must agree in shape, hence `result`: the
+  search's outcome without the cache.
+  """
+  def run(state, stage):
+    limit = lengths[stage]
+    state = lax.while_loop(lambda s: continues(s) & (s.cur_index < limit), step, state)
+    if stage == len(lengths) - 1:
+      return result(state)
+    grow = lambda s: run(s.replace(cache=extend_cache(s.cache, lengths[stage + 1])), stage + 1)
+    return lax.cond(continues(state), grow, result, state)
+
+  return run(state, 0)
 
 
 def _batch_size(prefix: Optional[jnp.ndarray], cache: Cache) -> int:
@@ -127,6 +173,31 @@ def _beam_step(state: _BeamState, *, tokens_to_logits: TokensToLogits,
   tokens = lax.dynamic_slice_in_dim(state.alive_seqs, i, 1, axis=2)
   log_probs, new_cache = _step_log_probs(
       tokens_to_logits, tokens.reshape(batch_size * beam_size, 1), state.cache, i, prefix)
+  return _select_beams(state, log_probs, new_cache, prefix=prefix, alpha=alpha,
+                       max_decode_length=max_decode_length, eos_id=eos_id)
+
+
+def _first_beam_step(state: _BeamState, initial_cache: Cache, *,
+                     tokens_to_logits: TokensToLogits, prefix: Optional[jnp.ndarray],
+                     alpha: float, max_decode_length: int, eos_id: int) -> _BeamState:
+  """`_beam_step` at step 0, where every beam of an example feeds the same BOS to the same
+  cache: the model runs once per example and its output is repeated to the beams."""
+  batch_size, beam_size, _ = state.alive_seqs.shape
+  log_probs, new_cache = _step_log_probs(
+      tokens_to_logits, jnp.zeros((batch_size, 1), jnp.int32), initial_cache, state.cur_index,
+      prefix)
+  return _select_beams(state, jnp.repeat(log_probs, beam_size, axis=0),
+                       _expand_to_beams(new_cache, beam_size), prefix=prefix, alpha=alpha,
+                       max_decode_length=max_decode_length, eos_id=eos_id)
+
+
+def _select_beams(state: _BeamState, log_probs: jnp.ndarray, new_cache: Cache, *,
+                  prefix: Optional[jnp.ndarray], alpha: float, max_decode_length: int,
+                  eos_id: int) -> _BeamState:
+  """The alive and finished sets after the alive hypotheses' next-token `log_probs`
+  [B * K, vocab]; `new_cache` is the cache after that step, reordered here with the beams."""
+  batch_size, beam_size, _ = state.alive_seqs.shape
+  i = state.cur_index
   vocab_size = log_probs.shape[-1]
 
   # The best 2K of the K * V expansions: at most K of them end here, K stay alive.
@@ -198,7 +269,9 @@ def beam_search(tokens_to_logits: TokensToLogits,
                 alpha: float = 1.0,
                 max_decode_length: int,
                 eos_id: int = 1,
-                stop: str = 'exact') -> tuple[jnp.ndarray, jnp.ndarray]:
+                stop: str = 'exact',
+                cache_lengths: Sequence[int] = (),
+                extend_cache: Optional[ExtendCache] = None) -> tuple[jnp.ndarray, jnp.ndarray]:
   """Beam search for the hypotheses with the best length-normalised log-probability.
 
   A hypothesis' score is sum(log p(token)) / length ** alpha (`length_penalty`): the sum runs
@@ -223,6 +296,10 @@ def beam_search(tokens_to_logits: TokensToLogits,
       rule: a row is done once beam_size hypotheses have finished; a later hypothesis
       could still have scored better). The bound that makes 'exact' and 'best' safe divides
       by the longest possible length, so with alpha > 0 those often run to the limit.
+    cache_lengths: the steps `initial_cache` holds, then the lengths it grows to, ascending,
+      the last at least max_decode_length; empty when the cache holds every step.
+    extend_cache: `extend_cache(cache, length)` returns the cache grown to `length` steps,
+      with its contents unchanged (needed with more than one cache length).
 
   Returns:
     sequences: int32 [B, beam_size, max_decode_length], best first, without the initial BOS,
@@ -237,6 +314,7 @@ def beam_search(tokens_to_logits: TokensToLogits,
   if beam_size < 1 or max_decode_length < 1:
     raise UserError(f'beam_search: beam_size ({beam_size}) and max_decode_length '
                     f'({max_decode_length}) must be >= 1')
+  lengths = _check_cache_lengths(cache_lengths, extend_cache, max_decode_length)
   batch_size = _batch_size(prefix, initial_cache)
   seq_shape = (batch_size, beam_size, max_decode_length + 1)
   # Only beam 0 exists at the start; the other beams are copies that can never win.
@@ -249,21 +327,22 @@ def beam_search(tokens_to_logits: TokensToLogits,
       finished_seqs=jnp.zeros(seq_shape, jnp.int32),
       finished_scores=jnp.full((batch_size, beam_size), NEG_INF, jnp.float32),
       finished_flags=jnp.zeros((batch_size, beam_size), jnp.bool_),
-      cache=_expand_to_beams(initial_cache, beam_size))
+      cache=None)
   if prefix is not None:
     prefix = jnp.asarray(prefix, jnp.int32)
+  step_options = dict(tokens_to_logits=tokens_to_logits, prefix=prefix, alpha=alpha,
+                      max_decode_length=max_decode_length, eos_id=eos_id)
+  state = _first_beam_step(state, initial_cache, **step_options)
 
-  state = lax.while_loop(
+  def result(state: _BeamState) -> tuple[jnp.ndarray, jnp.ndarray]:
+    sequences = jnp.where(state.finished_flags[:, :, None], state.finished_seqs[:, :, 1:], 0)
+    return sequences, jnp.where(state.finished_flags, state.finished_scores, NEG_INF)
+
+  return _staged_while_loop(
       functools.partial(_beam_search_continues, alpha=alpha,
                         max_decode_length=max_decode_length, has_prefix=prefix is not None,
                         stop=stop),
-      functools.partial(_beam_step, tokens_to_logits=tokens_to_logits, prefix=prefix,
-                        alpha=alpha, max_decode_length=max_decode_length, eos_id=eos_id),
-      state)
-
-  sequences = jnp.where(state.finished_flags[:, :, None], state.finished_seqs[:, :, 1:], 0)
-  scores = jnp.where(state.finished_flags, state.finished_scores, NEG_INF)
-  return sequences, scores
+      functools.partial(_beam_step, **step_options), state, lengths=lengths, extend_cache=extend_cache, result=result)
 
 
 @flax.struct.dataclass
@@ -279,12 +358,16 @@ def greedy_search(tokens_to_logits: TokensToLogits,
                   *,
                   prefix: Optional[jnp.ndarray],
                   max_decode_length: int,
-                  eos_id: int = 1) -> jnp.ndarray:
+                  eos_id: int = 1,
+                  cache_lengths: Sequence[int] = (),
+                  extend_cache: Optional[ExtendCache] = None) -> jnp.ndarray:
   """Takes the most likely token at every step until EOS or max_decode_length.
 
-  Same conventions as `beam_search` (BOS 0 first input, forced prefix, cache layout).
+  Same conventions and cache growth as `beam_search` (BOS 0 first input, forced prefix,
+  cache layout, `cache_lengths` and `extend_cache`).
   Returns int32 [B, max_decode_length]: the prefix token first when given, 0 after EOS.
   """
+  lengths = _check_cache_lengths(cache_lengths, extend_cache, max_decode_length)
   batch_size = _batch_size(prefix, initial_cache)
   if prefix is not None:
     prefix = jnp.asarray(prefix, jnp.int32)
@@ -304,4 +387,5 @@ def greedy_search(tokens_to_logits: TokensToLogits,
   state = _GreedyState(cur_index=jnp.array(0, jnp.int32),
                        seqs=jnp.zeros((batch_size, max_decode_length + 1), jnp.int32),
                        done=jnp.zeros((batch_size,), jnp.bool_), cache=initial_cache)
-  return lax.while_loop(continues, step, state).seqs[:, 1:]
+  return _staged_while_loop(continues, step, state, lengths=lengths,
+                            extend_cache=extend_cache, result=lambda state: state.seqs[:, 1:])

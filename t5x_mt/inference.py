@@ -28,6 +28,20 @@ from t5x_mt.errors import UserError
 LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512, 1024)
 
 
+# Decoding starts on a cache of this many steps and doubles it while hypotheses are alive.
+FIRST_CACHE_LENGTH = 16
+
+
+def decode_cache_lengths(max_decode_length: int) -> tuple[int, ...]:
+  """The cache lengths a search grows through (`decoding.beam_search`'s cache_lengths):
+  FIRST_CACHE_LENGTH, doubled while short of max_decode_length, then max_decode_length.
+  Doubling keeps the steps' cache at most twice what they need, in few compiled stages."""
+  lengths = [min(FIRST_CACHE_LENGTH, max_decode_length)]
+  while lengths[-1] < max_decode_length:
+    lengths.append(min(2 * lengths[-1], max_decode_length))
+  return tuple(lengths)
+
+
 def bucket_length(length: int, limit: int) -> int:
   """The smallest bucket that holds `length` tokens, capped at `limit`."""
   return min(next((b for b in LENGTH_BUCKETS if b >= length), LENGTH_BUCKETS[-1]), limit)
@@ -113,31 +127,29 @@ class Translator:
                                encoder_direction_ids=jnp.full(
                                    (encoder_tokens.shape[0], 1), direction, jnp.int32),
                                method=network.Transformer.encode)
-    cache = network.init_decode_cache(model, params, encoded, encoder_tokens,
-                                      max_decode_length)
-    # Beam search keeps batch * beam rows; every row of an example sees its encoding.
-    encoded_rows = jnp.repeat(encoded, beam_size, axis=0)
-    encoder_rows = jnp.repeat(encoder_tokens, beam_size, axis=0)
-    row_directions = jnp.full((encoder_rows.shape[0], 1), direction, jnp.int32)
+    cache_lengths = decode_cache_lengths(max_decode_length)
+    cross_attention, cache = network.split_fixed_cache(network.init_decode_cache(
+        model, params, encoded, encoder_tokens, cache_lengths[0]))
 
     def tokens_to_logits(tokens, model_cache):
       logits, variables = model.apply(
-          {'params': params, 'cache': model_cache}, encoded_rows, encoder_rows, tokens, tokens,
-          decode=True, mutable=['cache'], decoder_direction_ids=row_directions,
+          {'params': params, 'cache': network.merge_cache(cross_attention, model_cache)},
+          encoded, encoder_tokens, tokens, tokens, decode=True, mutable=['cache'],
+          decoder_direction_ids=jnp.full(tokens.shape, direction, jnp.int32),
           method=network.Transformer.decode)
       # The embedding is padded past the vocabulary (train_loop.padded_vocab_size); those
       # rows are no pieces, so they are never generated, however little the model trained.
       next_logits = logits[:, -1, :]
       is_piece = jnp.arange(next_logits.shape[-1]) < self.tokenizer.get_piece_size()
-      return jnp.where(is_piece, next_logits, decoding.NEG_INF), variables['cache']
+      return (jnp.where(is_piece, next_logits, decoding.NEG_INF),
+              network.split_fixed_cache(variables['cache'])[1])
 
+    search = dict(prefix=prefix, max_decode_length=max_decode_length,
+                  cache_lengths=cache_lengths, extend_cache=network.extend_decode_cache)
     if beam_size == 1:
-      return decoding.greedy_search(tokens_to_logits, cache, prefix=prefix,
-                                    max_decode_length=max_decode_length)
-    sequences, _ = decoding.beam_search(tokens_to_logits, cache, prefix=prefix,
-                                        beam_size=beam_size, alpha=alpha,
-                                        max_decode_length=max_decode_length,
-                                        stop=self.stop)
+      return decoding.greedy_search(tokens_to_logits, cache, **search)
+    sequences, _ = decoding.beam_search(tokens_to_logits, cache, beam_size=beam_size,
+                                        alpha=alpha, stop=self.stop, **search)
     return sequences[:, 0, :]
 
   def _batch_rows(self, num_sentences: int) -> int:

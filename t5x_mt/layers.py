@@ -152,10 +152,15 @@ class MultiHeadAttention(nn.Module):
     dropout_rng = None
     if not deterministic and self.dropout_rate > 0.0:
       dropout_rng = self.make_rng('dropout')
+    hypotheses_per_row = query.shape[0] // key.shape[0]
+    if hypotheses_per_row > 1:
+      query, q_segment_ids = _fold_hypotheses(query, q_segment_ids, key.shape[0])
     out = kernels.attention(query, key, value, q_segment_ids=q_segment_ids,
                             kv_segment_ids=kv_segment_ids, bias=bias, causal=causal,
                             implementation=self.implementation,
                             dropout_rate=self.dropout_rate, dropout_rng=dropout_rng)
+    if hypotheses_per_row > 1:
+      out = out.reshape((-1, inputs_q.shape[1]) + out.shape[2:])
     out = nn.with_logical_constraint(out, ('batch', 'length', 'heads', 'kv'))
     out = DenseGeneral((inputs_q.shape[-1],), ('heads', 'kv', 'embed'), num_input_axes=2,
                        dtype=self.dtype, param_dtype=self.param_dtype, name='out')(out)
@@ -167,7 +172,9 @@ class MultiHeadAttention(nn.Module):
     Cross-attention attends to the encoder output, which never changes while decoding: its
     keys and values are projected once, on the call that creates the cache
     (`network.init_decode_cache`), and read from `cached_fixed_key`/`cached_fixed_value`
-    ([batch, kv_length, heads, head_dim]) at every step after.
+    ([batch, kv_length, heads, head_dim]) at every step after. They may hold one row per
+    example while the queries hold several hypotheses per example (beam search): see
+    `_fold_hypotheses`.
     """
     if self.has_variable('cache', 'cached_fixed_key'):
       return (self.get_variable('cache', 'cached_fixed_key'),
@@ -202,6 +209,18 @@ class MultiHeadAttention(nn.Module):
     kv_segment_ids = jnp.broadcast_to(filled, (batch, max_length))
     q_segment_ids = jnp.ones((batch, 1), jnp.int32)
     return cached_key.value, cached_value.value, q_segment_ids, kv_segment_ids, False
+
+
+def _fold_hypotheses(query: Array, q_segment_ids: Optional[Array],
+                     kv_batch: int) -> tuple[Array, Optional[Array]]:
+  """Queries [kv_batch * n, Lq, ...] of n hypotheses per key/value row, as [kv_batch,
+  n * Lq, ...]: the hypotheses of an example attend to its keys as one longer query, so
+  beam search reads each example's cross-attention keys once, not once per beam."""
+  rows, length = query.shape[:2]
+  folded = query.reshape((kv_batch, rows // kv_batch * length) + query.shape[2:])
+  if q_segment_ids is not None:
+    q_segment_ids = q_segment_ids.reshape(kv_batch, -1)
+  return folded, q_segment_ids
 
 
 class MlpBlock(nn.Module):

@@ -21,6 +21,7 @@ import dataclasses
 from typing import Any, Optional
 
 import flax.linen as nn
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -401,6 +402,39 @@ def init_decode_cache(model: Transformer, params: Any, encoded: Array,
       decode=True, max_decode_length=max_decode_length, mutable=['cache'],
       method=Transformer.decode)
   return variables['cache']
+
+
+def split_fixed_cache(cache: Any) -> tuple[Any, Any]:
+  """(cross-attention keys and values, the rest) of a decoding cache.
+
+  The first part never changes while decoding and is the same for every hypothesis of an
+  example; beam search keeps it out of its loop state (see `decoding`), and the
+  cross-attention folds an example's hypotheses into one query against it.
+  """
+  parts = ({}, {})
+  for path, leaf in traverse_util.flatten_dict(cache).items():
+    parts[not path[-1].startswith('cached_fixed_')][path] = leaf
+  return tuple(traverse_util.unflatten_dict(part) for part in parts)
+
+
+def merge_cache(fixed: Any, rest: Any) -> Any:
+  """The decoding cache that `split_fixed_cache` split."""
+  return traverse_util.unflatten_dict(
+      {**traverse_util.flatten_dict(fixed), **traverse_util.flatten_dict(rest)})
+
+
+def extend_decode_cache(cache: Any, max_decode_length: int) -> Any:
+  """The cache with its self-attention keys and values zero-padded to hold
+  `max_decode_length` steps; what the cache holds and its step index are unchanged."""
+  def extend(path, leaf):
+    if path[-1] not in ('cached_key', 'cached_value'):
+      return leaf
+    padding = [(0, 0)] * leaf.ndim
+    padding[1] = (0, max_decode_length - leaf.shape[1])
+    return jnp.pad(leaf, padding)
+
+  return traverse_util.unflatten_dict(
+      {path: extend(path, leaf) for path, leaf in traverse_util.flatten_dict(cache).items()})
 
 
 STACKS = ('encoder', 'decoder')

@@ -5,6 +5,7 @@ import itertools
 import math
 
 import jax
+from jax import lax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -226,3 +227,80 @@ def test_stopping_at_the_best_keeps_the_best_hypothesis(alpha):
   exhaustive, _ = _brute_force(table, initial_states[0], None, alpha, 1)
   want = _jitted_beam_search(2, EXHAUSTIVE_BEAM, alpha, False)(cache)[0][0, 0]
   np.testing.assert_array_equal(np.asarray(want), exhaustive[0])
+
+
+def _history_tokens_to_logits(table: np.ndarray):
+  """The toy model of `_toy_tokens_to_logits`, its state recomputed from a history of the
+  tokens fed, kept in the cache as [rows, steps]: a step written past the history's end
+  (a cache that did not grow in time) is clamped onto the last slot and changes the model."""
+  table = jnp.asarray(table)
+
+  def tokens_to_logits(tokens, cache):
+    last = tokens[:, 0]
+    history = lax.dynamic_update_slice_in_dim(cache['history'], tokens, cache['index'], axis=1)
+    state = (cache['initial'] + jnp.sum(history, axis=1)) % NUM_STATES
+    logits = table[cache['index'], last, state]
+    return logits, {'index': cache['index'] + 1, 'initial': cache['initial'],
+                    'history': history}
+
+  return tokens_to_logits
+
+
+def _history_cache(initial_states, steps):
+  initial = jnp.asarray(initial_states, jnp.int32)
+  return {'index': jnp.array(0, jnp.int32), 'initial': initial,
+          'history': jnp.zeros((len(initial_states), steps), jnp.int32)}
+
+
+def _extend_history(cache, steps):
+  history = cache['history']
+  return {**cache, 'history': jnp.pad(history, ((0, 0), (0, steps - history.shape[1])))}
+
+
+@pytest.mark.parametrize('cache_lengths', [(1, 2, 4), (2, 4), (3, 5)])
+def test_growing_cache_decodes_as_a_full_one(cache_lengths):
+  table = _toy_table(4)
+  initial_states = [0, 1, 2]
+  prefix = jnp.array([2, 3, 4], jnp.int32)
+  model = _history_tokens_to_logits(table)
+  search = functools.partial(decoding.beam_search, model, prefix=prefix, beam_size=3,
+                             max_decode_length=LENGTH, eos_id=EOS)
+  full = search(_history_cache(initial_states, LENGTH))
+  grown = search(_history_cache(initial_states, cache_lengths[0]),
+                 cache_lengths=cache_lengths, extend_cache=_extend_history)
+  np.testing.assert_array_equal(np.asarray(grown[0]), np.asarray(full[0]))
+  np.testing.assert_allclose(np.asarray(grown[1]), np.asarray(full[1]), rtol=1e-6)
+  # The same model with its state in the cache directly: the history is a faithful copy.
+  direct = decoding.beam_search(_toy_tokens_to_logits(table), _initial_cache(initial_states),
+                                prefix=prefix, beam_size=3, max_decode_length=LENGTH,
+                                eos_id=EOS)
+  np.testing.assert_array_equal(np.asarray(full[0]), np.asarray(direct[0]))
+  greedy = functools.partial(decoding.greedy_search, model, prefix=prefix,
+                             max_decode_length=LENGTH, eos_id=EOS)
+  np.testing.assert_array_equal(
+      np.asarray(greedy(_history_cache(initial_states, cache_lengths[0]),
+                        cache_lengths=cache_lengths, extend_cache=_extend_history)),
+      np.asarray(greedy(_history_cache(initial_states, LENGTH))))
+
+
+def test_a_cache_that_never_grows_changes_the_toy_model():
+  # Guards the test above: without growth, the clamped history decodes something else.
+  table = _toy_table(4)
+  model = _history_tokens_to_logits(table)
+  search = functools.partial(decoding.beam_search, model, prefix=None, beam_size=3,
+                             max_decode_length=LENGTH, eos_id=EOS)
+  full = search(_history_cache([0, 1, 2], LENGTH))
+  short = search(_history_cache([0, 1, 2], 1))
+  assert not np.array_equal(np.asarray(short[1]), np.asarray(full[1]))
+
+
+@pytest.mark.parametrize('cache_lengths, extend, match', [
+    ((2, 2, 4), _extend_history, 'increase'),
+    ((1, 2), _extend_history, 'at least max_decode_length'),
+    ((1, 4), None, 'extend_cache'),
+])
+def test_bad_cache_lengths_are_rejected(cache_lengths, extend, match):
+  with pytest.raises(UserError, match=match):
+    decoding.beam_search(_history_tokens_to_logits(_toy_table()), _history_cache([0], 1),
+                         prefix=None, max_decode_length=LENGTH, cache_lengths=cache_lengths,
+                         extend_cache=extend)

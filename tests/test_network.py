@@ -115,6 +115,37 @@ def test_incremental_decoding_matches_teacher_forced_logits():
   np.testing.assert_allclose(np.asarray(incremental)[valid], np.asarray(full)[valid], atol=1e-5)
 
 
+def test_grown_cache_and_shared_cross_attention_decode_like_teacher_forcing():
+  # Beam search's layout: two hypotheses per example read one copy of the example's
+  # cross-attention keys, and the self-attention cache starts at 2 steps and grows.
+  model = network.Transformer(TINY)
+  params = random_params()
+  encoder_tokens, decoder_inputs, decoder_targets = padded_batch(PAIRS)
+  full = jitted_forward()({'params': params}, encoder_tokens, decoder_inputs, decoder_targets)
+  encoded = model.apply({'params': params}, encoder_tokens, method=network.Transformer.encode)
+  cross_attention, cache = network.split_fixed_cache(
+      network.init_decode_cache(model, params, encoded, encoder_tokens, 2))
+  assert not any('cached_fixed' in str(path) for path in jax.tree_util.tree_leaves_with_path(
+      cache))
+  cache = jax.tree.map(lambda x: x if x.ndim == 0 else jnp.repeat(x, 2, axis=0), cache)
+  step = jax.jit(lambda cache, token: model.apply(
+      {'params': params, 'cache': network.merge_cache(cross_attention, cache)}, encoded,
+      encoder_tokens, token, token, decode=True, method=network.Transformer.decode,
+      mutable=['cache']))
+  steps = []
+  for i in range(decoder_inputs.shape[1]):
+    if i == 2:
+      cache = network.extend_decode_cache(cache, decoder_inputs.shape[1])
+    logits, mutated = step(cache, jnp.repeat(decoder_inputs[:, i:i + 1], 2, axis=0))
+    cache = network.split_fixed_cache(mutated['cache'])[1]
+    steps.append(logits)
+  incremental = np.asarray(jnp.concatenate(steps, axis=1))
+  valid = np.asarray(decoder_targets) > 0
+  for hypothesis in range(2):
+    np.testing.assert_allclose(incremental[hypothesis::2][valid], np.asarray(full)[valid],
+                               atol=1e-5)
+
+
 def test_decode_cache_layout_is_batch_leading_or_scalar():
   encoded = jnp.ones((3, 5, TINY.emb_dim))
   cache = network.init_decode_cache(network.Transformer(TINY), random_params(), encoded,
