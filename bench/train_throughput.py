@@ -97,7 +97,7 @@ def synthetic_packed_batch(rng: np.random.Generator, batch_size: int, length: in
 
 
 def our_train_steps(config: network.TransformerConfig, batch_size: int, length: int,
-                    seed: int = 0):
+                    seed: int = 0, loss_chunk_length: int = 0):
   """Compiles the sharded train step; returns (compile seconds, tokens per step,
   run(steps) -> seconds of each step). Batches are placed on the device first, so the
   figures are the step's alone; the compile time is the first call's less a later one's.
@@ -111,7 +111,8 @@ def our_train_steps(config: network.TransformerConfig, batch_size: int, length: 
       lambda rng: trainer.init_train_state(model, optimizer, rng, length, length),
       mesh, rules, jax.random.PRNGKey(seed))
   step = trainer.jit_train_step(
-      trainer.make_train_step(model, optimizer, direction_ids=direction_ids), state_shardings,
+      trainer.make_train_step(model, optimizer, direction_ids=direction_ids,
+                              loss_chunk_length=loss_chunk_length), state_shardings,
       mesh, rules)
   rng = np.random.default_rng(seed)
   batches = [partitioning.host_batch_to_global(
@@ -260,11 +261,15 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                       help='alternating blocks of --steps steps, ours then the peer')
   parser.add_argument('--no_peer', action='store_true', help='skip the PyTorch peer')
   parser.add_argument('--vocab_size', type=int, default=32128, help='embedding rows')
+  parser.add_argument('--loss_chunk_length', type=int, default=0,
+                      help='> 0: the chunked loss, this many decoder positions at a time')
   parser.add_argument('--seed', type=int, default=0)
   args = parser.parse_args(rest)
   for flag in ('batch_size', 'length', 'steps', 'rounds', 'vocab_size'):
     if getattr(args, flag) < 1:
       raise UserError(f'--{flag}: must be a positive integer, got {getattr(args, flag)}')
+  if args.loss_chunk_length < 0:
+    raise UserError(f'--loss_chunk_length: must be >= 0, got {args.loss_chunk_length}')
   if args.vocab_size <= FIRST_WORD_ID:
     raise UserError(f'--vocab_size: must exceed {FIRST_WORD_ID} (pad, eos, unk)')
   return args, bindings
@@ -286,7 +291,7 @@ def main(argv: list[str]) -> int:
   print(f'device: {jax.devices()[0].device_kind} ({os.cpu_count()} CPUs); '
         f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}', flush=True)
   compile_s, tokens_per_step, run_ours = our_train_steps(config, args.batch_size, args.length,
-                                                         args.seed)
+                                                         args.seed, args.loss_chunk_length)
   run_peer = None
   if not args.no_peer:
     try:
