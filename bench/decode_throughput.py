@@ -3,7 +3,7 @@
   pip install -r bench/requirements.txt
   python bench/decode_throughput.py [--checkpoint_dir=/tmp/t5x_mt/demo] \
       [--src_lang=eng_Latn] [--tgt_lang=fra_Latn] [--corpus=cldr] [--split=test] \
-      [--sentences=256] [--beam_size=4] [--batch_size=16] [--repeats=2]
+      [--sentences=256] [--beam_size=4] [--batch_size=16] [--repeats=5]
 
 The run's checkpoint is converted into a CTranslate2 model directly through CTranslate2's
 own model specification (`ctranslate2.specs.TransformerSpec`, the API its converters
@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--sentences', type=int, default=256)
   parser.add_argument('--beam_size', type=int, default=4)
   parser.add_argument('--batch_size', type=int, default=16)
-  parser.add_argument('--repeats', type=int, default=2)
+  parser.add_argument('--repeats', type=int, default=5)
   args = parser.parse_args(argv)
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top  (TF after cli setup)
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
