@@ -342,7 +342,8 @@ def beam_search(tokens_to_logits: TokensToLogits,
       functools.partial(_beam_search_continues, alpha=alpha,
                         max_decode_length=max_decode_length, has_prefix=prefix is not None,
                         stop=stop),
-      functools.partial(_beam_step, **step_options), state, lengths=lengths, extend_cache=extend_cache, result=result)
+      functools.partial(_beam_step, **step_options), state, lengths=lengths,
+      extend_cache=extend_cache, result=result)
 
 
 @flax.struct.dataclass

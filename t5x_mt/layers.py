@@ -103,6 +103,12 @@ class DenseGeneral(nn.Module):
     return y
 
 
+# Names of the decoding cache's keys and values: cross-attention's, projected once, and
+# self-attention's, one slot per step (`network.split_fixed_cache`, `extend_decode_cache`).
+FIXED_KV_CACHE = ('cached_fixed_key', 'cached_fixed_value')
+STEP_KV_CACHE = ('cached_key', 'cached_value')
+
+
 class MultiHeadAttention(nn.Module):
   """Multi-head attention (self or cross) with an optional autoregressive KV cache.
 
@@ -176,13 +182,12 @@ class MultiHeadAttention(nn.Module):
     example while the queries hold several hypotheses per example (beam search): see
     `_fold_hypotheses`.
     """
-    if self.has_variable('cache', 'cached_fixed_key'):
-      return (self.get_variable('cache', 'cached_fixed_key'),
-              self.get_variable('cache', 'cached_fixed_value'))
+    if self.has_variable('cache', FIXED_KV_CACHE[0]):
+      return tuple(self.get_variable('cache', name) for name in FIXED_KV_CACHE)
     key = self._project(inputs_kv, 'key')
     value = self._project(inputs_kv, 'value')
-    self.put_variable('cache', 'cached_fixed_key', key)
-    self.put_variable('cache', 'cached_fixed_value', value)
+    for name, projected in zip(FIXED_KV_CACHE, (key, value)):
+      self.put_variable('cache', name, projected)
     return key, value
 
   def _update_cache(self, key: Array, value: Array, q_segment_ids: Optional[Array],
@@ -190,10 +195,10 @@ class MultiHeadAttention(nn.Module):
                     max_decode_length: Optional[int]):
     """Creates the cache, or writes one step into it and returns the attention inputs."""
     batch, length, heads, head_dim = key.shape
-    is_initialized = self.has_variable('cache', 'cached_key')
+    is_initialized = self.has_variable('cache', STEP_KV_CACHE[0])
     cache_shape = (batch, max_decode_length or length, heads, head_dim)
-    cached_key = self.variable('cache', 'cached_key', jnp.zeros, cache_shape, key.dtype)
-    cached_value = self.variable('cache', 'cached_value', jnp.zeros, cache_shape, value.dtype)
+    cached_key, cached_value = (self.variable('cache', name, jnp.zeros, cache_shape, x.dtype)
+                                for name, x in zip(STEP_KV_CACHE, (key, value)))
     cache_index = self.variable('cache', 'cache_index', lambda: jnp.array(0, jnp.int32))
     if not is_initialized:
       return key, value, q_segment_ids, kv_segment_ids, causal

@@ -413,7 +413,7 @@ def split_fixed_cache(cache: Any) -> tuple[Any, Any]:
   """
   parts = ({}, {})
   for path, leaf in traverse_util.flatten_dict(cache).items():
-    parts[not path[-1].startswith('cached_fixed_')][path] = leaf
+    parts[path[-1] not in layers.FIXED_KV_CACHE][path] = leaf
   return tuple(traverse_util.unflatten_dict(part) for part in parts)
 
 
@@ -427,14 +427,13 @@ def extend_decode_cache(cache: Any, max_decode_length: int) -> Any:
   """The cache with its self-attention keys and values zero-padded to hold
   `max_decode_length` steps; what the cache holds and its step index are unchanged."""
   def extend(path, leaf):
-    if path[-1] not in ('cached_key', 'cached_value'):
+    if path[-1] not in layers.STEP_KV_CACHE:
       return leaf
     padding = [(0, 0)] * leaf.ndim
     padding[1] = (0, max_decode_length - leaf.shape[1])
     return jnp.pad(leaf, padding)
 
-  return traverse_util.unflatten_dict(
-      {path: extend(path, leaf) for path, leaf in traverse_util.flatten_dict(cache).items()})
+  return traverse_util.path_aware_map(extend, cache)
 
 
 STACKS = ('encoder', 'decoder')
