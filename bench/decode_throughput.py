@@ -12,7 +12,8 @@ query/key/value projections, and the output projection as the tied embedding / s
 (padding rows past the SentencePiece vocabulary get a -1e9 bias, as our decoder masks
 them). Both decode the same source ids (encoder tag, pieces, EOS) with the same forced
 target tag, beam size, length penalty (score / generated length ** alpha) and batch size,
-in float32 on all of this machine's cores. Timing starts after a warm-up pass over the
+in float32; ours on all of this machine's cores, CTranslate2 on one thread and on all
+cores, the faster of the two being the peer. Timing starts after a warm-up pass over the
 same sentences (our compilation, CTranslate2's first-call allocations) and covers text
 in to text out for both; the repeats are interleaved. The run reports how many outputs
 are identical, and tokens/s counts the pieces of each side's own outputs.
@@ -36,6 +37,9 @@ from t5x_mt.data import tags
 from t5x_mt.errors import UserError
 
 EXPORT_LAYER_NORM_EPSILON = 1e-6  # t5x_mt.layers.normalize.
+# A pause before each timed run: thread pools spin-wait for work a while after a call
+# (OpenMP's in CTranslate2, XLA's), which would slow whichever side runs next.
+SETTLE_SECONDS = 1.0
 
 
 def _linear(spec, kernel, bias, num_input_axes: int = 1) -> None:
@@ -170,6 +174,7 @@ def interleaved_best(fns: dict, repeats: int) -> tuple[dict, dict]:
   outputs = {}
   for _ in range(repeats):
     for name, fn in fns.items():
+      time.sleep(SETTLE_SECONDS)
       start = time.perf_counter()
       outputs[name] = fn()
       best[name] = min(best[name], time.perf_counter() - start)
@@ -203,25 +208,38 @@ def main(argv: list[str]) -> int:
   config = translator.model.config
   pieces = [translator.tokenizer.id_to_piece(i)
             for i in range(translator.tokenizer.get_piece_size())]
-  threads = os.cpu_count()
+  # CTranslate2 runs at one thread and at every core: on some 2-core machines its threads
+  # slow each other down (seen: 3x slower at 2 threads than at 1), and the peer is
+  # compared at its best.
+  thread_counts = sorted({1, os.cpu_count()})
   with tempfile.TemporaryDirectory() as export_dir:
     spec = ctranslate2_spec(config, translator.params, pieces)
     spec.validate()
     spec.save(export_dir)
-    model = ctranslate2.Translator(export_dir, device='cpu', compute_type='float32',
-                                   intra_threads=threads, inter_threads=1)
     print(f'model: {args.checkpoint_dir} ({config.num_encoder_layers}+'
           f'{config.num_decoder_layers} layers, d {config.emb_dim}, '
           f'{network.count_params(config) / 1e6:.1f}M parameters, vocab {len(pieces)}); '
           f'{len(sentences)} {args.corpus} {args.split} sentences {args.src_lang}->'
-          f'{args.tgt_lang}; beam {args.beam_size}, batch {args.batch_size}, float32, '
-          f'{threads} threads; ctranslate2 {ctranslate2.__version__}, jax {jax.__version__}',
-          flush=True)
-    fns = {'ours': ours_fn(translator, sentences, args.src_lang, args.tgt_lang),
-           'ctranslate2': ctranslate2_fn(model, translator, sentences, args.src_lang,
-                                         args.tgt_lang, args.batch_size, args.beam_size)}
+          f'{args.tgt_lang}; beam {args.beam_size}, batch {args.batch_size}, float32; '
+          f'ours on {os.cpu_count()} cores, ctranslate2 on '
+          f'{" and ".join(map(str, thread_counts))} threads; ctranslate2 {ctranslate2.__version__}, jax {jax.__version__}', flush=True)
+    fns = {'ours': ours_fn(translator, sentences, args.src_lang, args.tgt_lang)}
+    for threads in thread_counts:
+      model = ctranslate2.Translator(export_dir, device='cpu', compute_type='float32',
+                                     intra_threads=threads, inter_threads=1)
+      fns[f'ctranslate2_{threads}'] = ctranslate2_fn(
+          model, translator, sentences, args.src_lang, args.tgt_lang, args.batch_size,
+          args.beam_size)
     interleaved_best(fns, 1)  # Warm-up: our compilations, CTranslate2's allocations.
     seconds, outputs = interleaved_best(fns, args.repeats)
+  for threads in thread_counts:
+    name = f'ctranslate2_{threads}'
+    print(f'ctranslate2 at {threads} thread(s): {len(sentences) / seconds[name]:.1f} '
+          'sentences/s')
+  peer = min((name for name in seconds if name != 'ours'), key=seconds.get)
+  seconds['ctranslate2'] = seconds[peer]
+  outputs = {'ours': outputs['ours'], 'ctranslate2': outputs[peer]}
+  print(f'peer: ctranslate2 at its faster setting, {peer.split("_")[1]} thread(s)')
   identical = sum(a == b for a, b in zip(outputs['ours'], outputs['ctranslate2']))
   tokens = {name: sum(len(translator.tokenizer.encode(text)) for text in texts)
             for name, texts in outputs.items()}
@@ -229,8 +247,8 @@ def main(argv: list[str]) -> int:
         f"{tokens['ours']}, ctranslate2 {tokens['ctranslate2']}")
   for name, texts in outputs.items():
     print(f'  {name}: {texts[0]!r}')
-  sentences_per_s = {name: len(sentences) / s for name, s in seconds.items()}
-  tokens_per_s = {name: tokens[name] / s for name, s in seconds.items()}
+  sentences_per_s = {name: len(sentences) / seconds[name] for name in outputs}
+  tokens_per_s = {name: tokens[name] / seconds[name] for name in outputs}
   print(f"decode_sentences_per_second: ours={sentences_per_s['ours']:.1f} sentences/s "
         f"ctranslate2={sentences_per_s['ctranslate2']:.1f} sentences/s "
         f"ratio={sentences_per_s['ours'] / sentences_per_s['ctranslate2']:.3f}")

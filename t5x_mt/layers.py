@@ -105,21 +105,36 @@ class DenseGeneral(nn.Module):
 
 # Names of the decoding cache's keys and values: cross-attention's, projected once, and
 # self-attention's, one slot per step (`network.split_fixed_cache`, `extend_decode_cache`).
+# Keys are kept as [batch, heads, head_dim, length] and values as [batch, heads, length,
+# head_dim], the layout `kernels.decoding_step_attention` reads without a copy.
 FIXED_KV_CACHE = ('cached_fixed_key', 'cached_fixed_value')
 STEP_KV_CACHE = ('cached_key', 'cached_value')
+# The length axis of each cached array, the one a step writes into and a cache grows along.
+KV_CACHE_LENGTH_AXIS = {'cached_key': 3, 'cached_value': 2,
+                        'cached_fixed_key': 3, 'cached_fixed_value': 2}
+
+
+def _to_cache_layout(key: Array, value: Array) -> tuple[Array, Array]:
+  """Keys and values [batch, length, heads, head_dim] in the cache's layout."""
+  return key.transpose(0, 2, 3, 1), value.transpose(0, 2, 1, 3)
 
 
 class MultiHeadAttention(nn.Module):
   """Multi-head attention (self or cross) with an optional autoregressive KV cache.
 
-  With `decode=True` and `fixed_kv` (cross-attention) it caches the projected keys and
-  values of `inputs_kv` once (see `_fixed_kv`). Otherwise, with `decode=True` the module
-  keeps, in the 'cache' collection, `cached_key` and
-  `cached_value` of shape [batch, max_length, heads, head_dim] and a scalar int32
-  `cache_index`. The first call (during `init`, when the cache does not exist yet) creates
-  them, with max_length = `max_decode_length` or the input length, and otherwise attends
-  normally; every later call takes exactly one token, writes its key/value at `cache_index`,
-  attends to positions 0..cache_index and advances the index.
+  With `decode=True` the module keeps its keys and values in the 'cache' collection
+  (layout: see `KV_CACHE_LENGTH_AXIS`). The first call (inside `init` or
+  `network.init_decode_cache`, when the cache does not exist yet) creates it and
+  otherwise attends normally:
+  - cross-attention (`fixed_kv`) caches the projected keys and values of `inputs_kv`
+    (`cached_fixed_key`, `cached_fixed_value`), which never change while decoding, so
+    later steps read them instead of projecting the encoder output again;
+  - self-attention creates empty `cached_key`, `cached_value` of max_length =
+    `max_decode_length` or the input length, and a scalar int32 `cache_index`.
+  Every later call takes exactly one token per hypothesis; self-attention writes its key
+  and value at `cache_index`, attends to positions 0..cache_index and advances the index.
+  The queries may hold several hypotheses per cache row (beam search over cross-attention
+  keys kept once per example): they attend as one row of several queries.
   """
   num_heads: int
   head_dim: int
@@ -145,87 +160,74 @@ class MultiHeadAttention(nn.Module):
                deterministic: bool = True) -> Array:
     """Attends from `inputs_q` [B, Lq, E] to `inputs_kv` [B, Lk, E]; returns [B, Lq, E]."""
     query = self._project(inputs_q, 'query')
-    if decode and self.fixed_kv:
-      key, value = self._fixed_kv(inputs_kv)
+    cache_names = FIXED_KV_CACHE if self.fixed_kv else STEP_KV_CACHE
+    if decode and self.has_variable('cache', cache_names[0]):
+      out = self._decoding_step(query, inputs_kv, kv_segment_ids)
     else:
       key = self._project(inputs_kv, 'key')
       value = self._project(inputs_kv, 'value')
-
-    if decode and not self.fixed_kv:
-      key, value, q_segment_ids, kv_segment_ids, causal = self._update_cache(
-          key, value, q_segment_ids, kv_segment_ids, causal, max_decode_length)
-
-    dropout_rng = None
-    if not deterministic and self.dropout_rate > 0.0:
-      dropout_rng = self.make_rng('dropout')
-    hypotheses_per_row = query.shape[0] // key.shape[0]
-    if hypotheses_per_row > 1:
-      query, q_segment_ids = _fold_hypotheses(query, q_segment_ids, key.shape[0])
-    out = kernels.attention(query, key, value, q_segment_ids=q_segment_ids,
-                            kv_segment_ids=kv_segment_ids, bias=bias, causal=causal,
-                            implementation=self.implementation,
-                            dropout_rate=self.dropout_rate, dropout_rng=dropout_rng)
-    if hypotheses_per_row > 1:
-      out = out.reshape((-1, inputs_q.shape[1]) + out.shape[2:])
+      if decode:
+        self._create_cache(key, value, max_decode_length)
+      dropout_rng = None
+      if not deterministic and self.dropout_rate > 0.0:
+        dropout_rng = self.make_rng('dropout')
+      out = kernels.attention(query, key, value, q_segment_ids=q_segment_ids,
+                              kv_segment_ids=kv_segment_ids, bias=bias, causal=causal,
+                              implementation=self.implementation,
+                              dropout_rate=self.dropout_rate, dropout_rng=dropout_rng)
     out = nn.with_logical_constraint(out, ('batch', 'length', 'heads', 'kv'))
     out = DenseGeneral((inputs_q.shape[-1],), ('heads', 'kv', 'embed'), num_input_axes=2,
                        dtype=self.dtype, param_dtype=self.param_dtype, name='out')(out)
     return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
-  def _fixed_kv(self, inputs_kv: Array) -> tuple[Array, Array]:
-    """Keys and values of inputs that stay the same at every decoding step.
-
-    Cross-attention attends to the encoder output, which never changes while decoding: its
-    keys and values are projected once, on the call that creates the cache
-    (`network.init_decode_cache`), and read from `cached_fixed_key`/`cached_fixed_value`
-    ([batch, kv_length, heads, head_dim]) at every step after. They may hold one row per
-    example while the queries hold several hypotheses per example (beam search): see
-    `_fold_hypotheses`.
-    """
-    if self.has_variable('cache', FIXED_KV_CACHE[0]):
-      return tuple(self.get_variable('cache', name) for name in FIXED_KV_CACHE)
-    key = self._project(inputs_kv, 'key')
-    value = self._project(inputs_kv, 'value')
-    for name, projected in zip(FIXED_KV_CACHE, (key, value)):
-      self.put_variable('cache', name, projected)
-    return key, value
-
-  def _update_cache(self, key: Array, value: Array, q_segment_ids: Optional[Array],
-                    kv_segment_ids: Optional[Array], causal: bool,
-                    max_decode_length: Optional[int]):
-    """Creates the cache, or writes one step into it and returns the attention inputs."""
+  def _create_cache(self, key: Array, value: Array, max_decode_length: Optional[int]):
+    """The cache of the first decoding call: the projected keys and values themselves
+    (cross-attention), or an empty cache of max_decode_length steps (self-attention)."""
+    if self.fixed_kv:
+      for name, cached in zip(FIXED_KV_CACHE, _to_cache_layout(key, value)):
+        self.put_variable('cache', name, cached)
+      return
     batch, length, heads, head_dim = key.shape
-    is_initialized = self.has_variable('cache', STEP_KV_CACHE[0])
-    cache_shape = (batch, max_decode_length or length, heads, head_dim)
-    cached_key, cached_value = (self.variable('cache', name, jnp.zeros, cache_shape, x.dtype)
-                                for name, x in zip(STEP_KV_CACHE, (key, value)))
-    cache_index = self.variable('cache', 'cache_index', lambda: jnp.array(0, jnp.int32))
-    if not is_initialized:
-      return key, value, q_segment_ids, kv_segment_ids, causal
-    if length != 1:
-      raise ValueError(f'autoregressive decoding takes one token per call, got {length}')
-    index = cache_index.value
-    cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, (0, index, 0, 0))
-    cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value,
-                                                      (0, index, 0, 0))
-    cache_index.value = index + 1
-    max_length = cached_key.value.shape[1]
-    filled = (jnp.arange(max_length) <= index).astype(jnp.int32)
-    kv_segment_ids = jnp.broadcast_to(filled, (batch, max_length))
-    q_segment_ids = jnp.ones((batch, 1), jnp.int32)
-    return cached_key.value, cached_value.value, q_segment_ids, kv_segment_ids, False
+    empty = jnp.zeros((batch, max_decode_length or length, heads, head_dim), key.dtype)
+    for name, cached in zip(STEP_KV_CACHE, _to_cache_layout(empty, empty)):
+      self.put_variable('cache', name, cached)
+    self.put_variable('cache', 'cache_index', jnp.array(0, jnp.int32))
 
+  def _decoding_step(self, query: Array, inputs_kv: Array,
+                     kv_segment_ids: Optional[Array]) -> Array:
+    """One decoding step's attention [B * n, 1, heads, head_dim] to the cache (see the
+    class docstring); self-attention first writes this step's key and value into it."""
+    if query.shape[1] != 1:
+      raise ValueError(f'autoregressive decoding takes one token per call, got '
+                       f'{query.shape[1]}')
+    if self.fixed_kv:
+      key_cache, value_cache = (self.get_variable('cache', name) for name in FIXED_KV_CACHE)
+      kv_valid = jnp.ones(key_cache.shape[:1] + key_cache.shape[3:], jnp.bool_)
+      if kv_segment_ids is not None:
+        kv_valid = kv_segment_ids != 0
+    else:
+      key_cache, value_cache, kv_valid = self._write_step(inputs_kv)
+    rows = key_cache.shape[0]
+    folded = query.reshape((rows, query.shape[0] // rows) + query.shape[2:])
+    out = kernels.decoding_step_attention(folded, key_cache, value_cache, kv_valid)
+    return out.reshape(query.shape)
 
-def _fold_hypotheses(query: Array, q_segment_ids: Optional[Array],
-                     kv_batch: int) -> tuple[Array, Optional[Array]]:
-  """Queries [kv_batch * n, Lq, ...] of n hypotheses per key/value row, as [kv_batch,
-  n * Lq, ...]: the hypotheses of an example attend to its keys as one longer query, so
-  beam search reads each example's cross-attention keys once, not once per beam."""
-  rows, length = query.shape[:2]
-  folded = query.reshape((kv_batch, rows // kv_batch * length) + query.shape[2:])
-  if q_segment_ids is not None:
-    q_segment_ids = q_segment_ids.reshape(kv_batch, -1)
-  return folded, q_segment_ids
+  def _write_step(self, inputs_kv: Array) -> tuple[Array, Array, Array]:
+    """Writes this step's key and value at `cache_index` and advances it; returns the
+    cache and which of its positions are filled."""
+    key, value = _to_cache_layout(self._project(inputs_kv, 'key'),
+                                  self._project(inputs_kv, 'value'))
+    index = self.get_variable('cache', 'cache_index')
+    cached = []
+    for name, step in zip(STEP_KV_CACHE, (key, value)):
+      axis = KV_CACHE_LENGTH_AXIS[name]
+      cached.append(jax.lax.dynamic_update_slice_in_dim(
+          self.get_variable('cache', name), step, index, axis))
+      self.put_variable('cache', name, cached[-1])
+    self.put_variable('cache', 'cache_index', index + 1)
+    max_length = cached[0].shape[KV_CACHE_LENGTH_AXIS[STEP_KV_CACHE[0]]]
+    filled = jnp.arange(max_length) <= index
+    return cached[0], cached[1], jnp.broadcast_to(filled, (key.shape[0], max_length))
 
 
 class MlpBlock(nn.Module):

@@ -391,10 +391,10 @@ def init_decode_cache(model: Transformer, params: Any, encoded: Array,
                       encoder_input_tokens: Array, max_decode_length: int) -> dict[str, Any]:
   """The 'cache' collection for decoding `encoded` [B, Le, E] autoregressively.
 
-  Self-attention caches (`cached_key`/`cached_value` [B, max_decode_length, heads,
-  head_dim], scalar `cache_index`es) start empty; cross-attention keys and values
-  (`cached_fixed_key`/`cached_fixed_value` [B, Le, heads, head_dim]) are projected from
-  `encoded` here, once, instead of at every step. Leaves are scalars or batch-leading.
+  Self-attention caches (`cached_key`/`cached_value` of max_decode_length steps, scalar
+  `cache_index`es) start empty; cross-attention keys and values (`cached_fixed_key`/
+  `cached_fixed_value` of Le positions) are projected from `encoded` here, once, instead of
+  at every step. Leaves are scalars or batch-leading (layouts: `layers.KV_CACHE_LENGTH_AXIS`).
   """
   first_token = jnp.zeros((encoded.shape[0], 1), jnp.int32)
   _, variables = model.apply(
@@ -429,8 +429,9 @@ def extend_decode_cache(cache: Any, max_decode_length: int) -> Any:
   def extend(path, leaf):
     if path[-1] not in layers.STEP_KV_CACHE:
       return leaf
+    axis = layers.KV_CACHE_LENGTH_AXIS[path[-1]]
     padding = [(0, 0)] * leaf.ndim
-    padding[1] = (0, max_decode_length - leaf.shape[1])
+    padding[axis] = (0, max_decode_length - leaf.shape[axis])
     return jnp.pad(leaf, padding)
 
   return traverse_util.path_aware_map(extend, cache)

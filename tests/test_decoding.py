@@ -304,3 +304,30 @@ def test_bad_cache_lengths_are_rejected(cache_lengths, extend, match):
     decoding.beam_search(_history_tokens_to_logits(_toy_table()), _history_cache([0], 1),
                          prefix=None, max_decode_length=LENGTH, cache_lengths=cache_lengths,
                          extend_cache=extend)
+
+
+@pytest.mark.parametrize('n, k, distinct', [(16384, 8, True), (16384, 8, False),
+                                            (5000, 8, False), (3 * 128 * 16 + 1, 40, False),
+                                            (300, 8, False)])
+def test_blocked_top_k_equals_lax_top_k_ties_included(n, k, distinct):
+  # Few distinct values force ties inside and across blocks, including at the k-th place;
+  # lax.top_k breaks them towards the lower index, and so must the blocked search.
+  rng = np.random.default_rng(n + k)
+  x = (rng.standard_normal((6, n)) if distinct else rng.integers(-3, 4, (6, n)))
+  x = jnp.asarray(x, jnp.float32).at[0, -5:].set(100.0)  # Best candidates in the last block.
+  want_values, want_indices = lax.top_k(x, k)
+  values, indices = jax.jit(decoding.top_k, static_argnums=1)(x, k)
+  np.testing.assert_array_equal(values, want_values)
+  np.testing.assert_array_equal(indices, want_indices)
+
+
+def test_blocked_top_k_takes_the_lower_index_of_a_tie_across_blocks():
+  # The block with the best maximum (block 2) comes after block 0, and each holds a 3:
+  # the second place goes to block 0's, the lower index.
+  x = np.full((1, 128 * 16), -10.0, np.float32)
+  x[0, 10] = 3.0
+  x[0, 256] = 5.0
+  x[0, 257] = 3.0
+  values, indices = decoding.top_k(jnp.asarray(x), 2)
+  np.testing.assert_array_equal(values, [[5.0, 3.0]])
+  np.testing.assert_array_equal(indices, [[256, 10]])

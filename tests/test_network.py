@@ -151,10 +151,12 @@ def test_decode_cache_layout_is_batch_leading_or_scalar():
   cache = network.init_decode_cache(network.Transformer(TINY), random_params(), encoded,
                                     jnp.ones((3, 5), jnp.int32), max_decode_length=7)
   cross = cache['decoder']['layers_1']['encoder_decoder_attention']
-  assert cross['cached_fixed_key'].shape == (3, 5, TINY.num_heads, TINY.head_dim)
+  # Keys [batch, heads, head_dim, length], values [batch, heads, length, head_dim].
+  assert cross['cached_fixed_key'].shape == (3, TINY.num_heads, TINY.head_dim, 5)
+  assert cross['cached_fixed_value'].shape == (3, TINY.num_heads, 5, TINY.head_dim)
   layer = cache['decoder']['layers_1']['self_attention']
-  assert layer['cached_key'].shape == (3, 7, TINY.num_heads, TINY.head_dim)
-  assert layer['cached_value'].shape == (3, 7, TINY.num_heads, TINY.head_dim)
+  assert layer['cached_key'].shape == (3, TINY.num_heads, TINY.head_dim, 7)
+  assert layer['cached_value'].shape == (3, TINY.num_heads, 7, TINY.head_dim)
   assert layer['cache_index'].shape == () and layer['cache_index'].dtype == jnp.int32
   assert cache['decoder']['posembed']['cache_index'].shape == ()
   for leaf in jax.tree.leaves(cache):

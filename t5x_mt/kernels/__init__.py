@@ -7,6 +7,9 @@ Triton; on CPU the Pallas interpreter, for tests; see flash.py for TPUs). 'auto'
 available implementation with the highest priority that supports the call, else 'xla':
 'pallas' on GPU, except for attention dropout (which the kernel does not implement) and
 single-query decoding steps (a one-row tile would waste the kernel).
+
+`decoding_step_attention` is the attention of a decoding step to its KV cache, which the
+layers keep in the layout that step's products read (see its docstring).
 """
 
 import dataclasses
@@ -16,12 +19,14 @@ import jax
 
 from t5x_mt.kernels.flash import flash_attention
 from t5x_mt.kernels.xla_attention import attention_mask
+from t5x_mt.kernels.xla_attention import decoding_step_attention
 from t5x_mt.kernels.xla_attention import xla_attention
 
 Array = jax.Array
 
-__all__ = ['attention', 'attention_mask', 'flash_attention', 'implementations',
-           'register_implementation', 'resolve_implementation', 'xla_attention']
+__all__ = ['attention', 'attention_mask', 'decoding_step_attention', 'flash_attention',
+           'implementations', 'register_implementation', 'resolve_implementation',
+           'xla_attention']
 
 
 class AttentionFn(Protocol):

@@ -68,3 +68,33 @@ def xla_attention(q: Array, k: Array, v: Array, *,
     probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
 
   return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v).astype(q.dtype)
+
+
+def decoding_step_attention(q: Array, key_cache: Array, value_cache: Array,
+                            kv_valid: Array) -> Array:
+  """Attention of one decoding step's queries to a cache kept in matmul layout.
+
+  A decoding step runs at every generated token over a cache that grows with the output,
+  so the cache is stored the way the two products read it: keys as [batch, heads,
+  head_dim, kv_length] and values as [batch, heads, kv_length, head_dim]. Then neither
+  product transposes the cache, which in the [batch, length, heads, head_dim] layout of
+  `xla_attention` costs a copy of every layer's whole cache at every step.
+
+  Args:
+    q: queries [batch, n, heads, head_dim]: n hypotheses (beams) of a cache row, each
+      with one query position.
+    key_cache: [batch, heads, head_dim, kv_length].
+    value_cache: [batch, heads, kv_length, head_dim].
+    kv_valid: bool [batch, kv_length], the keys the queries may attend to.
+
+  Returns:
+    [batch, n, heads, head_dim] in q's dtype, as `xla_attention` computes it.
+  """
+  head_dim = q.shape[-1]
+  logits = jnp.einsum('bnhd,bhdk->bhnk', q, key_cache, preferred_element_type=jnp.float32)
+  logits = logits * (1.0 / jnp.sqrt(jnp.float32(head_dim)))
+  mask = kv_valid[:, None, None, :]
+  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  probs = jnp.where(mask, jax.nn.softmax(logits, axis=-1), 0.0)
+  out = jnp.einsum('bhnk,bhkd->bnhd', probs.astype(value_cache.dtype), value_cache)
+  return out.astype(q.dtype)
