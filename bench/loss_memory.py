@@ -6,8 +6,8 @@
 The gradient (d hidden, d projection) of the label-smoothed cross entropy of logits =
 hidden . embedding^T / sqrt(d), a tied [vocab, embed] embedding as in the models here, two
 ways in one process:
-  chunked  fused_loss.chunked_label_smoothed_cross_entropy (train.loss_chunk_length):
-           `chunk` decoder positions of every row at a time, its own backward pass
+  chunked  fused_loss.chunked_label_smoothed_objective (train.loss_chunk_length):
+           `chunk` decoder positions of every row at a time, gradients in the same pass
   plain    logits materialised, losses.label_smoothed_cross_entropy, jax.grad
 `temp_memory` is XLA's buffer assignment for the compiled gradient (temporaries beyond the
 inputs and outputs, from `compiled.memory_analysis()`), so it is exact and independent of
@@ -31,8 +31,8 @@ LABEL_SMOOTHING = 0.1
 
 def gradient_fns(chunk_length: int, scale: float):
   def chunked(hidden, embedding, targets, weights):
-    return fused_loss.chunked_label_smoothed_cross_entropy(
-        hidden, embedding, targets, weights, LABEL_SMOOTHING, scale, True, chunk_length).sum()
+    return fused_loss.chunked_label_smoothed_objective(
+        hidden, embedding, targets, weights, LABEL_SMOOTHING, scale, True, chunk_length)[0]
 
   def plain(hidden, embedding, targets, weights):
     logits = jnp.einsum('ble,ve->blv', hidden, embedding,

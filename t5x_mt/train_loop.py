@@ -296,9 +296,10 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
     dro: distributionally robust optimisation over groups of directions (gin/runs/dro/);
       None trains on the mixture's fixed rates.
     loss_chunk_length: > 0 computes the loss that many decoder positions at a time, from
-      the decoder's states (fused_loss.chunked_label_smoothed_cross_entropy): the same loss and
-      gradients without ever holding the [batch, length, vocab] logits, for 100k-256k
-      vocabularies. 0: the plain loss over full logits.
+      the decoder's states, with its gradients in the same pass
+      (fused_loss.chunked_label_smoothed_objective): the same loss and gradients without
+      ever holding the [batch, length, vocab] logits, for 100k-256k vocabularies, and
+      faster than the plain loss on CPU. 0: the plain loss over full logits.
   """
   if loss_chunk_length < 0:
     raise UserError(f'train.loss_chunk_length: must be >= 0, got {loss_chunk_length}')

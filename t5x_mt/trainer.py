@@ -128,24 +128,6 @@ def _direction_id_array(direction_ids: Sequence[int]) -> jax.Array:
   return jnp.asarray(sorted(direction_ids) or [0], jnp.int32)
 
 
-def _token_losses(model: nn.Module, params: Any, batch: Batch, weights: jax.Array,
-                  label_smoothing: float, dropout_rng: jax.Array | None,
-                  loss_chunk_length: int) -> jax.Array:
-  """Per-token weighted losses [B, L]; with `loss_chunk_length` from the decoder's states
-  by `fused_loss.chunked_label_smoothed_cross_entropy`, never holding all the logits."""
-  kwargs = dict(enable_dropout=dropout_rng is not None,
-                rngs={} if dropout_rng is None else {'dropout': dropout_rng})
-  targets = batch['decoder_target_tokens']
-  if not loss_chunk_length:
-    logits = model.apply({'params': params}, **model_kwargs(batch), **kwargs)
-    return losses.label_smoothed_cross_entropy(logits, targets, weights, label_smoothing)
-  hidden = model.apply({'params': params}, **model_kwargs(batch), return_hidden=True, **kwargs)
-  projection, scale, vocab_major = network.output_projection(model.config, params)
-  return fused_loss.chunked_label_smoothed_cross_entropy(
-      hidden, projection, targets, weights, label_smoothing, scale, vocab_major,
-      loss_chunk_length)
-
-
 def _loss_sums(model: nn.Module, params: Any, batch: Batch, ids: jax.Array,
                label_smoothing: float, dropout_rng: jax.Array | None,
                direction_scales: jax.Array | None = None,
@@ -155,21 +137,37 @@ def _loss_sums(model: nn.Module, params: Any, batch: Batch, ids: jax.Array,
   The objective the gradient follows is the loss sum, or with `direction_scales` (one per
   id in `ids`) each token's loss times its direction's scale, normalised by the equally
   scaled token count (`objective_sum` / `objective_weight`). The reported sums stay
-  unscaled, so logged losses mean the same with and without scales.
+  unscaled, so logged losses mean the same with and without scales. With
+  `loss_chunk_length` the loss comes from the decoder's states through
+  `fused_loss.chunked_label_smoothed_objective`, never holding all the logits.
   """
   weights = batch['decoder_loss_weights'].astype(jnp.float32)
-  token_loss = _token_losses(model, params, batch, weights, label_smoothing, dropout_rng,
-                             loss_chunk_length)
+  token_scales = None
+  objective_scales = weights
+  if direction_scales is not None:
+    token_scales = losses.direction_token_scales(batch['decoder_direction_ids'], ids,
+                                                 direction_scales)
+    objective_scales = weights * token_scales
+  kwargs = dict(enable_dropout=dropout_rng is not None,
+                rngs={} if dropout_rng is None else {'dropout': dropout_rng})
+  targets = batch['decoder_target_tokens']
+  if loss_chunk_length:
+    hidden = model.apply({'params': params}, **model_kwargs(batch), return_hidden=True,
+                         **kwargs)
+    projection, scale, vocab_major = network.output_projection(model.config, params)
+    objective_sum, raw_loss = fused_loss.chunked_label_smoothed_objective(
+        hidden, projection, targets, objective_scales, label_smoothing, scale, vocab_major,
+        loss_chunk_length)
+    token_loss = raw_loss * weights
+  else:
+    logits = model.apply({'params': params}, **model_kwargs(batch), **kwargs)
+    token_loss = losses.label_smoothed_cross_entropy(logits, targets, weights, label_smoothing)
+    objective_sum = jnp.sum(token_loss if token_scales is None else token_loss * token_scales)
   direction_loss, direction_tokens = losses.direction_sums(
       token_loss, weights, batch['decoder_direction_ids'], ids)
-  sums = {'loss_sum': token_loss.sum(), 'tokens': weights.sum(),
-          'direction_loss_sums': direction_loss, 'direction_tokens': direction_tokens}
-  if direction_scales is None:
-    return dict(sums, objective_sum=sums['loss_sum'], objective_weight=sums['tokens'])
-  token_scales = losses.direction_token_scales(batch['decoder_direction_ids'], ids,
-                                               direction_scales)
-  return dict(sums, objective_sum=(token_loss * token_scales).sum(),
-              objective_weight=(weights * token_scales).sum())
+  return {'loss_sum': token_loss.sum(), 'tokens': weights.sum(),
+          'direction_loss_sums': direction_loss, 'direction_tokens': direction_tokens,
+          'objective_sum': objective_sum, 'objective_weight': objective_scales.sum()}
 
 
 def make_eval_step(model: nn.Module, *, direction_ids: Sequence[int],
@@ -193,7 +191,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *
   Returns new state and metrics: the loss sum and token count of the whole batch, the
   learning rate, the global gradient norm, and per-direction loss sums and token counts
   in the order of sorted `direction_ids`. `loss_chunk_length` > 0 computes the loss that
-  many decoder positions at a time (`fused_loss.chunked_label_smoothed_cross_entropy`): the
+  many decoder positions at a time (`fused_loss.chunked_label_smoothed_objective`): the
   same loss and gradients without the [batch, length, vocab] logits.
   """
   ids = _direction_id_array(direction_ids)

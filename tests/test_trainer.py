@@ -47,7 +47,8 @@ def test_direction_sums_split_loss_by_direction_and_skip_padding():
   np.testing.assert_allclose(counts, [1.0, 2.0])
 
 
-def _one_step(num_microbatches: int, loss_chunk_length: int = 0, **config_overrides):
+def _one_step(num_microbatches: int, loss_chunk_length: int = 0, direction_scales=None,
+              **config_overrides):
   """One SGD step: parameters move by the gradient itself (Adam's first step would move
   every parameter by about +-lr whatever its gradient, hiding differences)."""
   config = dataclasses.replace(TINY, dropout_rate=0.0, **config_overrides)
@@ -63,7 +64,7 @@ def _one_step(num_microbatches: int, loss_chunk_length: int = 0, **config_overri
                               loss_chunk_length=loss_chunk_length),
       shardings, mesh, partitioning.DEFAULT_RULES)
   batch = partitioning.host_batch_to_global(packed_batch(0), mesh)
-  state, metrics = step(state, batch, jax.random.PRNGKey(1))
+  state, metrics = step(state, batch, jax.random.PRNGKey(1), direction_scales)
   return jax.device_get(state.params), jax.device_get(metrics)
 
 
@@ -91,6 +92,20 @@ def test_train_step_with_chunked_loss_equals_plain_step(logits_via_embedding):
   for plain, chunked in zip(jax.tree_util.tree_leaves(plain_params),
                             jax.tree_util.tree_leaves(chunked_params)):
     np.testing.assert_allclose(chunked, plain, rtol=1e-5, atol=1e-6)
+
+
+def test_chunked_loss_step_with_dro_scales_equals_plain_step():
+  # DRO's reweighting: each direction's tokens scaled in the objective (sorted ids).
+  scales = jnp.linspace(0.2, 3.0, len(DIRECTIONS))
+  plain_params, _ = _one_step(1, direction_scales=scales)
+  chunked_params, _ = _one_step(1, loss_chunk_length=5, direction_scales=scales)
+  unscaled_params, _ = _one_step(1, loss_chunk_length=5)
+  for plain, chunked, unscaled in zip(jax.tree_util.tree_leaves(plain_params),
+                                      jax.tree_util.tree_leaves(chunked_params),
+                                      jax.tree_util.tree_leaves(unscaled_params)):
+    np.testing.assert_allclose(chunked, plain, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(jax.tree_util.tree_leaves(chunked_params)[0],
+                         jax.tree_util.tree_leaves(unscaled_params)[0], rtol=1e-4, atol=1e-6)
 
 
 def test_microbatches_must_divide_the_batch():
