@@ -222,7 +222,8 @@ def main(argv: list[str]) -> int:
           f'{len(sentences)} {args.corpus} {args.split} sentences {args.src_lang}->'
           f'{args.tgt_lang}; beam {args.beam_size}, batch {args.batch_size}, float32; '
           f'ours on {os.cpu_count()} cores, ctranslate2 on '
-          f'{" and ".join(map(str, thread_counts))} threads; ctranslate2 {ctranslate2.__version__}, jax {jax.__version__}', flush=True)
+          f'{" and ".join(map(str, thread_counts))} threads; ctranslate2 '
+          f'{ctranslate2.__version__}, jax {jax.__version__}', flush=True)
     fns = {'ours': ours_fn(translator, sentences, args.src_lang, args.tgt_lang)}
     for threads in thread_counts:
       model = ctranslate2.Translator(export_dir, device='cpu', compute_type='float32',

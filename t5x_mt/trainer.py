@@ -21,6 +21,7 @@ import optax
 from t5x_mt import adapters
 from t5x_mt import losses
 from t5x_mt import network
+from t5x_mt import optimizers
 from t5x_mt import partitioning
 from t5x_mt.errors import UserError
 from t5x_mt.kernels import fused_loss
@@ -86,13 +87,14 @@ def make_optimizer(learning_rate: optax.Schedule | None = None, b1: float = 0.9,
     raise UserError(f'make_optimizer.trainable: {trainable!r} is not one of '
                     f'{", ".join(TRAINABLE)}')
   schedule = learning_rate or inverse_sqrt_schedule()
-  parts = [optax.clip_by_global_norm(clip_norm)] if clip_norm else []
-  parts.append(optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
-                           mask=_decay_mask))
+  # optax.chain(clip_by_global_norm, adamw) in one pass per parameter, same state layout.
+  clipped_adamw = optimizers.clipped_adamw(schedule, b1=b1, b2=b2, eps=eps,
+                                           weight_decay=weight_decay, mask=_decay_mask,
+                                           clip_norm=clip_norm)
   if trainable == 'all':
-    return optax.chain(*parts)
-  return optax.multi_transform({'adapters': optax.chain(*parts),
-                                'frozen': optax.set_to_zero()}, adapters.trainable_labels)
+    return clipped_adamw
+  return optax.multi_transform({'adapters': clipped_adamw, 'frozen': optax.set_to_zero()},
+                               adapters.trainable_labels)
 
 
 def dummy_batch(batch_size: int, encoder_length: int, decoder_length: int) -> Batch:
@@ -128,6 +130,18 @@ def _direction_id_array(direction_ids: Sequence[int]) -> jax.Array:
   return jnp.asarray(sorted(direction_ids) or [0], jnp.int32)
 
 
+def _objective_scales(batch: Batch, ids: jax.Array, direction_scales: jax.Array | None
+                      ) -> tuple[jax.Array, jax.Array | None, jax.Array]:
+  """(loss weights, direction scales per token or None, their product): each token's
+  weight in the objective the gradient follows."""
+  weights = batch['decoder_loss_weights'].astype(jnp.float32)
+  if direction_scales is None:
+    return weights, None, weights
+  token_scales = losses.direction_token_scales(batch['decoder_direction_ids'], ids,
+                                               direction_scales)
+  return weights, token_scales, weights * token_scales
+
+
 def _loss_sums(model: nn.Module, params: Any, batch: Batch, ids: jax.Array,
                label_smoothing: float, dropout_rng: jax.Array | None,
                direction_scales: jax.Array | None = None,
@@ -141,13 +155,7 @@ def _loss_sums(model: nn.Module, params: Any, batch: Batch, ids: jax.Array,
   `loss_chunk_length` the loss comes from the decoder's states through
   `fused_loss.chunked_label_smoothed_objective`, never holding all the logits.
   """
-  weights = batch['decoder_loss_weights'].astype(jnp.float32)
-  token_scales = None
-  objective_scales = weights
-  if direction_scales is not None:
-    token_scales = losses.direction_token_scales(batch['decoder_direction_ids'], ids,
-                                                 direction_scales)
-    objective_scales = weights * token_scales
+  weights, token_scales, objective_scales = _objective_scales(batch, ids, direction_scales)
   kwargs = dict(enable_dropout=dropout_rng is not None,
                 rngs={} if dropout_rng is None else {'dropout': dropout_rng})
   targets = batch['decoder_target_tokens']
@@ -196,10 +204,10 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *
   """
   ids = _direction_id_array(direction_ids)
 
-  def loss_and_sums(params, microbatch, dropout_rng, direction_scales):
+  def loss_and_sums(params, microbatch, dropout_rng, direction_scales, objective_weight):
     sums = _loss_sums(model, params, microbatch, ids, label_smoothing, dropout_rng,
                       direction_scales, loss_chunk_length)
-    return sums['objective_sum'], sums
+    return sums['objective_sum'] / objective_weight, sums
 
   grad_fn = jax.grad(loss_and_sums, has_aux=True)
 
@@ -208,23 +216,30 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *
     """`direction_scales`: per direction (sorted ids), the loss scale of DRO's
     reweighting variant; None trains on the plain token-mean loss."""
     dropout_rng = jax.random.fold_in(rng, state.step)
-    micro = _microbatches(batch, num_microbatches)
+    # The whole batch's weight, known before any microbatch runs: the loss is normalised
+    # by it before differentiation, so the gradients need no pass of their own for it.
+    objective_weight = jnp.maximum(
+        _objective_scales(batch, ids, direction_scales)[2].sum(), 1e-9)
 
-    def accumulate(carry, index_and_microbatch):
-      index, microbatch = index_and_microbatch
-      grads, sums = grad_fn(state.params, microbatch, jax.random.fold_in(dropout_rng, index),
-                            direction_scales)
-      return jax.tree_util.tree_map(jnp.add, carry, (grads, sums)), None
+    def microbatch_grads(index, microbatch):
+      return grad_fn(state.params, microbatch, jax.random.fold_in(dropout_rng, index),
+                     direction_scales, objective_weight)
 
-    zero_grads = jax.tree_util.tree_map(jnp.zeros_like, state.params)
-    zero_sums = {'loss_sum': jnp.zeros(()), 'tokens': jnp.zeros(()),
-                 'direction_loss_sums': jnp.zeros(ids.shape),
-                 'direction_tokens': jnp.zeros(ids.shape),
-                 'objective_sum': jnp.zeros(()), 'objective_weight': jnp.zeros(())}
-    (grad_sums, sums), _ = jax.lax.scan(
-        accumulate, (zero_grads, zero_sums), (jnp.arange(num_microbatches), micro))
-    grads = jax.tree_util.tree_map(
-        lambda g: g / jnp.maximum(sums['objective_weight'], 1e-9), grad_sums)
+    if num_microbatches == 1:
+      grads, sums = microbatch_grads(0, batch)
+    else:
+      def accumulate(carry, index_and_microbatch):
+        return jax.tree_util.tree_map(jnp.add, carry,
+                                      microbatch_grads(*index_and_microbatch)), None
+
+      zero_grads = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+      zero_sums = {'loss_sum': jnp.zeros(()), 'tokens': jnp.zeros(()),
+                   'direction_loss_sums': jnp.zeros(ids.shape),
+                   'direction_tokens': jnp.zeros(ids.shape),
+                   'objective_sum': jnp.zeros(()), 'objective_weight': jnp.zeros(())}
+      (grads, sums), _ = jax.lax.scan(
+          accumulate, (zero_grads, zero_sums),
+          (jnp.arange(num_microbatches), _microbatches(batch, num_microbatches)))
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = dict(sums, grad_norm=optax.tree.norm(grads))
