@@ -45,6 +45,9 @@ DIRECTIONS = (('eng_Latn', 'hau_Latn'), ('fra_Latn', 'swh_Latn'), ('eng_Latn', '
 EOS_ID = 1
 FIRST_WORD_ID = 3  # After pad 0, eos 1 and unk 2.
 MATMUL_SIZE = 4096
+# A pause before each block of steps: thread pools spin-wait for work a while after a call
+# (PyTorch's OpenMP threads, XLA's), which would slow whichever side runs next.
+SETTLE_SECONDS = 1.0
 
 
 def _segments(rng: np.random.Generator, length: int, num_segments: int,
@@ -304,8 +307,10 @@ def main(argv: list[str]) -> int:
             f'{peer_tokens} target tokens per step')
   ours_times, peer_times = [], []
   for _ in range(args.rounds):
+    time.sleep(SETTLE_SECONDS)
     ours_times += run_ours(args.steps)
     if run_peer:
+      time.sleep(SETTLE_SECONDS)
       peer_times += run_peer(args.steps)
   ours_step_s = statistics.median(ours_times)
   print(f'ours: median step {ours_step_s:.3f} s over {len(ours_times)} steps; '
