@@ -170,3 +170,23 @@ def test_attention_dropout_zeroes_or_rescales_each_probability():
   kept = dropped != 0
   assert 0 < kept.mean() < 1
   np.testing.assert_allclose(dropped[kept], 2.0 * np.asarray(probs)[kept], rtol=1e-6)
+
+
+def test_decoding_step_attention_on_a_matmul_layout_cache_equals_xla_attention():
+  # Three hypotheses per cache row attend as one query each; the cache's keys are kept
+  # [batch, heads, head_dim, length] and values [batch, heads, length, head_dim]; padded
+  # and unwritten positions (kv_valid False) get no weight.
+  keys = jax.random.split(jax.random.key(7), 3)
+  q = jax.random.normal(keys[0], (2, 3, 4, 8))
+  k = jax.random.normal(keys[1], (2, 6, 4, 8))
+  v = jax.random.normal(keys[2], (2, 6, 4, 8))
+  kv_valid = jnp.array([[True, True, True, False, False, False],
+                        [True, True, False, True, True, True]])
+  got = kernels.decoding_step_attention(q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3),
+                                        kv_valid)
+  want = kernels.xla_attention(q, k, v, kv_segment_ids=kv_valid.astype(jnp.int32))
+  np.testing.assert_allclose(got, want, atol=1e-6)
+  changed = v.at[0, 4].set(100.0)  # An invalid position of row 0.
+  np.testing.assert_array_equal(
+      kernels.decoding_step_attention(q, k.transpose(0, 2, 3, 1),
+                                      changed.transpose(0, 2, 1, 3), kv_valid)[0], got[0])
