@@ -38,7 +38,7 @@ def clipped_adamw(learning_rate: float | optax.Schedule, *, b1: float = 0.9,
     learning_rate: a float or an optax schedule of the update count.
     b1, b2, eps: Adam's moment decays and denominator epsilon.
     weight_decay: decoupled weight decay, applied where `mask(params)` is True.
-    mask: parameters -> a tree of bools; None decays every parameter.
+    mask: parameters -> a tree of Python bools (static); None decays every parameter.
     clip_norm: gradients are scaled to at most this global norm first; None: no clipping.
   """
   def init(params):

@@ -35,6 +35,13 @@ def attention_mask(q_segment_ids: Optional[Array], kv_segment_ids: Optional[Arra
   return mask
 
 
+def _masked_softmax(logits: Array, mask: Array) -> Array:
+  """Softmax over the last axis of the allowed logits; masked entries, and rows with
+  nothing allowed, get exact zeros (a finite minimum, not -inf, keeps such rows finite)."""
+  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  return jnp.where(mask, jax.nn.softmax(logits, axis=-1), 0.0)
+
+
 def xla_attention(q: Array, k: Array, v: Array, *,
                   q_segment_ids: Optional[Array] = None,
                   kv_segment_ids: Optional[Array] = None,
@@ -59,9 +66,7 @@ def xla_attention(q: Array, k: Array, v: Array, *,
   logits = logits * (1.0 / jnp.sqrt(jnp.float32(head_dim)))
   if bias is not None:
     logits = logits + bias.astype(jnp.float32)
-  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-  probs = jax.nn.softmax(logits, axis=-1)
-  probs = jnp.where(mask, probs, 0.0)
+  probs = _masked_softmax(logits, mask)
 
   if dropout_rate > 0.0 and dropout_rng is not None:
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
@@ -94,7 +99,6 @@ def decoding_step_attention(q: Array, key_cache: Array, value_cache: Array,
   logits = jnp.einsum('bnhd,bhdk->bhnk', q, key_cache, preferred_element_type=jnp.float32)
   logits = logits * (1.0 / jnp.sqrt(jnp.float32(head_dim)))
   mask = kv_valid[:, None, None, :]
-  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-  probs = jnp.where(mask, jax.nn.softmax(logits, axis=-1), 0.0)
+  probs = _masked_softmax(logits, mask)
   out = jnp.einsum('bhnk,bhkd->bnhd', probs.astype(value_cache.dtype), value_cache)
   return out.astype(q.dtype)
