@@ -12,8 +12,10 @@ query/key/value projections, and the output projection as the tied embedding / s
 (padding rows past the SentencePiece vocabulary get a -1e9 bias, as our decoder masks
 them). Both decode the same source ids (encoder tag, pieces, EOS) with the same forced
 target tag, beam size, length penalty (score / generated length ** alpha) and batch size,
-in float32; ours on all of this machine's cores, CTranslate2 on one thread and on all
-cores, the faster of the two being the peer. Timing starts after a warm-up pass over the
+in float32; ours on all of this machine's cores (a batch per core at once, the
+Translator's default `parallel_batches`), CTranslate2 on one thread, with every core on
+each batch (intra_threads) and with a batch per core (inter_threads), the fastest of the
+three being the peer. Timing starts after a warm-up pass over the
 same sentences (our compilation, CTranslate2's first-call allocations) and covers text
 in to text out for both; the repeats are interleaved. The run reports how many outputs
 are identical, and tokens/s counts the pieces of each side's own outputs.
@@ -144,7 +146,9 @@ def ours_fn(translator, sentences, src_lang, tgt_lang):
 
 def ctranslate2_fn(model, translator, sentences, src_lang, tgt_lang, batch_size, beam_size):
   """Text in, text out through CTranslate2 with our tokenisation and tags, in our
-  batches (sentences sorted by length) with our per-batch output length limit."""
+  batches (sentences sorted by length) with our per-batch output length limit; all
+  batches are queued at once, so a model with several `inter_threads` runs them in
+  parallel."""
   direction_tags = tags.tags_for(translator.tag_strategy, src_lang, tgt_lang)
   tokenizer = translator.tokenizer
   prefix = direction_tags.decoder_tag
@@ -152,17 +156,19 @@ def ctranslate2_fn(model, translator, sentences, src_lang, tgt_lang, batch_size,
   def run():
     encoded = [translator.encode_source(s, direction_tags) for s in sentences]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-    outputs = [''] * len(sentences)
+    pending = []
     for start in range(0, len(order), batch_size):
       rows = order[start:start + batch_size]
       _, decode_length = translator.batch_lengths([encoded[i] for i in rows])
-      results = model.translate_batch(
+      pending.append((rows, model.translate_batch(
           [[tokenizer.id_to_piece(i) for i in encoded[row]] for row in rows],
           target_prefix=[[prefix]] * len(rows) if prefix else None,
           max_batch_size=batch_size, beam_size=beam_size, length_penalty=translator.alpha,
-          max_decoding_length=decode_length)
+          max_decoding_length=decode_length, asynchronous=True)))
+    outputs = [''] * len(sentences)
+    for rows, results in pending:
       for row, result in zip(rows, results):
-        ids = [tokenizer.piece_to_id(p) for p in result.hypotheses[0]]
+        ids = [tokenizer.piece_to_id(p) for p in result.result().hypotheses[0]]
         outputs[row] = translator.decode_target(ids, prefix is not None)
     return outputs
   return run
@@ -208,10 +214,12 @@ def main(argv: list[str]) -> int:
   config = translator.model.config
   pieces = [translator.tokenizer.id_to_piece(i)
             for i in range(translator.tokenizer.get_piece_size())]
-  # CTranslate2 runs at one thread and at every core: on some 2-core machines its threads
-  # slow each other down (seen: 3x slower at 2 threads than at 1), and the peer is
-  # compared at its best.
-  thread_counts = sorted({1, os.cpu_count()})
+  # CTranslate2 runs on one thread, on every core for each batch (intra_threads) and on
+  # every core with a batch per core (inter_threads, as our parallel_batches); the peer is
+  # its fastest setting. On some 2-core machines its intra-op threads slow each other down
+  # (seen: 3x slower at 2 threads than at 1).
+  cores = os.cpu_count() or 1
+  settings = sorted({(1, 1), (cores, 1), (1, cores)})
   with tempfile.TemporaryDirectory() as export_dir:
     spec = ctranslate2_spec(config, translator.params, pieces)
     spec.validate()
@@ -221,26 +229,28 @@ def main(argv: list[str]) -> int:
           f'{network.count_params(config) / 1e6:.1f}M parameters, vocab {len(pieces)}); '
           f'{len(sentences)} {args.corpus} {args.split} sentences {args.src_lang}->'
           f'{args.tgt_lang}; beam {args.beam_size}, batch {args.batch_size}, float32; '
-          f'ours on {os.cpu_count()} cores, ctranslate2 on '
-          f'{" and ".join(map(str, thread_counts))} threads; ctranslate2 '
+          f'ours on {cores} cores ({translator.parallel_batches} batches at once), '
+          f'ctranslate2 (intra_threads x inter_threads) at '
+          f'{", ".join(f"{a}x{b}" for a, b in settings)}; ctranslate2 '
           f'{ctranslate2.__version__}, jax {jax.__version__}', flush=True)
     fns = {'ours': ours_fn(translator, sentences, args.src_lang, args.tgt_lang)}
-    for threads in thread_counts:
+    for intra_threads, inter_threads in settings:
       model = ctranslate2.Translator(export_dir, device='cpu', compute_type='float32',
-                                     intra_threads=threads, inter_threads=1)
-      fns[f'ctranslate2_{threads}'] = ctranslate2_fn(
+                                     intra_threads=intra_threads, inter_threads=inter_threads)
+      fns[f'ctranslate2_{intra_threads}x{inter_threads}'] = ctranslate2_fn(
           model, translator, sentences, args.src_lang, args.tgt_lang, args.batch_size,
           args.beam_size)
     interleaved_best(fns, 1)  # Warm-up: our compilations, CTranslate2's allocations.
     seconds, outputs = interleaved_best(fns, args.repeats)
-  for threads in thread_counts:
-    name = f'ctranslate2_{threads}'
-    print(f'ctranslate2 at {threads} thread(s): {len(sentences) / seconds[name]:.1f} '
-          'sentences/s')
+  for intra_threads, inter_threads in settings:
+    name = f'ctranslate2_{intra_threads}x{inter_threads}'
+    print(f'ctranslate2 at intra_threads={intra_threads} inter_threads={inter_threads}: '
+          f'{len(sentences) / seconds[name]:.1f} sentences/s')
   peer = min((name for name in seconds if name != 'ours'), key=seconds.get)
   seconds['ctranslate2'] = seconds[peer]
   outputs = {'ours': outputs['ours'], 'ctranslate2': outputs[peer]}
-  print(f'peer: ctranslate2 at its faster setting, {peer.split("_")[1]} thread(s)')
+  print(f'peer: ctranslate2 at its fastest setting, intra_threads x inter_threads = '
+        f'{peer.split("_")[1]}')
   identical = sum(a == b for a, b in zip(outputs['ours'], outputs['ctranslate2']))
   tokens = {name: sum(len(translator.tokenizer.encode(text)) for text in texts)
             for name, texts in outputs.items()}

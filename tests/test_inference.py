@@ -1,0 +1,60 @@
+"""Translator batching: length buckets, the decoding cache's stages, parallel batches."""
+
+import os
+
+import jax
+import pytest
+
+from t5x_mt import inference
+from t5x_mt import partitioning
+from t5x_mt import run_loading
+from t5x_mt.errors import UserError
+
+SENTENCES = ['Good morning', 'Where is the station?', 'Thank you very much', 'Yes',
+             'The first of January 2024', 'Seven', 'Monday, Tuesday and Wednesday']
+
+
+@pytest.mark.parametrize('length, limit, bucket', [
+    (1, 256, 8), (8, 256, 8), (9, 256, 16), (17, 256, 24), (33, 256, 48), (97, 256, 128),
+    (129, 256, 192), (200, 256, 256), (200, 160, 160), (5000, 4096, 1024)])
+def test_inputs_pad_to_the_smallest_bucket_that_holds_them(length, limit, bucket):
+  assert inference.bucket_length(length, limit) == bucket
+
+
+@pytest.mark.parametrize('max_decode_length, stages', [
+    (5, (5,)), (8, (8,)), (32, (8, 16, 32)), (48, (8, 16, 32, 48)), (272, (8, 16, 32, 64,
+                                                                         128, 256, 272))])
+def test_decoding_cache_doubles_from_its_first_stage_to_the_limit(max_decode_length, stages):
+  assert inference.decode_cache_lengths(max_decode_length) == stages
+
+
+def _unsharded_translator(trained_run, **overrides) -> inference.Translator:
+  loaded = run_loading.load_translator(str(trained_run), batch_size=2, beam_size=2)
+  return inference.Translator(loaded.model, jax.device_get(loaded.params),
+                              loaded.vocabulary_file, loaded.tag_strategy, batch_size=2,
+                              beam_size=2, **overrides)
+
+
+def test_parallel_batches_translate_as_one_batch_at_a_time_in_input_order(trained_run):
+  one_at_a_time = _unsharded_translator(trained_run, parallel_batches=1)
+  parallel = _unsharded_translator(trained_run, parallel_batches=3)
+  expected = one_at_a_time.translate(SENTENCES, 'eng_Latn', 'hau_Latn')
+  assert parallel.translate(SENTENCES, 'eng_Latn', 'hau_Latn') == expected
+  # Each sentence keeps its own translation, whatever batch and thread decoded it.
+  singles = [one_at_a_time.translate([s], 'eng_Latn', 'hau_Latn')[0] for s in SENTENCES]
+  assert expected == singles
+
+
+def test_parallel_batches_default_to_the_cores_of_one_cpu_device_only(trained_run):
+  assert _unsharded_translator(trained_run).parallel_batches == (os.cpu_count() or 1)
+  loaded = run_loading.load_translator(str(trained_run))
+  assert loaded.mesh.size == 8 and loaded.parallel_batches == 1
+  one_device = inference.Translator(
+      loaded.model, loaded.params, loaded.vocabulary_file, loaded.tag_strategy,
+      mesh=partitioning.create_mesh((1, 1), jax.devices()[:1]))
+  assert one_device.parallel_batches == (os.cpu_count() or 1)
+
+
+def test_parallel_batches_below_one_are_rejected(trained_run):
+  with pytest.raises(UserError, match='parallel_batches must be >= 1, got 0'):
+    _unsharded_translator(trained_run, parallel_batches=0)
