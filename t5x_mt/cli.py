@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from t5x_mt import host_memory
 from t5x_mt import languages
 from t5x_mt.errors import UserError
 
@@ -17,7 +18,10 @@ def run(main: Callable[[list[str]], int | None], uses_tensorflow: bool = True) -
   """Runs `main(argv)`; a UserError prints `error: <message>` on stderr and exits 2.
 
   Commands that never touch TensorFlow pass `uses_tensorflow=False` and skip importing it.
+  Before anything starts a thread, malloc is set to keep freed memory
+  (`host_memory.retain_freed_memory`).
   """
+  host_memory.retain_freed_memory()
   logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
   for noisy in ('jax._src', 'orbax', 'tensorflow'):
     logging.getLogger(noisy).setLevel(logging.WARNING)
