@@ -228,8 +228,11 @@ class Teacher:
   def load(cls, checkpoint_dir: str, step: int | None, decoding: dict[str, Any]) -> 'Teacher':
     from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top  (loads JAX and TF)
     step = run_loading.checkpoint_step(checkpoint_dir, step)
+    # How many batches decode at once changes no translation, so a restart may change it.
+    output_decoding = {k: v for k, v in decoding.items() if k != 'parallel_batches'}
     return cls(run_loading.load_translator(checkpoint_dir, step, **decoding),
-               {'checkpoint_dir': str(checkpoint_dir), 'step': step, 'decoding': decoding})
+               {'checkpoint_dir': str(checkpoint_dir), 'step': step,
+                'decoding': output_decoding})
 
   def make_corpus(self, job: Job, sentences: Sequence[str], output_dir: str,
                   progress_bar: bool = True) -> Summary:

@@ -71,6 +71,9 @@ def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = Fa
   parser.add_argument('--beam_size', type=int, default=4, help='beam width; 1 is greedy')
   parser.add_argument('--alpha', type=float, default=1.0, help='length penalty exponent')
   parser.add_argument('--batch_size', type=int, default=64, help='sentences per batch')
+  parser.add_argument('--parallel_batches', type=int, default=None,
+                      help='batches decoded at once, a thread each (default: the CPU cores '
+                      'on one CPU device, else 1)')
   parser.add_argument('--pivot_via', default=None,
                       help='translate through this language (X -> pivot -> Y), e.g. eng_Latn')
 
@@ -81,6 +84,8 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
     raise UserError(f'--beam_size: must be >= 1, got {args.beam_size}')
   if args.batch_size < 1:
     raise UserError(f'--batch_size: must be >= 1, got {args.batch_size}')
+  if args.parallel_batches is not None and args.parallel_batches < 1:
+    raise UserError(f'--parallel_batches: must be >= 1, got {args.parallel_batches}')
   if hasattr(args, 'family_models'):
     if (args.checkpoint_dir is None) == (args.family_models is None):
       raise UserError('give exactly one of --checkpoint_dir and --family_models')
@@ -89,6 +94,8 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
       if args.step is not None:
         raise UserError('--step: family models each load their latest checkpoint')
   overrides = {'beam_size': args.beam_size, 'alpha': args.alpha, 'batch_size': args.batch_size}
+  if args.parallel_batches is not None:
+    overrides['parallel_batches'] = args.parallel_batches
   if args.pivot_via:
     overrides['pivot_language'] = languages.check_language(args.pivot_via, '--pivot_via')
     overrides['pivot_directions'] = ('*',)

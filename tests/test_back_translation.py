@@ -266,3 +266,10 @@ def test_distill_needs_directions(monkeypatch, capsys, tmp_path):
       f'--output={tmp_path / "kd"}'], monkeypatch, capsys)
   assert code == 2 and error_lines(err) == [
       "error: --directions: 'eng_Latn' is not <src>-<tgt>"]
+
+
+def test_a_restart_may_change_how_many_batches_decode_at_once(trained_run):
+  teacher = back_translation.Teacher.load(str(trained_run), None,
+                                          {'beam_size': 2, 'parallel_batches': 3})
+  assert teacher.translator.parallel_batches == 3
+  assert teacher.provenance['decoding'] == {'beam_size': 2}

@@ -183,3 +183,15 @@ def test_pivot_flag_pivots_every_direction_through_a_checked_language():
   assert overrides['pivot_language'] == 'eng_Latn' and overrides['pivot_directions'] == ('*',)
   with pytest.raises(UserError, match='--pivot_via'):
     cli.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--pivot_via=english']))
+
+
+def test_parallel_batches_flag_reaches_the_translator_only_when_given():
+  parser = argparse.ArgumentParser()
+  cli.add_decoding_flags(parser)
+  given = cli.decoding_overrides(parser.parse_args(['--checkpoint_dir=d',
+                                                    '--parallel_batches=3']))
+  assert given['parallel_batches'] == 3
+  assert 'parallel_batches' not in cli.decoding_overrides(
+      parser.parse_args(['--checkpoint_dir=d']))
+  with pytest.raises(UserError, match='--parallel_batches: must be >= 1, got 0'):
+    cli.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--parallel_batches=0']))
