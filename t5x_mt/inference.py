@@ -28,8 +28,9 @@ from t5x_mt.errors import UserError
 
 # Inputs are padded up to one of these lengths, so a corpus compiles a few shapes only.
 # Steps of at most 1.5x keep padding under a third of the encoder's work (powers of two
-# alone padded the 7-token sentences of a test set to 16, doubling the encoder's cost).
-LENGTH_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+# alone padded the 7-token sentences of a test set to 16, doubling the encoder's cost; 12
+# took the 9-11-token CLDR batches from 16: 3.5% more sentences/s, outputs identical).
+LENGTH_BUCKETS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 
 
 # Decoding starts on a cache of this many steps and doubles it while hypotheses are alive.

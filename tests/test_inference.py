@@ -15,7 +15,7 @@ SENTENCES = ['Good morning', 'Where is the station?', 'Thank you very much', 'Ye
 
 
 @pytest.mark.parametrize('length, limit, bucket', [
-    (1, 256, 8), (8, 256, 8), (9, 256, 16), (17, 256, 24), (33, 256, 48), (97, 256, 128),
+    (1, 256, 8), (8, 256, 8), (9, 256, 12), (13, 256, 16), (17, 256, 24), (33, 256, 48), (97, 256, 128),
     (129, 256, 192), (200, 256, 256), (200, 160, 160), (5000, 4096, 1024)])
 def test_inputs_pad_to_the_smallest_bucket_that_holds_them(length, limit, bucket):
   assert inference.bucket_length(length, limit) == bucket
