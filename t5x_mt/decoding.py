@@ -11,13 +11,17 @@ Conventions shared with the model and the data pipeline:
   T-ENC-T-DEC and S-ENC-T-DEC decoders start with. A forced token is not scored and does not
   count towards the length (it plays the part of fairseq's `--decoder-langtok` BOS).
 - Cache leaves are either scalars (`cache_index`: shared by every row, left as they are) or
-  have the batch as their leading axis (repeated to batch * beam, reordered with the beams).
-  State that every hypothesis of an example shares (cross-attention keys and values) stays
-  out of the cache, in `tokens_to_logits`' closure, so that it is neither repeated nor
-  reordered.
+  have the batch as their leading axis. Beam search expands the first step's cache to the
+  beams (`expand_cache`; by default every batch-leading leaf is repeated to batch * beam
+  rows) and after every step reorders the leaves with batch * beam rows to follow the
+  surviving hypotheses; leaves with one row per example stay where they are (a model may
+  keep its state per beam slot there and follow the hypotheses through an ancestry of its
+  own, in rows that are reordered). State that every hypothesis of an example shares
+  (cross-attention keys and values) stays out of the cache, in `tokens_to_logits`'
+  closure, so that it is neither repeated nor reordered.
 - A cache may grow (`cache_lengths`, `extend_cache`): the search starts on a cache for the
   first few steps and extends it only when a row is still alive at its end. A step's cost
-  follows the cache's length (beams reorder all of it, self-attention reads all of it), so
+  follows the cache's length (self-attention reads all of it every step), so
   short outputs under a long limit no longer pay for the limit at every step.
 
 Beam search follows T5X / Flax examples/wmt: an alive set and a finished set of `beam_size`
@@ -79,6 +83,8 @@ class _BeamState:
 
 # Extends a cache to hold the given number of steps; the searches call it between stages.
 ExtendCache = Callable[[Cache, int], Cache]
+# Makes the cache of one hypothesis per example the cache of the given number of beams.
+ExpandCache = Callable[[Cache, int], Cache]
 
 
 def _check_cache_lengths(cache_lengths: Sequence[int], extend_cache: Optional[ExtendCache],
@@ -170,11 +176,12 @@ def _gather_beams(x: jnp.ndarray, beam_indices: jnp.ndarray) -> jnp.ndarray:
 
 
 def _gather_cache(cache: Cache, beam_indices: jnp.ndarray) -> Cache:
-  """Reorders the [B * K, ...] cache leaves to follow the surviving beams."""
+  """Reorders the [B * K, ...] cache leaves to follow the surviving beams; scalars and
+  leaves of one row per example are left as they are."""
   batch_size, beam_size = beam_indices.shape
 
   def gather(x):
-    if jnp.ndim(x) == 0:
+    if jnp.ndim(x) == 0 or x.shape[0] != batch_size * beam_size:
       return x
     x = x.reshape((batch_size, beam_size) + x.shape[1:])
     return _gather_beams(x, beam_indices).reshape((batch_size * beam_size,) + x.shape[2:])
@@ -209,7 +216,7 @@ def _beam_step(state: _BeamState, *, tokens_to_logits: TokensToLogits,
                        max_decode_length=max_decode_length, eos_id=eos_id)
 
 
-def _first_beam_step(state: _BeamState, initial_cache: Cache, *,
+def _first_beam_step(state: _BeamState, initial_cache: Cache, *, expand_cache: ExpandCache,
                      tokens_to_logits: TokensToLogits, prefix: Optional[jnp.ndarray],
                      alpha: float, max_decode_length: int, eos_id: int) -> _BeamState:
   """`_beam_step` at step 0, where every beam of an example feeds the same BOS to the same
@@ -219,7 +226,7 @@ def _first_beam_step(state: _BeamState, initial_cache: Cache, *,
       tokens_to_logits, jnp.zeros((batch_size, 1), jnp.int32), initial_cache, state.cur_index,
       prefix)
   return _select_beams(state, jnp.repeat(log_probs, beam_size, axis=0),
-                       _expand_to_beams(new_cache, beam_size), prefix=prefix, alpha=alpha,
+                       expand_cache(new_cache, beam_size), prefix=prefix, alpha=alpha,
                        max_decode_length=max_decode_length, eos_id=eos_id)
 
 
@@ -303,7 +310,9 @@ def beam_search(tokens_to_logits: TokensToLogits,
                 eos_id: int = 1,
                 stop: str = 'exact',
                 cache_lengths: Sequence[int] = (),
-                extend_cache: Optional[ExtendCache] = None) -> tuple[jnp.ndarray, jnp.ndarray]:
+                extend_cache: Optional[ExtendCache] = None,
+                expand_cache: ExpandCache = _expand_to_beams,
+                ) -> tuple[jnp.ndarray, jnp.ndarray]:
   """Beam search for the hypotheses with the best length-normalised log-probability.
 
   A hypothesis' score is sum(log p(token)) / length ** alpha (`length_penalty`): the sum runs
@@ -332,6 +341,9 @@ def beam_search(tokens_to_logits: TokensToLogits,
       the last at least max_decode_length; empty when the cache holds every step.
     extend_cache: `extend_cache(cache, length)` returns the cache grown to `length` steps,
       with its contents unchanged (needed with more than one cache length).
+    expand_cache: `expand_cache(cache, beam_size)` returns the first step's cache (B rows)
+      made the beams' (see the module docstring); by default batch-leading leaves are
+      repeated to B * beam_size rows.
 
   Returns:
     sequences: int32 [B, beam_size, max_decode_length], best first, without the initial BOS,
@@ -364,7 +376,7 @@ def beam_search(tokens_to_logits: TokensToLogits,
     prefix = jnp.asarray(prefix, jnp.int32)
   step_options = dict(tokens_to_logits=tokens_to_logits, prefix=prefix, alpha=alpha,
                       max_decode_length=max_decode_length, eos_id=eos_id)
-  state = _first_beam_step(state, initial_cache, **step_options)
+  state = _first_beam_step(state, initial_cache, expand_cache=expand_cache, **step_options)
 
   def result(state: _BeamState) -> tuple[jnp.ndarray, jnp.ndarray]:
     sequences = jnp.where(state.finished_flags[:, :, None], state.finished_seqs[:, :, 1:], 0)

@@ -168,7 +168,8 @@ class Translator:
     if beam_size == 1:
       return decoding.greedy_search(tokens_to_logits, cache, **search)
     sequences, _ = decoding.beam_search(tokens_to_logits, cache, beam_size=beam_size,
-                                        alpha=alpha, stop=self.stop, **search)
+                                        alpha=alpha, stop=self.stop,
+                                        expand_cache=network.expand_decode_cache, **search)
     return sequences[:, 0, :]
 
   def _batch_rows(self, num_sentences: int) -> int:

@@ -104,13 +104,19 @@ class DenseGeneral(nn.Module):
 
 
 # Names of the decoding cache's keys and values: cross-attention's, projected once, and
-# self-attention's, one slot per step (`network.split_fixed_cache`, `extend_decode_cache`).
-# Keys are kept as [batch, heads, head_dim, length] and values as [batch, heads, length,
-# head_dim], the layout `kernels.decoding_step_attention` reads without a copy.
+# self-attention's, one position per step (`network.split_fixed_cache`,
+# `extend_decode_cache`). Keys are kept as [batch, heads, head_dim, length] and values as
+# [batch, heads, length, head_dim], the layout `kernels.decoding_step_attention` reads
+# without a copy. Self-attention keeps them per beam slot and never reorders them: its
+# length axis holds length * slots entries, position t of slot s at t * slots + s, and
+# `cached_ancestry` [batch * slots, length] holds, for each hypothesis, the slot its
+# ancestor wrote each position from. Beam search reorders only the ancestry (its rows
+# follow the hypotheses), so a step no longer copies every layer's whole cache.
 FIXED_KV_CACHE = ('cached_fixed_key', 'cached_fixed_value')
 STEP_KV_CACHE = ('cached_key', 'cached_value')
+ANCESTRY_CACHE = 'cached_ancestry'
 # The length axis of each cached array, the one a step writes into and a cache grows along.
-KV_CACHE_LENGTH_AXIS = {'cached_key': 3, 'cached_value': 2,
+KV_CACHE_LENGTH_AXIS = {'cached_key': 3, 'cached_value': 2, ANCESTRY_CACHE: 1,
                         'cached_fixed_key': 3, 'cached_fixed_value': 2}
 
 
@@ -130,11 +136,13 @@ class MultiHeadAttention(nn.Module):
     (`cached_fixed_key`, `cached_fixed_value`), which never change while decoding, so
     later steps read them instead of projecting the encoder output again;
   - self-attention creates empty `cached_key`, `cached_value` of max_length =
-    `max_decode_length` or the input length, and a scalar int32 `cache_index`.
+    `max_decode_length` or the input length and one beam slot (beam search widens it:
+    `network.expand_decode_cache`), `cached_ancestry`, and a scalar int32 `cache_index`.
   Every later call takes exactly one token per hypothesis; self-attention writes its key
-  and value at `cache_index`, attends to positions 0..cache_index and advances the index.
-  The queries may hold several hypotheses per cache row (beam search over cross-attention
-  keys kept once per example): they attend as one row of several queries.
+  and value into its slot at `cache_index`, attends to its own history (positions
+  0..cache_index of the slots its ancestry names) and advances the index. Both kinds
+  hold several hypotheses per cache row (an example's beams): they attend as one row of
+  several queries.
   """
   num_heads: int
   head_dim: int
@@ -188,9 +196,11 @@ class MultiHeadAttention(nn.Module):
         self.put_variable('cache', name, cached)
       return
     batch, length, heads, head_dim = key.shape
-    empty = jnp.zeros((batch, max_decode_length or length, heads, head_dim), key.dtype)
+    max_length = max_decode_length or length
+    empty = jnp.zeros((batch, max_length, heads, head_dim), key.dtype)
     for name, cached in zip(STEP_KV_CACHE, _to_cache_layout(empty, empty)):
       self.put_variable('cache', name, cached)
+    self.put_variable('cache', ANCESTRY_CACHE, jnp.zeros((batch, max_length), jnp.int32))
     self.put_variable('cache', 'cache_index', jnp.array(0, jnp.int32))
 
   def _decoding_step(self, query: Array, inputs_kv: Array,
@@ -207,27 +217,36 @@ class MultiHeadAttention(nn.Module):
         kv_valid = kv_segment_ids != 0
     else:
       key_cache, value_cache, kv_valid = self._write_step(inputs_kv)
-    rows = key_cache.shape[0]
-    folded = query.reshape((rows, query.shape[0] // rows) + query.shape[2:])
+    examples = key_cache.shape[0]
+    folded = query.reshape((examples, query.shape[0] // examples) + query.shape[2:])
     out = kernels.decoding_step_attention(folded, key_cache, value_cache, kv_valid)
     return out.reshape(query.shape)
 
   def _write_step(self, inputs_kv: Array) -> tuple[Array, Array, Array]:
-    """Writes this step's key and value at `cache_index` and advances it; returns the
-    cache and which of its positions are filled."""
-    key, value = _to_cache_layout(self._project(inputs_kv, 'key'),
-                                  self._project(inputs_kv, 'value'))
+    """Writes each hypothesis' key and value of this step into its slot at `cache_index`
+    and advances the index; returns the keys and values and, per hypothesis [batch,
+    slots, length * slots], the entries of its own history: position p of the slot its
+    ancestry names."""
+    key_cache, value_cache = (self.get_variable('cache', name) for name in STEP_KV_CACHE)
+    ancestry = self.get_variable('cache', ANCESTRY_CACHE)
+    batch, heads, head_dim, _ = key_cache.shape
+    slots, max_length = ancestry.shape[0] // batch, ancestry.shape[1]
+    key, value = (self._project(inputs_kv, name).reshape(batch, slots, heads, head_dim)
+                  for name in ('key', 'value'))
     index = self.get_variable('cache', 'cache_index')
-    cached = []
-    for name, step in zip(STEP_KV_CACHE, (key, value)):
-      axis = KV_CACHE_LENGTH_AXIS[name]
-      cached.append(jax.lax.dynamic_update_slice_in_dim(
-          self.get_variable('cache', name), step, index, axis))
-      self.put_variable('cache', name, cached[-1])
+    key_cache = jax.lax.dynamic_update_slice_in_dim(
+        key_cache, key.transpose(0, 2, 3, 1), index * slots, axis=3)
+    value_cache = jax.lax.dynamic_update_slice_in_dim(
+        value_cache, value.transpose(0, 2, 1, 3), index * slots, axis=2)
+    own_slot = jnp.arange(batch * slots, dtype=jnp.int32) % slots
+    ancestry = jax.lax.dynamic_update_slice_in_dim(ancestry, own_slot[:, None], index, axis=1)
+    for name, cached in zip(STEP_KV_CACHE + (ANCESTRY_CACHE,),
+                            (key_cache, value_cache, ancestry)):
+      self.put_variable('cache', name, cached)
     self.put_variable('cache', 'cache_index', index + 1)
-    max_length = cached[0].shape[KV_CACHE_LENGTH_AXIS[STEP_KV_CACHE[0]]]
-    filled = jnp.arange(max_length) <= index
-    return cached[0], cached[1], jnp.broadcast_to(filled, (key.shape[0], max_length))
+    history = ((ancestry.reshape(batch, slots, max_length, 1) == jnp.arange(slots))
+               & (jnp.arange(max_length) <= index)[:, None])
+    return key_cache, value_cache, history.reshape(batch, slots, max_length * slots)
 
 
 class MlpBlock(nn.Module):

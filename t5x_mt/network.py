@@ -391,10 +391,11 @@ def init_decode_cache(model: Transformer, params: Any, encoded: Array,
                       encoder_input_tokens: Array, max_decode_length: int) -> dict[str, Any]:
   """The 'cache' collection for decoding `encoded` [B, Le, E] autoregressively.
 
-  Self-attention caches (`cached_key`/`cached_value` of max_decode_length steps, scalar
-  `cache_index`es) start empty; cross-attention keys and values (`cached_fixed_key`/
-  `cached_fixed_value` of Le positions) are projected from `encoded` here, once, instead of
-  at every step. Leaves are scalars or batch-leading (layouts: `layers.KV_CACHE_LENGTH_AXIS`).
+  Self-attention caches (`cached_key`/`cached_value` of max_decode_length steps and one
+  beam slot, `cached_ancestry`, scalar `cache_index`es) start empty; cross-attention keys
+  and values (`cached_fixed_key`/`cached_fixed_value` of Le positions) are projected from
+  `encoded` here, once, instead of at every step. Leaves are scalars or batch-leading
+  (layouts: `layers.KV_CACHE_LENGTH_AXIS`).
   """
   first_token = jnp.zeros((encoded.shape[0], 1), jnp.int32)
   _, variables = model.apply(
@@ -423,18 +424,38 @@ def merge_cache(fixed: Any, rest: Any) -> Any:
       {**traverse_util.flatten_dict(fixed), **traverse_util.flatten_dict(rest)})
 
 
+def expand_decode_cache(cache: Any, beam_size: int) -> Any:
+  """The cache of one hypothesis per example made the cache of beam_size (beam search's
+  `expand_cache`): self-attention's keys and values get beam_size slots at every
+  position (each a copy of the one there was), every other batch-leading leaf beam_size
+  rows per example."""
+  def expand(path, leaf):
+    if jnp.ndim(leaf) == 0:
+      return leaf
+    axis = layers.KV_CACHE_LENGTH_AXIS[path[-1]] if path[-1] in layers.STEP_KV_CACHE else 0
+    return jnp.repeat(leaf, beam_size, axis=axis)
+
+  return traverse_util.path_aware_map(expand, cache)
+
+
 def extend_decode_cache(cache: Any, max_decode_length: int) -> Any:
-  """The cache with its self-attention keys and values zero-padded to hold
+  """The cache with its self-attention keys, values and ancestry zero-padded to hold
   `max_decode_length` steps; what the cache holds and its step index are unchanged."""
+  leaves = traverse_util.flatten_dict(cache)
+
   def extend(path, leaf):
-    if path[-1] not in layers.STEP_KV_CACHE:
+    if path[-1] not in layers.STEP_KV_CACHE + (layers.ANCESTRY_CACHE,):
       return leaf
     axis = layers.KV_CACHE_LENGTH_AXIS[path[-1]]
+    # Keys and values hold every position once per beam slot (layers.STEP_KV_CACHE).
+    length = leaves[path[:-1] + (layers.ANCESTRY_CACHE,)].shape[1]
+    entries_per_position = leaf.shape[axis] // length
     padding = [(0, 0)] * leaf.ndim
-    padding[axis] = (0, max_decode_length - leaf.shape[axis])
+    padding[axis] = (0, (max_decode_length - length) * entries_per_position)
     return jnp.pad(leaf, padding)
 
-  return traverse_util.path_aware_map(extend, cache)
+  return traverse_util.unflatten_dict({path: extend(path, leaf)
+                                       for path, leaf in leaves.items()})
 
 
 STACKS = ('encoder', 'decoder')

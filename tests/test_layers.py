@@ -127,8 +127,11 @@ def test_cached_decoding_matches_causal_self_attention():
 
   cache = module.init(jax.random.key(0), x[:, :1], x[:, :1], decode=True,
                       max_decode_length=7)['cache']  # Longer than used: the rest is masked.
-  assert cache['cached_key'].shape == (2, 2, 3, 7)  # [batch, heads, head_dim, length]
-  assert cache['cached_value'].shape == (2, 2, 7, 3)  # [batch, heads, length, head_dim]
+  # Keys [batch, heads, head_dim, length * slots], values [batch, heads, length * slots,
+  # head_dim]: one beam slot until beam search widens it.
+  assert cache['cached_key'].shape == (2, 2, 3, 7)
+  assert cache['cached_value'].shape == (2, 2, 7, 3)
+  assert cache['cached_ancestry'].shape == (2, 7)
   assert cache['cache_index'].shape == ()
   step = jax.jit(lambda cache, token: module.apply(
       {'params': params, 'cache': cache}, token, token, decode=True, mutable=['cache']))

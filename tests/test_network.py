@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t5x_mt import decoding
 from t5x_mt import network
 
 TINY = network.TransformerConfig(
@@ -127,7 +128,7 @@ def test_grown_cache_and_shared_cross_attention_decode_like_teacher_forcing():
       network.init_decode_cache(model, params, encoded, encoder_tokens, 2))
   assert not any('cached_fixed' in str(path) for path in jax.tree_util.tree_leaves_with_path(
       cache))
-  cache = jax.tree.map(lambda x: x if x.ndim == 0 else jnp.repeat(x, 2, axis=0), cache)
+  cache = network.expand_decode_cache(cache, 2)
   step = jax.jit(lambda cache, token: model.apply(
       {'params': params, 'cache': network.merge_cache(cross_attention, cache)}, encoded,
       encoder_tokens, token, token, decode=True, method=network.Transformer.decode,
@@ -146,6 +147,53 @@ def test_grown_cache_and_shared_cross_attention_decode_like_teacher_forcing():
                                atol=1e-5)
 
 
+@pytest.mark.parametrize('cache_lengths', [(), (2, 4, 8)])
+def test_beam_search_scores_are_the_teacher_forced_scores_of_its_outputs(cache_lengths):
+  # Beam search reorders only the ancestry; every hypothesis reads its keys and values
+  # from the slots its ancestors wrote them into. A wrong history would change a
+  # hypothesis' incremental log-probabilities, so its score would no longer be the
+  # teacher-forced log-probability of the sequence it returns.
+  model = network.Transformer(TINY)
+  params = random_params(seed=3)
+  encoder_tokens = padded_batch(PAIRS)[0]
+  max_decode_length, beam_size, alpha = 8, 3, 1.0
+
+  @jax.jit
+  def search(params, encoder_tokens):
+    encoded = model.apply({'params': params}, encoder_tokens,
+                          method=network.Transformer.encode)
+    cross_attention, cache = network.split_fixed_cache(network.init_decode_cache(
+        model, params, encoded, encoder_tokens, (cache_lengths or (max_decode_length,))[0]))
+
+    def tokens_to_logits(tokens, model_cache):
+      logits, variables = model.apply(
+          {'params': params, 'cache': network.merge_cache(cross_attention, model_cache)},
+          encoded, encoder_tokens, tokens, tokens, decode=True, mutable=['cache'],
+          method=network.Transformer.decode)
+      return logits[:, -1], network.split_fixed_cache(variables['cache'])[1]
+
+    return decoding.beam_search(
+        tokens_to_logits, cache, prefix=None, beam_size=beam_size, alpha=alpha,
+        max_decode_length=max_decode_length, cache_lengths=cache_lengths,
+        extend_cache=network.extend_decode_cache, expand_cache=network.expand_decode_cache)
+
+  sequences, scores = search(params, encoder_tokens)
+  rows = sequences.reshape(-1, max_decode_length)
+  targets = np.asarray(rows)
+  inputs = np.concatenate([np.zeros_like(targets[:, :1]), targets[:, :-1]], axis=1)
+  logits = jitted_forward()({'params': params}, jnp.repeat(encoder_tokens, beam_size, axis=0),
+                            jnp.asarray(inputs), jnp.asarray(targets))
+  log_probs = np.asarray(jax.nn.log_softmax(logits, axis=-1))
+  lengths = np.array([list(row).index(1) + 1 if 1 in row else max_decode_length
+                      for row in targets])
+  for row, length in enumerate(lengths):
+    token_log_probs = log_probs[row, np.arange(length), targets[row, :length]]
+    want = token_log_probs.sum() / decoding.length_penalty(length, alpha)
+    np.testing.assert_allclose(np.asarray(scores).reshape(-1)[row], want, rtol=1e-5,
+                               atol=1e-5)
+  assert len({tuple(row) for row in targets}) > len(PAIRS)  # Beams differ, so they reorder.
+
+
 def test_decode_cache_layout_is_batch_leading_or_scalar():
   encoded = jnp.ones((3, 5, TINY.emb_dim))
   cache = network.init_decode_cache(network.Transformer(TINY), random_params(), encoded,
@@ -157,6 +205,7 @@ def test_decode_cache_layout_is_batch_leading_or_scalar():
   layer = cache['decoder']['layers_1']['self_attention']
   assert layer['cached_key'].shape == (3, TINY.num_heads, TINY.head_dim, 7)
   assert layer['cached_value'].shape == (3, TINY.num_heads, 7, TINY.head_dim)
+  assert layer['cached_ancestry'].shape == (3, 7)
   assert layer['cache_index'].shape == () and layer['cache_index'].dtype == jnp.int32
   assert cache['decoder']['posembed']['cache_index'].shape == ()
   for leaf in jax.tree.leaves(cache):

@@ -90,7 +90,8 @@ def decoding_step_attention(q: Array, key_cache: Array, value_cache: Array,
       with one query position.
     key_cache: [batch, heads, head_dim, kv_length].
     value_cache: [batch, heads, kv_length, head_dim].
-    kv_valid: bool [batch, kv_length], the keys the queries may attend to.
+    kv_valid: bool [batch, kv_length], the keys the queries may attend to, or [batch, n,
+      kv_length], each query's own.
 
   Returns:
     [batch, n, heads, head_dim] in q's dtype, as `xla_attention` computes it.
@@ -103,7 +104,7 @@ def decoding_step_attention(q: Array, key_cache: Array, value_cache: Array,
   logits = jnp.einsum('bhnd,bhdk->bhnk', q.transpose(0, 2, 1, 3), key_cache,
                       preferred_element_type=jnp.float32)
   logits = logits * (1.0 / jnp.sqrt(jnp.float32(head_dim)))
-  mask = kv_valid[:, None, None, :]
+  mask = kv_valid[:, None, None, :] if kv_valid.ndim == 2 else kv_valid[:, None]
   probs = _masked_softmax(logits, mask)
   out = jnp.einsum('bhnk,bhkd->bhnd', probs.astype(value_cache.dtype), value_cache)
   return out.transpose(0, 2, 1, 3).astype(q.dtype)
