@@ -3,11 +3,13 @@
 import os
 
 import jax
+import numpy as np
 import pytest
 
 from t5x_mt import inference
 from t5x_mt import partitioning
 from t5x_mt import run_loading
+from t5x_mt.data import tags
 from t5x_mt.errors import UserError
 
 SENTENCES = ['Good morning', 'Where is the station?', 'Thank you very much', 'Yes',
@@ -58,3 +60,28 @@ def test_parallel_batches_default_to_the_cores_of_one_cpu_device_only(trained_ru
 def test_parallel_batches_below_one_are_rejected(trained_run):
   with pytest.raises(UserError, match='parallel_batches must be >= 1, got 0'):
     _unsharded_translator(trained_run, parallel_batches=0)
+
+
+def test_the_encoder_runs_at_the_longest_input_and_the_search_at_its_bucket(trained_run):
+  translator = _unsharded_translator(trained_run, parallel_batches=1)
+  encode = translator._encode  # pylint: disable=protected-access
+  calls = []
+
+  def recording_encode(params, tokens, direction, *, padded_length):
+    calls.append((tokens.shape[1], padded_length))
+    return encode(params, tokens, direction, padded_length=padded_length)
+
+  def bucket_padded_encode(params, tokens, direction, *, padded_length):
+    padded = np.pad(tokens, ((0, 0), (0, padded_length - tokens.shape[1])))
+    return encode(params, padded, direction, padded_length=padded_length)
+
+  translator._encode = recording_encode  # pylint: disable=protected-access
+  exact = translator.translate(SENTENCES, 'eng_Latn', 'hau_Latn')
+  tags_of = tags.tags_for(translator.tag_strategy, 'eng_Latn', 'hau_Latn')
+  lengths = sorted(len(translator.encode_source(s, tags_of)) for s in SENTENCES)
+  longest = [max(lengths[i:i + 2]) for i in range(0, len(lengths), 2)]
+  assert calls == [(n, inference.bucket_length(n, translator.max_input_length))
+                   for n in longest]
+  # Padding is masked: encoding every batch at its bucket length translates the same.
+  translator._encode = bucket_padded_encode  # pylint: disable=protected-access
+  assert translator.translate(SENTENCES, 'eng_Latn', 'hau_Latn') == exact
