@@ -55,6 +55,20 @@ def bucket_length(length: int, limit: int) -> int:
   return min(next((b for b in LENGTH_BUCKETS if b >= length), LENGTH_BUCKETS[-1]), limit)
 
 
+def translation_legs(src_lang: str, tgt_lang: str, pivot_language: str,
+                     pivot_directions: Sequence[str]) -> list[tuple[str, str]]:
+  """[(src_lang, pivot_language), (pivot_language, tgt_lang)] for a pivoted direction,
+  else [(src_lang, tgt_lang)].
+
+  `pivot_directions` names directions ('hau_Latn-zul_Latn') or holds '*' for every
+  direction that does not involve the pivot language.
+  """
+  if pivot_language in (src_lang, tgt_lang) or not (
+      '*' in pivot_directions or f'{src_lang}-{tgt_lang}' in pivot_directions):
+    return [(src_lang, tgt_lang)]
+  return [(src_lang, pivot_language), (pivot_language, tgt_lang)]
+
+
 @gin.configurable
 class Translator:
   """Translates sentences with a model's parameters and the run's vocabulary.
@@ -218,18 +232,18 @@ class Translator:
 
   def pivots(self, src_lang: str, tgt_lang: str) -> bool:
     """Whether src_lang -> tgt_lang goes through the pivot language."""
-    if self.pivot_language in (src_lang, tgt_lang):
-      return False
-    return ('*' in self.pivot_directions
-            or f'{src_lang}-{tgt_lang}' in self.pivot_directions)
+    return len(self.legs(src_lang, tgt_lang)) > 1
+
+  def legs(self, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
+    """The direct translations src_lang -> tgt_lang is made of (see `translation_legs`)."""
+    return translation_legs(src_lang, tgt_lang, self.pivot_language, self.pivot_directions)
 
   def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[str]:
     """Translations of `sentences` from src_lang into tgt_lang, in input order; through
     the pivot language where `pivots` says so."""
-    if self.pivots(src_lang, tgt_lang):
-      via = self.translate_directly(sentences, src_lang, self.pivot_language)
-      return self.translate_directly(via, self.pivot_language, tgt_lang)
-    return self.translate_directly(sentences, src_lang, tgt_lang)
+    for leg_src, leg_tgt in self.legs(src_lang, tgt_lang):
+      sentences = self.translate_directly(sentences, leg_src, leg_tgt)
+    return list(sentences)
 
   def translate_directly(self, sentences: Sequence[str], src_lang: str,
                          tgt_lang: str) -> list[str]:
@@ -256,16 +270,21 @@ class Translator:
 
 
 class FamilyTranslator:
-  """Language family grouping at inference (Tencent, METHODS.md section 7): one model per
+  """Language family grouping at inference (Tencent's WMT22 system): one model per
   target-language family group, each direction translated by its target's group's model
-  (`wmt22.inference_group`: swh goes to group 3). Models load on first use and one is
-  held at a time, so memory stays at one model whatever the number of groups.
+  (`wmt22.inference_group`: swh goes to group 3). A pivoted direction X -> pivot -> Y
+  routes each leg by its own target: X -> eng goes to the group that trains into English.
+  Models load on first use and one is held at a time, so memory stays at one model
+  whatever the number of groups.
   """
 
   def __init__(self, family_models: Mapping[int, str], load: Callable[[str], Translator],
-               batch_size: int):
+               batch_size: int, pivot_language: str = 'eng_Latn',
+               pivot_directions: Sequence[str] = ()):
     self.family_models = dict(family_models)
     self.batch_size = batch_size
+    self.pivot_language = pivot_language
+    self.pivot_directions = tuple(pivot_directions)
     self._load = load
     self._loaded: tuple[str, Translator] | None = None
 
@@ -278,8 +297,16 @@ class FamilyTranslator:
     return self.family_models[group]
 
   def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[str]:
-    directory = self.model_for(tgt_lang)
+    legs = translation_legs(src_lang, tgt_lang, self.pivot_language, self.pivot_directions)
+    for _, leg_tgt in legs:
+      self.model_for(leg_tgt)  # Every leg has a model before any translating starts.
+    for leg_src, leg_tgt in legs:
+      sentences = self._translator(self.model_for(leg_tgt)).translate_directly(
+          sentences, leg_src, leg_tgt)
+    return list(sentences)
+
+  def _translator(self, directory: str) -> Translator:
     if self._loaded is None or self._loaded[0] != directory:
       self._loaded = None  # Frees the previous model before the next one loads.
       self._loaded = (directory, self._load(directory))
-    return self._loaded[1].translate(sentences, src_lang, tgt_lang)
+    return self._loaded[1]

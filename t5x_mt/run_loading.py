@@ -150,9 +150,13 @@ def load_model(checkpoint_dir: str | None, family_models: str | None, step: int 
   models = cli.parse_family_models(family_models)
   for directory in models.values():
     checkpoint_step(directory)  # Each must be a run with a checkpoint, before any loads.
+  # The router pivots, so that each leg goes to the model of its own target.
+  pivot = {name: overrides[name] for name in ('pivot_language', 'pivot_directions')
+           if name in overrides}
+  model_overrides = {k: v for k, v in overrides.items() if k not in pivot}
   return inference.FamilyTranslator(
-      models, lambda directory: load_translator(directory, **overrides),
-      batch_size=overrides.get('batch_size', 64))
+      models, lambda directory: load_translator(directory, **model_overrides),
+      batch_size=overrides.get('batch_size', 64), **pivot)
 
 
 @dataclasses.dataclass(frozen=True)

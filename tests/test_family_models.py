@@ -5,6 +5,7 @@ import pytest
 
 from t5x_mt import cli
 from t5x_mt import inference
+from t5x_mt import run_loading
 from t5x_mt.errors import UserError
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
@@ -17,7 +18,7 @@ class RecordingTranslator:
     self.directory = directory
     loads.append(directory)
 
-  def translate(self, sentences, src_lang, tgt_lang):
+  def translate_directly(self, sentences, src_lang, tgt_lang):
     return [f'{self.directory}:{src_lang}>{tgt_lang}:{s}' for s in sentences]
 
 
@@ -34,6 +35,32 @@ def test_each_direction_goes_to_its_target_group_and_swahili_to_three():
   with pytest.raises(UserError, match='no model for family group 4, which translates into '
                      r'hau_Latn \(add 4=DIR\)'):
     router.translate(['e'], 'eng_Latn', 'hau_Latn')
+
+
+def test_each_pivot_leg_goes_to_the_model_of_its_own_target():
+  loads = []
+  router = inference.FamilyTranslator(
+      {1: 'g1', 2: 'g2', 4: 'g4'}, lambda directory: RecordingTranslator(directory, loads),
+      batch_size=8, pivot_language='eng_Latn', pivot_directions=('*',))
+  # hau -> eng goes to group 1 (into English), then eng -> zul to group 2 (into Zulu).
+  assert router.translate(['a'], 'hau_Latn', 'zul_Latn') == [
+      'g2:eng_Latn>zul_Latn:g1:hau_Latn>eng_Latn:a']
+  assert loads == ['g1', 'g2']
+  # A direction that involves the pivot language is one leg.
+  assert router.translate(['b'], 'eng_Latn', 'hau_Latn') == ['g4:eng_Latn>hau_Latn:b']
+  # A missing leg model is refused before the first leg is translated.
+  with pytest.raises(UserError, match='no model for family group 3'):
+    router.translate(['c'], 'hau_Latn', 'amh_Ethi')
+  assert loads == ['g1', 'g2', 'g4']
+
+
+def test_family_models_leave_pivoting_to_the_router(trained_run):
+  router = run_loading.load_model(
+      None, f'1={trained_run},4={trained_run}', None,
+      {'beam_size': 1, 'pivot_language': 'eng_Latn', 'pivot_directions': ('*',)})
+  assert (router.pivot_language, router.pivot_directions) == ('eng_Latn', ('*',))
+  model = router._translator(str(trained_run))  # pylint: disable=protected-access
+  assert model.beam_size == 1 and not model.pivots('hau_Latn', 'zul_Latn')
 
 
 @pytest.mark.parametrize('text, message', [
