@@ -20,6 +20,10 @@ import numpy as np
 from t5x_mt.errors import UserError
 
 BISECTION_TOLERANCE = 1e-4
+# Excesses are compared at this many decimals (nats per token): differences below are the
+# rounding noise of l_g - b_g, and would otherwise decide alone which of two tied groups
+# takes the most concentrated weight.
+EXCESS_DECIMALS = 9
 
 
 def chi_square_divergence(weights: np.ndarray, proportions: np.ndarray) -> float:
@@ -27,10 +31,34 @@ def chi_square_divergence(weights: np.ndarray, proportions: np.ndarray) -> float
   return 0.5 * float(np.sum(proportions * (weights / proportions - 1.0) ** 2))
 
 
-def _weights_at(eta: float, excess: np.ndarray, proportions: np.ndarray) -> np.ndarray:
-  """q_g proportional to p_g * max(excess_g - eta, 0)."""
+def _floored(weights: np.ndarray, floors: np.ndarray) -> np.ndarray:
+  """max(s * weights, floors) with the one scale s that makes it sum to one.
+
+  Flooring and then dividing by the sum would leave the floored entries below their floors;
+  scaling only the entries above them keeps every entry at or above its floor and keeps
+  the order of weights / floors. Needs sum(floors) <= 1.
+  """
+  below = np.zeros(weights.shape, bool)
+  while not below.all():
+    scale = (1.0 - floors[below].sum()) / weights[~below].sum()
+    now_below = below | (scale * weights < floors)
+    if np.array_equal(now_below, below):
+      return np.where(below, floors, scale * weights)
+    below = now_below
+  return floors / floors.sum()
+
+
+def _weights_at(eta: float, excess: np.ndarray, proportions: np.ndarray,
+                min_ratio: float) -> np.ndarray:
+  """q(eta): p_g max(excess_g - eta, 0) normalised, then q_g/p_g floored at min_ratio.
+
+  From the largest excess up the positive parts vanish; their limit puts all weight on the
+  groups of the largest excess, in proportion to p_g: the most concentrated q.
+  """
   unnormalised = proportions * np.maximum(excess - eta, 0.0)
-  return unnormalised / unnormalised.sum()
+  if not unnormalised.sum() > 0:
+    unnormalised = np.where(excess == excess.max(), proportions, 0.0)
+  return _floored(unnormalised / unnormalised.sum(), min_ratio * proportions)
 
 
 def _check(losses, baselines, proportions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -45,10 +73,55 @@ def _check(losses, baselines, proportions) -> tuple[np.ndarray, np.ndarray, np.n
   return arrays[0], arrays[1], arrays[2] / arrays[2].sum()
 
 
+def _check_ball(rho: float, min_ratio: float, where: str = 'DRO: ') -> None:
+  if not rho > 0:
+    raise UserError(f'{where}rho must be > 0, got {rho}')
+  if not 0 <= min_ratio < 1:
+    raise UserError(f'{where}min_ratio must be in [0, 1), got {min_ratio}')
+
+
+def _root_bracket(divergence_at, top: float, rho: float) -> tuple[float, float]:
+  """(low, high) with divergence_at(low) <= rho < divergence_at(high), for high = top.
+
+  The reference's lower end -top / (sqrt(2 rho + 1) - 1) (moved just below top where
+  top <= 0 puts it above) is inside the ball only when no excess is negative, so the
+  bracket is doubled downwards until it is.
+  """
+  high = top
+  low = min(-top / (np.sqrt(2 * rho + 1) - 1), top - 1e-6)
+  while divergence_at(low) > rho:
+    low, high = low - 2 * (high - low), low
+  return low, high
+
+
+def _bisect(divergence_at, low: float, high: float, rho: float) -> float:
+  """eta in [low, high] with |divergence_at(eta) - rho| <= BISECTION_TOLERANCE, or the
+  inside end once the bracket cannot shrink further."""
+  while True:
+    eta = 0.5 * (low + high)
+    if eta in (low, high):
+      return low
+    divergence = divergence_at(eta)
+    if abs(divergence - rho) <= BISECTION_TOLERANCE:
+      return eta
+    if divergence > rho:
+      high = eta
+    else:
+      low = eta
+
+
 def worst_case_weights(losses, baselines, proportions, rho: float = 0.1,
                        min_ratio: float = 0.2, floor_at_min_proportion: bool = False
                        ) -> np.ndarray:
   """The sampling weights q of the worst mix of groups inside the chi-square ball rho.
+
+  Follows the reference code (fairseq-dro-mnmt, `chi_square_resample`): q(eta) takes q_g
+  proportional to p_g max(excess_g - eta, 0), floors q_g/p_g at min_ratio and renormalises,
+  and eta is found by bisection so that the divergence of this floored q(eta) is rho. The
+  floor is where it departs from the reference: dividing by the sum after flooring would
+  leave the floored ratios below min_ratio, so floored groups are held at exactly
+  min_ratio and only the others are scaled down. The returned q thus has
+  q_g/p_g >= min_ratio, and a group with more excess never has a smaller q_g/p_g.
 
   Args:
     losses: l_g, each group's per-token training loss (its EMA during training).
@@ -56,40 +129,31 @@ def worst_case_weights(losses, baselines, proportions, rho: float = 0.1,
       l_g - b_g is what DRO chases. If every excess is negative, l_g itself is used.
     proportions: p_g, the groups' shares of the data (normalised here).
     rho: the radius of the ball, (1/2) sum_g p_g (q_g/p_g - 1)^2 <= rho.
-    min_ratio: q_g/p_g is floored here (then renormalised), so no group is starved.
-    floor_at_min_proportion: also floor q_g at the smallest p before renormalising.
+    min_ratio: the floor of q_g/p_g, in [0, 1), so no group is starved.
+    floor_at_min_proportion: also floor q_g at the smallest p (as the reference does by
+      default), the same way, keeping the min_ratio floor; q may then leave the ball, and a
+      small group can end above a larger one with more excess.
 
   Returns:
-    q, non-negative, summing to one. Before the floors, q_g is proportional to
-    p_g max(excess_g - eta, 0) with eta found by bisection so that the divergence equals
-    rho; where even the most concentrated q stays inside the ball (one group, or equal
-    excesses), eta is the bisection's upper end and q that most concentrated q.
+    q, non-negative, summing to one, with divergence rho (within BISECTION_TOLERANCE);
+    where even the most concentrated q(eta) (all weight on the largest excess, then
+    floored) stays inside the ball (one group, equal excesses, or a large rho), that q.
   """
   losses, baselines, proportions = _check(losses, baselines, proportions)
-  if rho <= 0:
-    raise UserError(f'DRO: rho must be > 0, got {rho}')
+  _check_ball(rho, min_ratio)
   excess = losses - baselines
   if np.all(excess < 0):
     excess = losses
+  excess = np.round(excess, EXCESS_DECIMALS)
+  weights_at = lambda eta: _weights_at(eta, excess, proportions, min_ratio)
+  divergence_at = lambda eta: chi_square_divergence(weights_at(eta), proportions)
   top = float(excess.max())
-  # Below this eta every q is inside the ball (the bound of METHODS.md section 6).
-  low, high = -max(abs(top), 1e-12) / (np.sqrt(2 * rho + 1) - 1), top
-  weights = proportions
-  while high - low > 1e-12 * max(1.0, abs(high)):
-    eta = 0.5 * (low + high)
-    weights = _weights_at(eta, excess, proportions)
-    divergence = chi_square_divergence(weights, proportions)
-    if abs(divergence - rho) < BISECTION_TOLERANCE * 1e-3:
-      break
-    if divergence > rho:
-      high = eta
-    else:
-      low = eta
-  ratios = np.maximum(weights / proportions, min_ratio)
-  floored = proportions * ratios
+  weights = weights_at(top)
+  if chi_square_divergence(weights, proportions) > rho:
+    weights = weights_at(_bisect(divergence_at, *_root_bracket(divergence_at, top, rho), rho))
   if floor_at_min_proportion:
-    floored = np.maximum(floored, proportions.min())
-  return floored / floored.sum()
+    weights = _floored(weights, np.maximum(min_ratio * proportions, proportions.min()))
+  return weights
 
 
 GROUPINGS = ('direction', 'target')
@@ -203,6 +267,7 @@ class DroConfig:
       raise UserError(f'DroConfig.interval (DRO_INTERVAL): must be >= 1, got {self.interval}')
     if not 0 < self.ema_decay <= 1:
       raise UserError(f'DroConfig.ema_decay: must be in (0, 1], got {self.ema_decay}')
+    _check_ball(self.rho, self.min_ratio, where='DroConfig.')
 
 
 def load_baselines(path: str, grouping: str) -> dict[str, float]:
