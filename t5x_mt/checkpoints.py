@@ -39,12 +39,20 @@ class RunCheckpoints:
     self.directory = self.model_dir / CHECKPOINTS
     if read_only and not self.directory.is_dir():
       raise UserError(f'{model_dir}: no checkpoints found (expected {self.directory})')
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not read_only,
-                                           read_only=read_only)
+    self._protected = _ProtectedStep()
+    options = ocp.CheckpointManagerOptions(
+        create=not read_only, read_only=read_only,
+        preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(
+            [ocp.checkpoint_managers.LatestN(keep), self._protected]))
     # Handlers named up front let `item_metadata` read saved shapes before a restore.
     self._manager = ocp.CheckpointManager(
         self.directory.absolute(), options=options,
         item_handlers={name: ocp.StandardCheckpointHandler() for name in ITEMS})
+
+  def protect(self, step: int | None) -> None:
+    """Keeps checkpoint `step` (early stopping's best) through the rotation that keeps the
+    latest `keep`; the step protected before it becomes an ordinary one again."""
+    self._protected.step = step
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
@@ -192,6 +200,17 @@ class RunCheckpoints:
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()
+
+
+class _ProtectedStep:
+  """An Orbax preservation policy that keeps one step, which may change as a run goes."""
+
+  def __init__(self):
+    self.step: int | None = None
+
+  def should_preserve(self, checkpoints, *, context) -> list[bool]:
+    del context
+    return [checkpoint.step == self.step for checkpoint in checkpoints]
 
 
 def _path_key(path) -> tuple[str, ...]:

@@ -99,11 +99,29 @@ class MetricsLog:
     self._tensorboard = tensorboardX.SummaryWriter(str(model_dir / 'tensorboard'))
 
   def _truncate_after(self, step: int) -> None:
-    """A resumed run rewrites the steps after its checkpoint; drop their old records."""
+    """A resumed run rewrites the steps after its checkpoint; drop their old records.
+
+    A last line cut short (the run was killed while appending it) is dropped with a
+    warning; a damaged line before it is a UserError naming the line.
+    """
     if not self.path.exists():
       return
-    kept = [line for line in self.path.read_text(encoding='utf-8').splitlines()
-            if line.strip() and json.loads(line)['step'] <= step]
+    lines = self.path.read_text(encoding='utf-8').splitlines()
+    kept = []
+    for number, line in enumerate(lines, start=1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError:
+        if number < len(lines):
+          raise UserError(f'{self.path}:{number}: not a JSON record; repair or remove the '
+                          'line to resume') from None
+        logging.warning('%s:%d: dropping an incomplete last record (the run was stopped '
+                        'while writing it)', self.path, number)
+        continue
+      if record['step'] <= step:
+        kept.append(line)
     files.write_text_atomically(self.path, ''.join(line + '\n' for line in kept))
 
   def write(self, record: dict[str, Any]) -> None:
@@ -195,15 +213,11 @@ def _schedule(name: str):
   raise UserError(f'train.learning_rate_schedule: {name!r} is not inverse_sqrt or constant')
 
 
-def _check_early_stopping(patience: int, eval_every_steps: int, keep_checkpoints: int) -> None:
-  if not patience:
-    return
-  if not eval_every_steps:
+def _check_early_stopping(patience: int, eval_every_steps: int) -> None:
+  if patience < 0:
+    raise UserError(f'train.early_stopping_patience: must be >= 0, got {patience}')
+  if patience and not eval_every_steps:
     raise UserError('train.early_stopping_patience: needs EVAL_EVERY_STEPS > 0')
-  if patience >= keep_checkpoints:
-    raise UserError(f'train.early_stopping_patience ({patience}) must be below '
-                    f'train.keep_checkpoints ({keep_checkpoints}), or the best checkpoint '
-                    'could be deleted before the run stops')
 
 
 def _initial_params(init_from: str, run_dir: pathlib.Path, target: Any) -> Any:
@@ -292,7 +306,9 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
       vocab.model must be this run's vocabulary.
     early_stopping_patience: with EVAL_EVERY_STEPS, stop after this many evaluations
       without a better average chrF++ than the best so far; the best step is saved as a
-      checkpoint and named in MODEL_DIR/best.json. 0 never stops early.
+      checkpoint that outlives the rotation of keep_checkpoints, is named in
+      MODEL_DIR/best.json and the final summary beside the last step, and is the one the
+      test split scores. 0 never stops early.
     dro: distributionally robust optimisation over groups of directions (gin/runs/dro/);
       None trains on the mixture's fixed rates.
     loss_chunk_length: > 0 computes the loss that many decoder positions at a time, from
@@ -318,7 +334,7 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
   model = network.Transformer(config)
   schedule = _schedule(learning_rate_schedule)
   optimizer = trainer.make_optimizer(learning_rate=schedule)
-  _check_early_stopping(early_stopping_patience, eval_every_steps, keep_checkpoints)
+  _check_early_stopping(early_stopping_patience, eval_every_steps)
 
   run_directions = data_tasks.mixture_directions(mixture_or_task_name)
   direction_ids = sorted({directions.direction_id(d.src_lang, d.tgt_lang)
@@ -366,6 +382,7 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
                        desc='train', unit='step', dynamic_ncols=True)
   step = start_step
   early_stopping = EarlyStopping.load(run_dir)
+  run_checkpoints.protect(early_stopping.best_step)
   host_state = lambda: {'dro': robust.state()} if robust else None
   while step < train_steps and not (early_stopping_patience and
                                     early_stopping.should_stop(early_stopping_patience)):
@@ -392,29 +409,47 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
       metrics_log.write(last_record)
       progress.set_postfix(loss=f'{summary["loss"]:.3f}')
       window_sums, window_start = None, time.perf_counter()
-    if step % checkpoint_every_steps == 0 or step == train_steps:
-      run_checkpoints.save(step, state, data_iterator, host_state())
+    new_best = stopping = False
     if eval_every_steps and step % eval_every_steps == 0 and step != train_steps:
       translator.params = state.params
       summary = evaluate_directions(translator, mixture_or_task_name, step)
       _write_evaluation(run_dir, summary, test=False)
       window_start = time.perf_counter()  # Throughput counts training time only.
       if early_stopping_patience:
-        if early_stopping.update(step, summary) and step % checkpoint_every_steps:
-          # The best step stays loadable.
-          run_checkpoints.save(step, state, data_iterator, host_state())
-        if early_stopping.should_stop(early_stopping_patience):
+        new_best = early_stopping.update(step, summary)
+        run_checkpoints.protect(early_stopping.best_step)
+        stopping = early_stopping.should_stop(early_stopping_patience)
+        if stopping:
           logging.info('Early stopping at step %d: best average chrF++ %.2f at step %d',
                        step, early_stopping.best_chrf, early_stopping.best_step)
+    if (step % checkpoint_every_steps == 0 or step == train_steps or new_best or stopping):
+      run_checkpoints.save(step, state, data_iterator, host_state())
   progress.close()
-  run_checkpoints.close()
   translator.params = state.params
   summary = evaluate_directions(translator, mixture_or_task_name, step)
+  if early_stopping_patience and early_stopping.best_step is not None:
+    _report_best_and_last(summary, early_stopping)
   _write_evaluation(run_dir, summary, test=False)
   if evaluate_test_split:
-    test_summary = evaluate_directions(translator, mixture_or_task_name, step, split='test')
+    # With early stopping, the test split scores the step selected on validation.
+    selected = (early_stopping.best_step if early_stopping_patience and
+                early_stopping.best_step is not None else step)
+    if selected != step:
+      translator.params = run_checkpoints.restore_params(selected, state.params)
+    test_summary = evaluate_directions(translator, mixture_or_task_name, selected,
+                                       split='test')
     _write_evaluation(run_dir, test_summary, test=True)
+  run_checkpoints.close()
   return last_record
+
+
+def _report_best_and_last(summary: dict[str, Any], early_stopping: EarlyStopping) -> None:
+  """Names the best validation step beside the last one in the final summary and log."""
+  summary['best'] = {'step': early_stopping.best_step, 'chrf': early_stopping.best_chrf}
+  summary['last'] = {'step': summary['step'], 'chrf': summary['average']['chrf']}
+  print(f'best step {early_stopping.best_step} (average chrF++ {early_stopping.best_chrf:.2f}),'
+        f' last step {summary["step"]} (average chrF++ {summary["average"]["chrf"]:.2f})',
+        flush=True)
 
 
 def _robust_training(config: dro.DroConfig, mixture_or_task_name: str,

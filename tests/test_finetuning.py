@@ -41,17 +41,36 @@ def test_early_stopping_keeps_the_best_step(trained_run, tmp_path):
   best = json.loads((run_dir / 'best.json').read_text())
   assert (best['step'], best['evaluations_since_best']) == (1, 1)
   run_checkpoints = checkpoints.RunCheckpoints(str(run_dir), read_only=True)
-  assert run_checkpoints.all_steps() == [1]
+  assert run_checkpoints.all_steps() == [1, 2]  # The best, and the step it stopped at.
   run_checkpoints.close()
   _configure(trained_run, run_dir, 10, EVAL_EVERY_STEPS='1', CHECKPOINT_EVERY_STEPS='5',
              **{'train_loop.train.early_stopping_patience': '1'})
   assert train_loop.train() == {}  # Rerun: already stopped, no more steps.
 
 
+def test_the_best_step_outlives_checkpoint_rotation(trained_run, tmp_path, capsys):
+  # A checkpoint every step, keep 2, an evaluation every 3: at learning rate 0 step 3 is
+  # the best, and the run stops at step 9 after 2 evaluations without a better one.
+  run_dir = tmp_path / 'ft'
+  _configure(trained_run, run_dir, 20, EVAL_EVERY_STEPS='3', CHECKPOINT_EVERY_STEPS='1',
+             **{'train_loop.train.early_stopping_patience': '2',
+                'train_loop.train.keep_checkpoints': '2',
+                'train_loop.train.evaluate_test_split': 'True'})
+  train_loop.train()
+  run_checkpoints = checkpoints.RunCheckpoints(str(run_dir), read_only=True)
+  assert run_checkpoints.all_steps() == [3, 8, 9]
+  run_checkpoints.close()
+  final = json.loads((run_dir / 'eval' / 'step_9.json').read_text())
+  assert final['best']['step'] == 3 and final['last']['step'] == 9
+  assert final['best']['chrf'] == final['last']['chrf'] == final['average']['chrf']
+  assert 'best step 3 (average chrF++' in capsys.readouterr().out
+  assert [p.name for p in (run_dir / 'test' / 'eval').iterdir()] == ['step_3.json']
+
+
 @pytest.mark.parametrize('overrides, message', [
     ({'train_loop.train.early_stopping_patience': '2'}, 'needs EVAL_EVERY_STEPS > 0'),
-    ({'train_loop.train.early_stopping_patience': '3', 'EVAL_EVERY_STEPS': '1'},
-     r'early_stopping_patience \(3\) must be below train.keep_checkpoints \(3\)'),
+    ({'train_loop.train.early_stopping_patience': '-1', 'EVAL_EVERY_STEPS': '1'},
+     'early_stopping_patience: must be >= 0, got -1'),
     ({'train_loop.train.learning_rate_schedule': "'cosine'"}, "'cosine' is not inverse_sqrt"),
 ])
 def test_bad_fine_tuning_settings_are_named(trained_run, tmp_path, overrides, message):

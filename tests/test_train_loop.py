@@ -29,6 +29,8 @@ def test_resume_continues_loss_curve(tiny_mixture, tmp_path):
   straight = train_loop.train()
   configure(tmp_path / 'stopped', vocabulary, tiny_mixture, train_steps=3)
   train_loop.train()
+  with (tmp_path / 'stopped' / 'metrics.jsonl').open('a') as metrics:
+    metrics.write('{"step": 4, "loss": 1.2')  # Killed while appending a record.
   configure(tmp_path / 'stopped', vocabulary, tiny_mixture, train_steps=6)
   resumed = train_loop.train()
   assert resumed['step'] == straight['step'] == 6
@@ -39,6 +41,17 @@ def test_resume_continues_loss_curve(tiny_mixture, tmp_path):
   assert [r['step'] for r in logged] == [1, 2, 3, 4, 5, 6]
   for got, want in zip(logged, expected):
     assert got['loss'] == pytest.approx(want['loss'], rel=1e-5)
+
+
+def test_a_damaged_metrics_record_before_the_last_is_named(tmp_path, caplog):
+  path = tmp_path / 'metrics.jsonl'
+  path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')
+  with pytest.raises(UserError, match=r'metrics.jsonl:2: not a JSON record'):
+    train_loop.MetricsLog(tmp_path, resume_step=3)
+  path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
+  train_loop.MetricsLog(tmp_path, resume_step=3)
+  assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
+  assert 'metrics.jsonl:3: dropping an incomplete last record' in caplog.text
 
 
 def test_resume_with_a_grown_vocabulary_keeps_training_the_old_model(tiny_mixture, tmp_path):
