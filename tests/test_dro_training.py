@@ -52,7 +52,7 @@ def _row_directions(batch: dict[str, np.ndarray]) -> list[str]:
 def sampler_factory(tiny_mixture, tmp_path):
   _configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, 1,
              tmp_path / 'unused.json')
-  train_loop.ensure_vocabulary(tiny_mixture, tmp_path)
+  train_loop.run_vocabulary(tiny_mixture, tmp_path)
   return lambda: group_sampler.GroupSampler(tiny_mixture, grouping='direction',
                                             global_batch_size=8, inputs_length=16,
                                             targets_length=16, seed=3)
@@ -68,6 +68,26 @@ def test_sampled_rows_follow_the_weights(sampler_factory):
   assert abs(share - 0.8) < 4 * np.sqrt(0.8 * 0.2 / len(drawn))
   sampler.set_weights([0.0, 1.0])
   assert {d for _ in range(5) for d in _row_directions(next(sampler))} == {GROUPS[1]}
+
+
+def test_sampler_draws_at_the_weights_each_dro_update_sets(sampler_factory, tmp_path):
+  # Both groups have baseline 1.0; hau->eng's loss 4.0 is 3 above it, eng->fra's is at it.
+  # From p = (0.5, 0.5) the weights move d = sqrt(2 rho p_1 p_2) = 0.2236 towards hau->eng.
+  baselines = _write_baselines(tmp_path / 'b.json', {GROUPS[0]: 1.0, GROUPS[1]: 1.0})
+  robust = dro.DroTraining(dro.DroConfig(str(baselines), interval=1), GROUPS,
+                           proportions={GROUPS[0]: 0.5, GROUPS[1]: 0.5},
+                           sampling_shares={GROUPS[0]: 0.5, GROUPS[1]: 0.5})
+  sampler = sampler_factory()
+  sampler.set_weights(robust.weights)
+  metrics = {'direction_loss_sums': np.array([10.0, 40.0]),
+             'direction_tokens': np.array([10.0, 10.0])}
+  train_loop._update_dro(robust, metrics, 1, sampler)  # pylint: disable=protected-access
+  target = robust.weights[1]
+  assert target == pytest.approx(0.5 + np.sqrt(2 * 0.1 * 0.25), abs=1e-4)
+  drawn = [d for _ in range(40) for d in _row_directions(next(sampler))]
+  share = drawn.count(GROUPS[1]) / len(drawn)
+  # 320 rows: the share's binomial deviation is 0.025, the move 0.224 (9 of them).
+  assert abs(share - target) < 4.5 * np.sqrt(target * (1 - target) / len(drawn))
 
 
 def test_rows_are_whole_packed_rows_of_one_group(sampler_factory):
