@@ -244,13 +244,7 @@ def _abstract(tree: Any) -> Any:
 
 
 def check_writable(model_dir: str) -> None:
-  """Fails early, naming MODEL_DIR, if the run could not write its outputs there."""
-  path = pathlib.Path(model_dir)
-  try:
-    path.mkdir(parents=True, exist_ok=True)
-    probe = path / '.write_test'
-    probe.write_text('')
-    probe.unlink()
-  except OSError as error:
-    raise UserError(f'MODEL_DIR: cannot write to {model_dir} ({error.strerror or error})') from None
+  """Fails early, naming MODEL_DIR, if the run could not write its outputs there; creates
+  nothing."""
+  files.check_creatable(model_dir, 'MODEL_DIR')
   logging.info('Writing to %s', os.path.abspath(model_dir))

@@ -6,9 +6,14 @@ are flushed to disk, and replace the target in one rename. A crash or kill mid-w
 leaves the previous file (or none), never half a file.
 """
 
+from collections.abc import Iterator
+import contextlib
 import os
 import pathlib
+import shutil
 import tempfile
+
+from t5x_mt.errors import UserError
 
 
 def write_bytes_atomically(path: str | os.PathLike, data: bytes) -> pathlib.Path:
@@ -34,3 +39,31 @@ def write_bytes_atomically(path: str | os.PathLike, data: bytes) -> pathlib.Path
 def write_text_atomically(path: str | os.PathLike, text: str) -> pathlib.Path:
   """UTF-8 text version of write_bytes_atomically."""
   return write_bytes_atomically(path, text.encode('utf-8'))
+
+
+@contextlib.contextmanager
+def removed_on_failure(folder: str | os.PathLike) -> Iterator[None]:
+  """Removes `folder` if the block fails and the folder did not exist before it: a run
+  that could not start leaves no half-made MODEL_DIR behind, and an existing one is
+  never removed."""
+  folder = pathlib.Path(folder)
+  existed = folder.exists()
+  try:
+    yield
+  except BaseException:
+    if not existed:
+      shutil.rmtree(folder, ignore_errors=True)
+    raise
+
+
+def check_creatable(folder: str | os.PathLike, name: str) -> None:
+  """A UserError naming `name` unless `folder` exists as a writable folder or could be
+  created; creates nothing."""
+  folder = pathlib.Path(os.path.abspath(folder))
+  existing = next(p for p in (folder, *folder.parents) if p.exists())
+  if not existing.is_dir():
+    raise UserError(f'{name}: cannot write to {folder} ({existing} is not a folder)')
+  try:
+    tempfile.TemporaryDirectory(dir=existing).cleanup()
+  except OSError as error:
+    raise UserError(f'{name}: cannot write to {folder} ({error.strerror or error})') from None

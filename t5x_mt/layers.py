@@ -298,6 +298,9 @@ class Embed(nn.Module):
     return nn.with_logical_constraint(logits, ('batch', 'length', 'vocab'))
 
 
+POSITION_EMBEDDINGS = ('learned', 'sinusoidal')
+
+
 def sinusoidal_table(max_length: int, features: int, max_scale: float = 10000.0) -> np.ndarray:
   """Fixed [max_length, features] table of Vaswani et al.: sin in the first half, cos after."""
   half = features // 2

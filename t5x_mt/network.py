@@ -27,8 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5x_mt import adapters
+from t5x_mt import kernels
 from t5x_mt import layers
-from t5x_mt.errors import UserError
+from t5x_mt import validation
 
 Array = jax.Array
 
@@ -65,9 +66,23 @@ class TransformerConfig:
     object.__setattr__(self, 'adapter_keys', tuple(self.adapter_keys))
     object.__setattr__(self, 'adapter_bottlenecks', tuple(self.adapter_bottlenecks))
     adapters.check_config(self.adapter_by, self.adapter_keys, self.adapter_bottlenecks)
-    if self.remat_policy not in REMAT_POLICIES:
-      raise UserError(f'TransformerConfig.remat_policy: {self.remat_policy!r} is not one of '
-                      f'{", ".join(REMAT_POLICIES)}')
+    self._check_values()
+
+  def _check_values(self) -> None:
+    """Every field a gin binding could get wrong, named as it is bound."""
+    name = lambda field: f'network.TransformerConfig.{field}'
+    for field in ('vocab_size', 'emb_dim', 'num_heads', 'head_dim', 'mlp_dim', 'max_length'):
+      validation.integer(name(field), getattr(self, field), minimum=1)
+    for field in ('num_encoder_layers', 'num_decoder_layers'):
+      validation.integer(name(field), getattr(self, field), minimum=0)
+    for field in ('dropout_rate', 'attention_dropout_rate'):
+      validation.number(name(field), getattr(self, field), at_least=0.0, below=1.0)
+    validation.choice(name('position_embedding'), self.position_embedding,
+                      layers.POSITION_EMBEDDINGS)
+    validation.choice(name('mlp_activation'), self.mlp_activation, layers.ACTIVATIONS)
+    validation.choice(name('attention_implementation'), self.attention_implementation,
+                      ('auto', *kernels.implementations()))
+    validation.choice(name('remat_policy'), self.remat_policy, REMAT_POLICIES)
 
 
 # What the backward pass keeps of a layer's forward activations ('none': everything, no

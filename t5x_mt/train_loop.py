@@ -34,6 +34,7 @@ from t5x_mt import inference
 from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt import trainer
+from t5x_mt import validation
 from t5x_mt.data import corpora
 from t5x_mt.data import directions
 from t5x_mt.data import group_sampler
@@ -45,6 +46,8 @@ from t5x_mt.errors import UserError
 VOCABULARY_FILE = 'vocab.model'
 CONFIG_FILE = 'config.gin'
 METRICS_FILE = 'metrics.jsonl'
+BEST_FILE = 'best.json'
+DRO_GROUPS_FILE = 'dro_groups.json'
 
 # The model's hyperparameters come from gin/models/*.gin; the vocabulary size from the run.
 model_config = gin.external_configurable(network.TransformerConfig, module='network')
@@ -65,12 +68,13 @@ def padded_vocab_size(num_pieces: int, multiple: int = 128) -> int:
   return -(-num_pieces // multiple) * multiple
 
 
-def ensure_vocabulary(mixture_or_task_name: str, model_dir: pathlib.Path) -> str:
-  """The run's vocabulary file, built from the mixture if it does not exist yet.
+def run_vocabulary(mixture_or_task_name: str, model_dir: pathlib.Path) -> bytes:
+  """The run's SentencePiece model, built from the mixture if VOCABULARY_PATH does not
+  exist yet.
 
-  A copy lives in MODEL_DIR so that translation needs only the checkpoint directory. A
-  resumed run may switch to a grown version of its vocabulary (old pieces unchanged, new
-  ones appended); any other change is an error.
+  A copy lives in MODEL_DIR (`_write_run_files`) so that translation needs only the
+  checkpoint directory. A resumed run may switch to a grown version of its vocabulary
+  (old pieces unchanged, new ones appended); any other change is an error.
   """
   path = data_tasks.vocabulary_path()
   if not tf.io.gfile.exists(path):
@@ -85,9 +89,19 @@ def ensure_vocabulary(mixture_or_task_name: str, model_dir: pathlib.Path) -> str
                       'merge_vocab.py grows a vocabulary; a new vocabulary needs a new MODEL_DIR)')
     logging.info('Vocabulary grown: %s extends %s; new embedding rows are initialised',
                  path, local_copy)
-  if not local_copy.exists() or local_copy.read_bytes() != configured:
-    files.write_bytes_atomically(local_copy, configured)
-  return path
+  return configured
+
+
+def _write_run_files(run_dir: pathlib.Path, vocabulary: bytes,
+                     robust: dro.DroTraining | None) -> None:
+  """config.gin, the vocabulary's copy and DRO's groups: what a run's readers need."""
+  files.write_text_atomically(run_dir / CONFIG_FILE, gin.config_str())
+  local_copy = run_dir / VOCABULARY_FILE
+  if not local_copy.exists() or local_copy.read_bytes() != vocabulary:
+    files.write_bytes_atomically(local_copy, vocabulary)
+  if robust:
+    files.write_text_atomically(run_dir / DRO_GROUPS_FILE, json.dumps(
+        robust.groups_record(), indent=2, sort_keys=True) + '\n')
 
 
 class MetricsLog:
@@ -167,9 +181,6 @@ def _write_evaluation(model_dir: pathlib.Path, summary: dict[str, Any], test: bo
   print(evaluation.format_table(summary), flush=True)
 
 
-BEST_FILE = 'best.json'
-DRO_GROUPS_FILE = 'dro_groups.json'
-
 
 @dataclasses.dataclass
 class EarlyStopping:
@@ -213,20 +224,30 @@ def _schedule(name: str):
   raise UserError(f'train.learning_rate_schedule: {name!r} is not inverse_sqrt or constant')
 
 
-def _check_early_stopping(patience: int, eval_every_steps: int) -> None:
-  if patience < 0:
-    raise UserError(f'train.early_stopping_patience: must be >= 0, got {patience}')
-  if patience and not eval_every_steps:
-    raise UserError('train.early_stopping_patience: needs EVAL_EVERY_STEPS > 0')
+def _check_loop_settings(**settings: Any) -> None:
+  """The training loop's counts and sizes, named as gin binds them, before any work."""
+  macros = {'train_steps': 'TRAIN_STEPS', 'batch_size': 'BATCH_SIZE',
+            'log_every_steps': 'LOG_EVERY_STEPS', 'eval_every_steps': 'EVAL_EVERY_STEPS',
+            'checkpoint_every_steps': 'CHECKPOINT_EVERY_STEPS'}
+  name = lambda setting: (f'{macros[setting]} (train_loop.train.{setting})' if setting in macros
+                          else f'train_loop.train.{setting}')
+  minimums = {'eval_every_steps': 0, 'loss_chunk_length': 0, 'early_stopping_patience': 0}
+  for setting, value in settings.items():
+    if setting == 'label_smoothing':
+      validation.number(name(setting), value, at_least=0.0, below=1.0)
+    else:
+      validation.integer(name(setting), value, minimum=minimums.get(setting, 1))
+  if settings['early_stopping_patience'] and not settings['eval_every_steps']:
+    raise UserError('train_loop.train.early_stopping_patience: needs EVAL_EVERY_STEPS > 0')
 
 
-def _initial_params(init_from: str, run_dir: pathlib.Path, target: Any) -> Any:
+def _initial_params(init_from: str, vocabulary: bytes, target: Any) -> Any:
   """The latest parameters of run `init_from`, which must share this run's vocabulary."""
   parent = pathlib.Path(init_from)
   parent_vocabulary = parent / VOCABULARY_FILE
   if not parent_vocabulary.is_file():
     raise UserError(f'train.init_from: {parent_vocabulary} not found (not a run folder)')
-  if parent_vocabulary.read_bytes() != (run_dir / VOCABULARY_FILE).read_bytes():
+  if parent_vocabulary.read_bytes() != vocabulary:
     raise UserError(f'train.init_from: {parent_vocabulary} differs from this run\'s '
                     'vocabulary; set VOCABULARY_PATH to it')
   parent_checkpoints = checkpoints.RunCheckpoints(str(parent), read_only=True)
@@ -317,54 +338,58 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
       ever holding the [batch, length, vocab] logits, for 100k-256k vocabularies, and
       faster than the plain loss on CPU. 0: the plain loss over full logits.
   """
-  if loss_chunk_length < 0:
-    raise UserError(f'train.loss_chunk_length: must be >= 0, got {loss_chunk_length}')
+  _check_loop_settings(train_steps=train_steps, batch_size=batch_size,
+                       log_every_steps=log_every_steps, eval_every_steps=eval_every_steps,
+                       checkpoint_every_steps=checkpoint_every_steps,
+                       keep_checkpoints=keep_checkpoints, inputs_length=inputs_length,
+                       targets_length=targets_length, num_microbatches=num_microbatches,
+                       label_smoothing=label_smoothing, loss_chunk_length=loss_chunk_length,
+                       early_stopping_patience=early_stopping_patience)
   run_dir = pathlib.Path(model_dir)
   checkpoints.check_writable(model_dir)
   data_tasks.register_from_config()
   data_tasks.check_train_examples(mixture_or_task_name)
-  files.write_text_atomically(run_dir / CONFIG_FILE, gin.config_str())
-  ensure_vocabulary(mixture_or_task_name, run_dir)
-
   mesh = partitioning.create_mesh(mesh_shape)
   rules = partitioning.logical_axis_rules()
   partitioning.check_batch_divisible(batch_size, mesh)
   trainer.check_microbatches(batch_size, num_microbatches, mesh.shape['data'])
-  config = model_config(vocab_size=padded_vocab_size(data_tasks.VOCABULARY.vocab_size))
-  model = network.Transformer(config)
   schedule = _schedule(learning_rate_schedule)
   optimizer = trainer.make_optimizer(learning_rate=schedule)
-  _check_early_stopping(early_stopping_patience, eval_every_steps)
-
+  # The model's settings are checked before the vocabulary (whose size it needs) is built.
+  adapter_config = model_config(vocab_size=1)
   run_directions = data_tasks.mixture_directions(mixture_or_task_name)
   direction_ids = sorted({directions.direction_id(d.src_lang, d.tgt_lang)
                           for d in run_directions})
   direction_names = [directions.direction_from_id(i) for i in direction_ids]
-  if config.adapter_keys:
-    adapters.check_directions(direction_names, config.adapter_by, config.adapter_keys,
-                              'MIXTURE_OR_TASK_NAME')
+  if adapter_config.adapter_keys:
+    adapters.check_directions(direction_names, adapter_config.adapter_by,
+                              adapter_config.adapter_keys, 'MIXTURE_OR_TASK_NAME')
+  vocabulary = run_vocabulary(mixture_or_task_name, run_dir)
+  config = model_config(vocab_size=padded_vocab_size(data_tasks.VOCABULARY.vocab_size))
+  model = network.Transformer(config)
 
   state, state_shardings = partitioning.shard_init(
       lambda rng: trainer.init_train_state(model, optimizer, rng, inputs_length,
                                            targets_length),
       mesh, rules, jax.random.PRNGKey(seed))
-  run_checkpoints = checkpoints.RunCheckpoints(model_dir, keep=keep_checkpoints)
   robust = dro and _robust_training(dro, mixture_or_task_name, direction_names)
-  if robust:
-    files.write_text_atomically(run_dir / DRO_GROUPS_FILE, json.dumps(
-        robust.groups_record(), indent=2, sort_keys=True) + '\n')
   data_iterator = _training_batches(mixture_or_task_name, robust, batch_size=batch_size,
                                     inputs_length=inputs_length, targets_length=targets_length,
                                     seed=seed, pack=pack)
-  start_step = run_checkpoints.latest_step() or 0
-  if start_step:
-    logging.info('Resuming from checkpoint at step %d', start_step)
-    state = run_checkpoints.restore(start_step, state)
-    run_checkpoints.restore_input(start_step, data_iterator)
-    if robust:
-      robust.restore(_saved_dro_state(run_checkpoints, start_step))
-  elif init_from:
-    state = state.replace(params=_initial_params(init_from, run_dir, state.params))
+  # MODEL_DIR is created only now that the configuration is known to be valid, and its
+  # files are (re)written only once a resumed checkpoint has restored into this model.
+  with files.removed_on_failure(run_dir):
+    run_checkpoints = checkpoints.RunCheckpoints(model_dir, keep=keep_checkpoints)
+    start_step = run_checkpoints.latest_step() or 0
+    if start_step:
+      logging.info('Resuming from checkpoint at step %d', start_step)
+      state = run_checkpoints.restore(start_step, state)
+      run_checkpoints.restore_input(start_step, data_iterator)
+      if robust:
+        robust.restore(_saved_dro_state(run_checkpoints, start_step))
+    elif init_from:
+      state = state.replace(params=_initial_params(init_from, vocabulary, state.params))
+    _write_run_files(run_dir, vocabulary, robust)
 
   train_step = trainer.jit_train_step(
       trainer.make_train_step(model, optimizer, direction_ids=direction_ids,

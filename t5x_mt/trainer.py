@@ -23,6 +23,7 @@ from t5x_mt import losses
 from t5x_mt import network
 from t5x_mt import optimizers
 from t5x_mt import partitioning
+from t5x_mt import validation
 from t5x_mt.errors import UserError
 from t5x_mt.kernels import fused_loss
 
@@ -50,6 +51,10 @@ def inverse_sqrt_schedule(peak_learning_rate: float = 1e-3,
   lr(s) = peak * min(s / warmup, sqrt(warmup / s)) for update number s = step + 1, so the
   first update already moves the parameters.
   """
+  validation.number('trainer.inverse_sqrt_schedule.peak_learning_rate (LEARNING_RATE)',
+                    peak_learning_rate, above=0.0)
+  validation.integer('trainer.inverse_sqrt_schedule.warmup_steps (WARMUP_STEPS)',
+                     warmup_steps, minimum=0)
   warmup = float(max(warmup_steps, 1))
 
   def schedule(step):
@@ -62,6 +67,7 @@ def inverse_sqrt_schedule(peak_learning_rate: float = 1e-3,
 @gin.configurable
 def constant_schedule(learning_rate: float = 1e-5) -> optax.Schedule:
   """A fixed learning rate: fine-tuning on small clean data (METHODS.md section 9: 1e-5)."""
+  validation.number('trainer.constant_schedule.learning_rate', learning_rate, at_least=0.0)
   return optax.constant_schedule(learning_rate)
 
 
