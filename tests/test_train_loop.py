@@ -104,6 +104,40 @@ def test_unknown_mixture_is_named(tmp_path):
     train_loop.train()
 
 
+@pytest.mark.parametrize('binding, value, message', [
+    ('TRAIN_STEPS', '0', r'TRAIN_STEPS \(train_loop.train.train_steps\): must be >= 1, got 0'),
+    ('TRAIN_STEPS', '-5', 'TRAIN_STEPS .*: must be >= 1, got -5'),
+    ('LOG_EVERY_STEPS', '0', 'LOG_EVERY_STEPS .*: must be >= 1'),
+    ('network.TransformerConfig.mlp_activation', "'gelu2'",
+     "mlp_activation: 'gelu2' is not one of 'gelu', 'relu'"),
+    ('network.TransformerConfig.attention_implementation', "'flash'",
+     "attention_implementation: 'flash' is not one of 'auto', 'pallas', 'xla'"),
+    ('network.TransformerConfig.position_embedding', "'rope'",
+     "position_embedding: 'rope' is not one of 'learned', 'sinusoidal'"),
+    ('LEARNING_RATE', "'fast'", r"peak_learning_rate \(LEARNING_RATE\): must be a number, "
+     "got 'fast'"),
+])
+def test_bad_settings_are_named_before_model_dir_exists(tiny_mixture, tmp_path, binding, value,
+                                                         message):
+  configure_tiny_run(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, 3,
+                     **{binding: value})
+  with pytest.raises(UserError, match=message):
+    train_loop.train()
+  assert not (tmp_path / 'run').exists() and not (tmp_path / 'vocab.model').exists()
+
+
+def test_resuming_with_another_model_shape_leaves_the_run_as_it_was(tiny_mixture, tmp_path):
+  configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, train_steps=3)
+  train_loop.train()
+  config = (tmp_path / 'run' / 'config.gin').read_bytes()
+  configure_tiny_run(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, 6,
+                     **{'network.TransformerConfig.mlp_dim': '48'})
+  with pytest.raises(UserError, match=r"checkpoints/3: params .*\['mlp'\].* was saved with "
+                     r"shape \(64,\) but the model has \(48,\)"):
+    train_loop.train()
+  assert (tmp_path / 'run' / 'config.gin').read_bytes() == config
+
+
 def test_gin_typo_names_the_binding():
   gin.clear_config()
   with pytest.raises(UserError, match='TRAIN_STEPZ|train_stepz'):
