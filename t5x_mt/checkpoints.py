@@ -11,6 +11,8 @@ run would have seen, and optionally a JSON record of other host-side training st
 exists always has them.
 """
 
+from collections.abc import Iterator
+import contextlib
 import json
 import logging
 import os
@@ -54,6 +56,18 @@ class RunCheckpoints:
     latest `keep`; the step protected before it becomes an ordinary one again."""
     self._protected.step = step
 
+  @contextlib.contextmanager
+  def _reading(self, step: int) -> Iterator[None]:
+    """Turns a failure to read checkpoint `step` (a file cut short or missing: Orbax and
+    TensorStore raise their own errors) into one line naming the checkpoint."""
+    try:
+      yield
+    except UserError:
+      raise
+    except Exception as error:  # pylint: disable=broad-except
+      raise UserError(f'{self.directory / str(step)}: cannot be read, the checkpoint is '
+                      f'damaged or incomplete ({_root_cause(error)})') from None
+
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
@@ -89,10 +103,12 @@ class RunCheckpoints:
     fresh values (new embeddings from the initialiser, zero optimizer moments).
     """
     optimizer_target = {'step': target.step, 'opt_state': target.opt_state}
-    restored = self._manager.restore(step, args=ocp.args.Composite(
+    args = ocp.args.Composite(
         params=ocp.args.StandardRestore(self._saved_like('params', step, target.params)),
         optimizer=ocp.args.StandardRestore(
-            self._saved_like('optimizer', step, optimizer_target))))
+            self._saved_like('optimizer', step, optimizer_target)))
+    with self._reading(step):
+      restored = self._manager.restore(step, args=args)
     params = _grow(restored['params'], target.params)
     optimizer = _grow(restored['optimizer'], optimizer_target)
     return target.replace(params=params, step=optimizer['step'],
@@ -101,7 +117,8 @@ class RunCheckpoints:
   def saved_shapes(self, step: int, item: str = 'params') -> dict[tuple[str, ...], tuple]:
     """{path as strings: shape} of the arrays of `item` saved at `step`, read without
     restoring them."""
-    metadata = self._manager.item_metadata(step)[item]
+    with self._reading(step):
+      metadata = self._manager.item_metadata(step)[item]
     return {_path_key(path): tuple(leaf.shape)
             for path, leaf in jax.tree_util.tree_leaves_with_path(metadata)
             if hasattr(leaf, 'shape')}
@@ -115,7 +132,11 @@ class RunCheckpoints:
     saved = self.saved_shapes(step, item)
 
     def like(path, leaf):
-      shape = saved.get(_path_key(path), tuple(leaf.shape))
+      if _path_key(path) not in saved:
+        raise UserError(f'{self.directory}/{step}: {item} has no '
+                        f'{jax.tree_util.keystr(path)}: it was saved by another model than '
+                        "the run's config.gin describes")
+      shape = saved[_path_key(path)]
       if len(shape) != len(leaf.shape) or any(a > b for a, b in zip(shape, leaf.shape)):
         raise UserError(f'{self.directory}/{step}: {item} {jax.tree_util.keystr(path)} was '
                         f'saved with shape {shape} but the model has {tuple(leaf.shape)}; '
@@ -133,8 +154,9 @@ class RunCheckpoints:
         lambda a, b: a.shape != b.shape, saved, _abstract(target_params))).count(True):
       raise UserError(f'{self.directory}/{step}: saved before the vocabulary grew; '
                       'translate with a checkpoint saved after training resumed with it')
-    restored = self._manager.restore(step, args=ocp.args.Composite(
-        params=ocp.args.StandardRestore(_abstract(target_params))))
+    with self._reading(step):
+      restored = self._manager.restore(step, args=ocp.args.Composite(
+          params=ocp.args.StandardRestore(_abstract(target_params))))
     return restored['params']
 
   def save_params(self, step: int, params: Any) -> None:
@@ -211,6 +233,14 @@ class _ProtectedStep:
   def should_preserve(self, checkpoints, *, context) -> list[bool]:
     del context
     return [checkpoint.step == self.step for checkpoint in checkpoints]
+
+
+def _root_cause(error: BaseException, limit: int = 300) -> str:
+  """The first line of the innermost error in `error`'s chain, at most `limit` characters."""
+  while error.__cause__ is not None or error.__context__ is not None:
+    error = error.__cause__ or error.__context__
+  first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+  return first_line if len(first_line) <= limit else first_line[:limit] + '...'
 
 
 def _path_key(path) -> tuple[str, ...]:

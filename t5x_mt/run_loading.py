@@ -107,14 +107,6 @@ def _restore_params(run_dir: pathlib.Path, step: int, target: Any) -> Any:
   run_checkpoints = checkpoints.RunCheckpoints(str(run_dir), read_only=True)
   try:
     return run_checkpoints.restore_params(step, target)
-  except UserError:
-    raise
-  except (ValueError, KeyError) as error:
-    # A config.gin edited after training describes a different model than was saved.
-    raise UserError(f'{run_dir / checkpoints.CHECKPOINTS}: checkpoint {step} does not match '
-                    f'the model of {run_dir / train_loop.CONFIG_FILE} '
-                    f'({str(error).splitlines()[0] if str(error) else type(error).__name__})'
-                    ) from None
   finally:
     run_checkpoints.close()
 

@@ -22,6 +22,7 @@ from t5x_mt.errors import UserError
 
 from conftest import TINY_RUN_CHECKPOINT_EVERY
 from conftest import TINY_RUN_STEPS as TRAIN_STEPS
+from test_launch_translate_evaluate import run_command
 
 
 def saved_params(run_dir: pathlib.Path, step: int) -> dict:
@@ -190,3 +191,38 @@ def test_padded_embedding_rows_are_never_generated(trained_run):
       encoder_ids, prefix, directions.direction_id('eng_Latn', 'hau_Latn'))
   assert generated.max() < pieces
   assert isinstance(translator.translate(['Monday'], 'eng_Latn', 'hau_Latn')[0], str)
+
+
+def _with_a_cut_checkpoint(trained_run: pathlib.Path, copy: pathlib.Path) -> pathlib.Path:
+  """A copy of the run whose last checkpoint lost the end of its largest parameter file
+  (a copy or a disk that filled up mid-write)."""
+  shutil.copytree(trained_run, copy)
+  data = max((copy / 'checkpoints' / str(TRAIN_STEPS) / 'params').rglob('d/*'),
+             key=lambda path: path.stat().st_size)
+  data.write_bytes(data.read_bytes()[:100])
+  return copy
+
+
+def test_a_cut_checkpoint_is_one_line_naming_it(trained_run, tmp_path):
+  run = _with_a_cut_checkpoint(trained_run, tmp_path / 'run')
+  message = rf'{run}/checkpoints/{TRAIN_STEPS}: cannot be read, the checkpoint is damaged'
+  with pytest.raises(UserError, match=message) as error:
+    run_loading.load_translator(str(run))
+  assert '\n' not in str(error.value)
+  with pytest.raises(UserError, match=message):
+    run_loading.average_checkpoints(str(run), [TRAIN_STEPS - 2, TRAIN_STEPS],
+                                    str(tmp_path / 'averaged'))
+  assert not (tmp_path / 'averaged').exists()
+  # The step before it is whole and still loads.
+  assert run_loading.load_translator(str(run), step=TRAIN_STEPS - 2).beam_size >= 1
+
+
+def test_translating_with_a_cut_checkpoint_prints_one_line(trained_run, tmp_path):
+  run = _with_a_cut_checkpoint(trained_run, tmp_path / 'run')
+  source = tmp_path / 'source.txt'
+  source.write_text('Monday\n', encoding='utf-8')
+  result = run_command('translate.py', f'--checkpoint_dir={run}', '--src_lang=eng_Latn',
+                       '--tgt_lang=hau_Latn', f'--input={source}')
+  assert result.returncode == 2 and result.stdout == ''
+  assert len(result.stderr.splitlines()) == 1, result.stderr
+  assert result.stderr.startswith(f'error: {run}/checkpoints/{TRAIN_STEPS}: cannot be read')
