@@ -17,13 +17,13 @@ from t5x_mt.errors import UserError
 
 
 def parse_flags(argv: list[str]) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.argument_parser(__doc__)
   parser.add_argument('--checkpoint_dir', required=True, help="the training run's MODEL_DIR")
   parser.add_argument('--output_dir', required=True, help='new run folder to write')
   parser.add_argument('--last', type=int, default=None, help='average the last K checkpoints')
   parser.add_argument('--steps', default=None, help='comma-separated checkpoint steps')
   args = parser.parse_args(argv)
+  cli.check_output(args.output_dir, '--output_dir', folder=True)
   if (args.last is None) == (args.steps is None):
     raise UserError('give exactly one of --last=K and --steps=N1,N2,...')
   if args.last is not None and args.last < 1:
@@ -39,14 +39,19 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
   args = parse_flags(argv)
-  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  cli.start_tensorflow()
+  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  available = run_loading.saved_steps(args.checkpoint_dir)
   steps = args.steps
   if steps is None:
-    available = run_loading.saved_steps(args.checkpoint_dir)
     if args.last > len(available):
       raise UserError(f'--last: {args.checkpoint_dir} keeps {len(available)} checkpoints '
                       f'({", ".join(map(str, available))}), fewer than {args.last}')
     steps = available[-args.last:]
+  missing = [step for step in steps if step not in available]
+  if missing:
+    raise UserError(f'--steps: {args.checkpoint_dir} has no checkpoint '
+                    f'{", ".join(map(str, missing))} (it keeps {", ".join(map(str, available))})')
   step = run_loading.average_checkpoints(args.checkpoint_dir, steps, args.output_dir)
   print(f'averaged steps {", ".join(map(str, steps))} of {args.checkpoint_dir} into '
         f'{args.output_dir} (checkpoint {step})')

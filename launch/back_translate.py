@@ -25,8 +25,7 @@ from t5x_mt.errors import UserError
 
 
 def parse_flags(argv: list[str]) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.argument_parser(__doc__)
   cli.add_decoding_flags(parser)
   parser.add_argument('--lang', required=True,
                       help='language of the monolingual text (FLORES-200 code)')
@@ -44,6 +43,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
                       help='translate only the first N distinct sentences')
   parser.add_argument('--output', required=True, help='corpus folder to write (or add to)')
   args = parser.parse_args(argv)
+  cli.check_output(args.output, '--output', folder=True)
   if not args.monolingual and not args.from_corpus:
     raise UserError('give --monolingual files or --from_corpus corpora (or both)')
   if args.max_sentences is not None and args.max_sentences < 1:
@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
       lang=languages.check_language(args.lang, '--lang'),
       other_lang=languages.check_language(args.into, '--into'), mode=args.mode, tag=args.tag)
   decoding = cli.decoding_overrides(args)
-  # TensorFlow and JAX load after cli.run has kept TensorFlow off the accelerators.
+  cli.start_tensorflow()
   import data_tasks  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import monolingual  # pylint: disable=g-import-not-at-top

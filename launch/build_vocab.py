@@ -9,7 +9,6 @@ command prints its number of pieces and, per language, its share of the sampled 
 its pieces per word on the training text.
 """
 
-import argparse
 import inspect
 
 import gin
@@ -21,13 +20,16 @@ from t5x_mt.errors import UserError
 
 def main(argv: list[str]) -> int:
   bindings, rest = gin_utils.split_gin_overrides(argv)
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.argument_parser(__doc__)
   cli.add_gin_flags(parser, 'VOCAB_SIZE = 8000')
   parser.add_argument('--output', default=None,
                       help="where to write the model (default: the run's VOCABULARY_PATH)")
   args = parser.parse_args(rest)
-  # pylint: disable=g-import-not-at-top  (TF after cli setup; gin needs the configurables)
+  gin_utils.check_gin_files(args.gin_file)
+  if args.output is not None:
+    cli.check_output(args.output, '--output')
+  cli.start_tensorflow()
+  # pylint: disable=g-import-not-at-top  (gin needs the configurables)
   import data_tasks
   from t5x_mt import train_loop
   from t5x_mt.data import vocab

@@ -25,8 +25,7 @@ from t5x_mt.languages import check_language
 
 
 def _parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.argument_parser(__doc__)
   inputs = parser.add_argument_group('input (one of: two files, a TSV, a registered corpus)')
   inputs.add_argument('--src_file', help='source side, one sentence per line (.gz allowed)')
   inputs.add_argument('--tgt_file', help='target side, line-aligned with --src_file')
@@ -116,6 +115,7 @@ def main(argv: list[str]) -> int:
   argv = argv[:argv.index('--')] if '--' in argv else argv
   bindings, rest = gin_utils.split_gin_overrides(argv)
   args = _parser().parse_args(rest)
+  cli.check_output(args.output_dir, '--output_dir', folder=True)
   if args.chunk_lines < 1:
     raise UserError(f'--chunk_lines: must be >= 1, got {args.chunk_lines}')
   specs = cleaning.resolve_specs(_step_names(args, bindings))
@@ -139,4 +139,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
-  cli.run(main, uses_tensorflow=False)
+  cli.run(main)

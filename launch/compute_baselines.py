@@ -10,7 +10,6 @@ per-token loss and the token count, and the run and step it came from. A DRO run
 (METHODS.md section 6: the baselines b_g of a plain model trained on the same data).
 """
 
-import argparse
 import json
 
 from t5x_mt import cli
@@ -19,8 +18,7 @@ from t5x_mt.errors import UserError
 
 
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.argument_parser(__doc__)
   parser.add_argument('--checkpoint_dir', required=True, help="the plain run's MODEL_DIR")
   parser.add_argument('--step', type=int, default=None, help='checkpoint (default: latest)')
   parser.add_argument('--mixture', required=True, help='mixture or task of the DRO run')
@@ -34,14 +32,17 @@ def main(argv: list[str]) -> int:
     value = getattr(args, flag)
     if value is not None and value < 1:
       raise UserError(f'--{flag}: must be >= 1, got {value}')
-  import data_tasks  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  cli.check_output(args.output, '--output')
+  cli.start_tensorflow()
+  import data_tasks  # pylint: disable=g-import-not-at-top
   import gin  # pylint: disable=g-import-not-at-top
   from t5x_mt import baselines  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
   translator = run_loading.load_translator(args.checkpoint_dir, step)
   data_tasks.register_from_config()
-  data_tasks.check_train_examples(args.mixture)
+  with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--mixture'):
+    data_tasks.check_train_examples(args.mixture)
   train_settings = gin.get_bindings('train_loop.train')
   result = baselines.group_losses(
       translator, args.mixture, grouping=args.grouping, batch_size=args.batch_size,

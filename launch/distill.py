@@ -20,8 +20,7 @@ from t5x_mt.errors import UserError
 
 
 def parse_flags(argv: list[str]) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.argument_parser(__doc__)
   cli.add_decoding_flags(parser)
   parser.add_argument('--corpus', required=True, help='registered corpus to distil')
   parser.add_argument('--directions', required=True,
@@ -31,6 +30,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
                       help='distil only the first N distinct sources per direction')
   parser.add_argument('--output', required=True, help='corpus folder to write (or add to)')
   args = parser.parse_args(argv)
+  cli.check_output(args.output, '--output', folder=True)
   directions = [languages.parse_direction(d, '--directions')
                 for d in args.directions.split(',') if d.strip()]
   if not directions:
@@ -44,7 +44,8 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
   args = parse_flags(argv)
   decoding = cli.decoding_overrides(args)
-  import data_tasks  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  cli.start_tensorflow()
+  import data_tasks  # pylint: disable=g-import-not-at-top
   from t5x_mt import back_translation  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top

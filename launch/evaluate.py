@@ -33,8 +33,7 @@ SINGLE_DIRECTION_FLAGS = ('src_lang', 'tgt_lang', 'src_file', 'ref_file')
 
 
 def parse_flags(argv: list[str]) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.argument_parser(__doc__)
   cli.add_decoding_flags(parser, family_models=True)
   parser.add_argument('--src_lang', help='FLORES-200 code of --src_file, e.g. eng_Latn')
   parser.add_argument('--tgt_lang', help='FLORES-200 code of --ref_file, e.g. hau_Latn')
@@ -65,6 +64,8 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
       raise UserError(f'{", ".join(missing)}: required unless --tasks is given')
     languages.check_language(args.src_lang, '--src_lang')
     languages.check_language(args.tgt_lang, '--tgt_lang')
+  if args.output_json is not None:
+    cli.check_output(args.output_json, '--output_json')
   return args
 
 
@@ -87,10 +88,8 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
 
 def _check_task(name: str) -> None:
   import data_tasks  # pylint: disable=g-import-not-at-top
-  try:
+  with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--tasks'):
     data_tasks.get_mixture_or_task(name)
-  except UserError as error:
-    raise UserError(f'--tasks: {str(error).removeprefix("MIXTURE_OR_TASK_NAME: ")}') from None
 
 
 def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[str, Any]:
@@ -141,6 +140,7 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
 def main(argv: list[str]) -> int:
   args = parse_flags(argv)
   decoding = cli.decoding_overrides(args)
+  cli.start_tensorflow()
   if args.tasks is None:
     result = evaluate_files(args, decoding)
     print(json.dumps(result, sort_keys=True), flush=True)

@@ -10,8 +10,6 @@ model covers without byte fallback segments identically (exit 1 if any does not)
 and after the merge.
 """
 
-import argparse
-
 import sentencepiece as spm
 
 from t5x_mt import cli
@@ -21,8 +19,7 @@ from t5x_mt.data import vocab_merge
 
 
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.argument_parser(__doc__)
   parser.add_argument('--base_model', required=True, help='the model to grow')
   parser.add_argument('--new_model', required=True, help='a model trained on the new language')
   parser.add_argument('--output', required=True, help='where to write the merged model')
@@ -32,6 +29,7 @@ def main(argv: list[str]) -> int:
                       help='comma-separated files of old-language text to check identity on')
   parser.add_argument('--new_text', default=None, help='a file of new-language text')
   args = parser.parse_args(argv)
+  cli.check_output(args.output, '--output')
   summary = vocab_merge.merge_files(args.base_model, args.new_model, args.output,
                                     args.score_scale)
   print(f'{args.base_model}: {summary.old_pieces} pieces kept with their ids; '
@@ -57,4 +55,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
-  cli.run(main, uses_tensorflow=False)
+  cli.run(main)

@@ -7,7 +7,6 @@ MODEL_DIR/dro_groups.json (each group's data share p_g, the centre of the ball).
 lists, per group, p_g, q_g at the end, and the lowest and highest q_g seen.
 """
 
-import argparse
 import json
 import pathlib
 
@@ -18,11 +17,11 @@ from t5x_mt.errors import UserError
 
 
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.argument_parser(__doc__)
   parser.add_argument('--model_dir', required=True, help="a DRO run's MODEL_DIR")
   parser.add_argument('--output', required=True, help='PNG file to write')
   args = parser.parse_args(argv)
+  cli.check_output(args.output, '--output')
   metrics = pathlib.Path(args.model_dir) / 'metrics.jsonl'
   groups = pathlib.Path(args.model_dir) / 'dro_groups.json'
   for path in (metrics, groups):

@@ -8,8 +8,6 @@ Prints the table the chart draws. --temperature overrides the run's tau
 corpora it registers (register_from_config, wmt22_corpora) can be plotted.
 """
 
-import argparse
-
 from t5x_mt import cli
 from t5x_mt import files
 from t5x_mt import gin_utils
@@ -18,25 +16,28 @@ from t5x_mt.errors import UserError
 
 def main(argv: list[str]) -> int:
   bindings, argv = gin_utils.split_gin_overrides(argv)
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.argument_parser(__doc__)
   parser.add_argument('--mixture', required=True, help='registered mixture or task name')
   parser.add_argument('--output', required=True, help='PNG file to write')
   parser.add_argument('--temperature', type=float, default=None, help='sampling tau')
   parser.add_argument('--by', default='language', choices=('language', 'direction'))
   parser.add_argument('--gin_file', action='append', default=[], help='run config (repeatable)')
   args = parser.parse_args(argv)
+  cli.check_output(args.output, '--output')
+  gin_utils.check_gin_files(args.gin_file)
   if args.temperature is not None:
     if args.temperature <= 0:
       raise UserError(f'--temperature: must be > 0, got {args.temperature}')
     bindings.append(f'temperature_rate.temperature = {args.temperature}')
-  import data_tasks  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  cli.start_tensorflow()
+  import data_tasks  # pylint: disable=g-import-not-at-top
   from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top,unused-import  (gin names)
   from t5x_mt.data import sampling  # pylint: disable=g-import-not-at-top
   del train_loop
   gin_utils.parse_gin(args.gin_file, bindings)
   data_tasks.register_from_config()
-  data_tasks.check_train_examples(args.mixture)
+  with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--mixture'):
+    data_tasks.check_train_examples(args.mixture)
   shares = sampling.mixture_shares(args.mixture, args.by)
   title = (f'{args.mixture}: {len(shares)} {args.by}s, temperature '
            f'{data_tasks.sampling_temperature():g}')

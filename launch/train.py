@@ -5,7 +5,6 @@
 Re-running the same command resumes from the latest checkpoint in MODEL_DIR.
 """
 
-import argparse
 import json
 
 from t5x_mt import cli
@@ -14,13 +13,14 @@ from t5x_mt import gin_utils
 
 def main(argv: list[str]) -> int:
   bindings, rest = gin_utils.split_gin_overrides(argv)
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.argument_parser(__doc__)
   cli.add_gin_flags(parser, 'TRAIN_STEPS = 200')
   parser.add_argument('--dry_run', action='store_true',
                       help='print parameter count and per-device memory, then exit')
   args = parser.parse_args(rest)
-  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  gin_utils.check_gin_files(args.gin_file)
+  cli.start_tensorflow()
+  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
   gin_utils.parse_gin(args.gin_file, args.gin_bindings + bindings)
   if args.dry_run:
     report = train_loop.dry_run()

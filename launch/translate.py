@@ -10,8 +10,6 @@ stay empty. The model, vocabulary and tag strategy come from the run's MODEL_DIR
 decoding flags override its config.gin.
 """
 
-import argparse
-
 from t5x_mt import cli
 from t5x_mt import files
 from t5x_mt import languages
@@ -20,8 +18,7 @@ STDIN = '/dev/stdin'
 
 
 def main(argv: list[str]) -> int:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.argument_parser(__doc__)
   cli.add_decoding_flags(parser, family_models=True)
   parser.add_argument('--src_lang', required=True, help='FLORES-200 code, e.g. eng_Latn')
   parser.add_argument('--tgt_lang', required=True, help='FLORES-200 code, e.g. hau_Latn')
@@ -31,7 +28,9 @@ def main(argv: list[str]) -> int:
   src_lang = languages.check_language(args.src_lang, '--src_lang')
   tgt_lang = languages.check_language(args.tgt_lang, '--tgt_lang')
   overrides = cli.decoding_overrides(args)
-  # TensorFlow and JAX load after cli.run has kept TensorFlow off the accelerators.
+  if args.output is not None:
+    cli.check_output(args.output, '--output')
+  cli.start_tensorflow()
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import readers  # pylint: disable=g-import-not-at-top
   lines = readers.read_lines(args.input or STDIN)

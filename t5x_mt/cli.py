@@ -1,11 +1,23 @@
-"""What every command under launch/ shares: one clear line and exit 2 on bad input."""
+"""What every command under launch/ shares: one clear line and exit 2 on bad input.
+
+A command prints its own output and nothing else: TensorFlow's and XLA's start-up logging
+is kept off stderr, and `--help` and argument errors are answered before TensorFlow or JAX
+is imported at all (each command calls `start_tensorflow` once its flags are checked).
+"""
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+import contextlib
+import difflib
+import functools
 import logging
 import os
+import pathlib
+import re
 import sys
-from typing import Any
+import tempfile
+import traceback
+from typing import Any, NoReturn
 
 from t5x_mt import host_memory
 from t5x_mt import languages
@@ -13,14 +25,25 @@ from t5x_mt.errors import UserError
 
 EXIT_USER_ERROR = 2
 
+# Lines TensorFlow's native code prints while it loads and looks for GPUs, whatever
+# TF_CPP_MIN_LOG_LEVEL says: that absl logs before it is set up, and (on every CPU-only
+# machine) that no CUDA driver was found. None of them is about the command.
+_START_UP_NOISE = re.compile('|'.join((
+    r'All log messages before absl::InitializeLog\(\) is called',
+    r'cudart_stub\.cc:\d+\] Could not find cuda drivers',
+    r'failed call to cuInit',
+)))
 
-def run(main: Callable[[list[str]], int | None], uses_tensorflow: bool = True) -> None:
-  """Runs `main(argv)`; a UserError prints `error: <message>` on stderr and exits 2.
 
-  Commands that never touch TensorFlow pass `uses_tensorflow=False` and skip importing it.
-  Before anything starts a thread, malloc is set to keep freed memory
-  (`host_memory.retain_freed_memory`).
+def run(main: Callable[[list[str]], int | None]) -> None:
+  """Runs `main(argv)`; bad input prints `error: <one line>` on stderr and exits 2.
+
+  Bad input is a UserError, or a library error that only bad input causes (a file that
+  is no SentencePiece model). Before anything starts a thread, malloc is set to keep
+  freed memory (`host_memory.retain_freed_memory`).
   """
+  # TensorFlow's and XLA's own INFO and WARNING lines off; read when they load.
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   host_memory.retain_freed_memory()
   logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
   for noisy in ('jax._src', 'orbax', 'tensorflow'):
@@ -28,21 +51,147 @@ def run(main: Callable[[list[str]], int | None], uses_tensorflow: bool = True) -
   # seqio warns that in-memory sources shuffle poorly across restarts; runs here restore
   # the input iterator's exact position instead of restarting it.
   logging.getLogger('absl').setLevel(logging.ERROR)
-  if uses_tensorflow:
-    _keep_tensorflow_off_accelerators()
+  logging.getLogger().addFilter(_not_a_gin_search_miss)
   try:
     code = main(sys.argv[1:])
   except UserError as error:
-    print(f'error: {error}', file=sys.stderr)
-    sys.exit(EXIT_USER_ERROR)
+    _exit_with(error)
+  except (RuntimeError, OSError) as error:
+    model_file = _unloadable_sentencepiece_model(error)
+    if model_file is None:
+      raise
+    _exit_with(UserError(f'{model_file}: cannot load this SentencePiece model '
+                         f'({_first_line(error)})'))
   sys.exit(code or 0)
 
 
-def _keep_tensorflow_off_accelerators() -> None:
-  """tf.data runs on the host; TensorFlow must not take GPU memory that JAX needs."""
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  tf.config.set_visible_devices([], 'GPU')
+def _not_a_gin_search_miss(record: logging.LogRecord) -> bool:
+  """False for the error gin logs for each search path that lacks an included file, even
+  when the next one has it (`include 'gin/models/tiny.gin'` run outside the repository)."""
+  return not (record.getMessage().startswith('Path not found: ')
+              and pathlib.Path(record.pathname).match('gin/resource_reader.py'))
+
+
+def _exit_with(error: Exception) -> NoReturn:
+  print(f'error: {_first_line(error)}', file=sys.stderr)
+  sys.exit(EXIT_USER_ERROR)
+
+
+def _first_line(error: Exception) -> str:
+  """An error's message without what gin appends ("In call to configurable ...")."""
+  lines = str(error).strip().splitlines()
+  return lines[0] if lines else type(error).__name__
+
+
+def _unloadable_sentencepiece_model(error: Exception) -> str | None:
+  """The file SentencePiece was loading when it raised `error`, else None."""
+  spm = sys.modules.get('sentencepiece')
+  if spm is None:
+    return None
+  load = spm.SentencePieceProcessor.LoadFromFile.__code__
+  for frame, _ in traceback.walk_tb(error.__traceback__):
+    if frame.f_code is load:
+      return str(frame.f_locals['filename'])
+  return None
+
+
+@functools.cache
+def start_tensorflow() -> None:
+  """Imports TensorFlow quietly and keeps it off the accelerators.
+
+  Commands call it after checking their flags and before importing anything that loads
+  TensorFlow or JAX. tf.data runs on the host: TensorFlow must not take GPU memory that
+  JAX needs.
+  """
+  with _start_up_noise_dropped():
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.set_visible_devices([], 'GPU')
+
+
+@contextlib.contextmanager
+def _start_up_noise_dropped() -> Iterator[None]:
+  """Holds back what is written to file descriptor 2 (native code's stderr) meanwhile,
+  then writes it out without the `_START_UP_NOISE` lines."""
+  sys.stderr.flush()
+  saved_stderr = os.dup(2)
+  with tempfile.TemporaryFile() as held:
+    os.dup2(held.fileno(), 2)
+    try:
+      yield
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved_stderr, 2)
+      os.close(saved_stderr)
+      held.seek(0)
+      lines = held.read().decode('utf-8', errors='replace').splitlines(keepends=True)
+      sys.stderr.write(''.join(line for line in lines if not _START_UP_NOISE.search(line)))
+      sys.stderr.flush()
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+  """Argument errors are UserErrors: one line naming the flag, not the usage and a line.
+
+  A misspelt flag is named before the required flag it leaves missing.
+  """
+
+  def parse_args(self, args=None, namespace=None):
+    arguments = sys.argv[1:] if args is None else list(args)
+    if '--' in arguments:
+      arguments = arguments[:arguments.index('--')]
+    for argument in arguments:
+      flag = argument.partition('=')[0]
+      if flag.startswith('--') and flag not in self._option_string_actions:
+        close = difflib.get_close_matches(flag, self._option_string_actions, n=1)
+        self.error(f'unknown flag {argument}' + (f' (did you mean {close[0]}?)' if close else ''))
+    return super().parse_args(args, namespace)
+
+  def error(self, message: str) -> NoReturn:
+    raise UserError(f'{message}; see --help')
+
+
+def argument_parser(description: str) -> argparse.ArgumentParser:
+  """The flag parser of a command whose --help shows `description` (its docstring).
+
+  Flags must be spelled in full: an abbreviation (`--src=` for `--src_lang`) could
+  silently mean another flag after a typo.
+  """
+  return _ArgumentParser(description=description, allow_abbrev=False,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def check_output(path: str, flag: str, folder: bool = False) -> None:
+  """Refuses an output (a file, or a `folder` to create or add to) that cannot be written.
+
+  Checked before any work, so a typo in the output costs nothing. Missing folders on the
+  way are fine (writers create them) as long as they can be created.
+  """
+  target = pathlib.Path(path)
+  if target.exists() and target.is_dir() != folder:
+    raise UserError(f'{flag}: {path} is a {"file" if folder else "folder"}, '
+                    f'not a {"folder" if folder else "file"}')
+  where = target if folder and target.is_dir() else target.parent
+  existing = next(p for p in (where, *where.parents) if p.exists())
+  if not existing.is_dir():
+    raise UserError(f'{flag}: cannot create {path}: {existing} is a file')
+  try:
+    with tempfile.TemporaryFile(dir=existing):
+      pass
+  except OSError as error:
+    raise UserError(f'{flag}: cannot write {path}: {existing} is not writable '
+                    f'({error.strerror})') from None
+
+
+@contextlib.contextmanager
+def setting_named_as(setting: str, flag: str) -> Iterator[None]:
+  """UserErrors that name a gin `setting` (MIXTURE_OR_TASK_NAME) name the command's `flag`
+  (--mixture) instead: the user gave the value with the flag."""
+  try:
+    yield
+  except UserError as error:
+    message = str(error)
+    if not message.startswith(f'{setting}: '):
+      raise
+    raise UserError(f'{flag}: {message.removeprefix(f"{setting}: ")}') from None
 
 
 def add_gin_flags(parser: argparse.ArgumentParser, example_binding: str) -> None:

@@ -47,7 +47,7 @@ def test_bad_requests_are_one_line_and_write_nothing(trained_run, tmp_path, monk
   (busy / 'file').write_text('x')
   for flags, message in (
       (['--last=3'], 'keeps 2 checkpoints (2, 4), fewer than 3'),
-      (['--steps=2,3'], '--step: '),
+      (['--steps=2,3'], '--steps: '),
       (['--steps=2,x'], "--steps: '2,x' is not a comma-separated list"),
       (['--last=2', '--steps=2'], 'exactly one of --last=K and --steps'),
       (['--last=2', f'--output_dir={busy}'], f'{busy} exists and is not empty'),

@@ -9,6 +9,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,11 +26,18 @@ LAUNCH = gin_utils.REPO_ROOT / 'launch'
 DECODING_FLAGS = ['--beam_size=2', '--batch_size=4']
 
 
+def command_environment() -> dict[str, str]:
+  """A user's environment: one CPU device (the run trained on eight: loading reshards) and
+  TensorFlow's logging at its default, not the level this test session sets."""
+  env = {name: value for name, value in os.environ.items() if name != 'TF_CPP_MIN_LOG_LEVEL'}
+  env['XLA_FLAGS'] = ''
+  return env
+
+
 def run_command(script: str, *flags: str) -> subprocess.CompletedProcess:
-  """Runs launch/<script> on one CPU device (the run trained on eight: loading reshards)."""
-  env = dict(os.environ, XLA_FLAGS='', TF_CPP_MIN_LOG_LEVEL='3')
+  """Runs launch/<script> as a user does."""
   return subprocess.run([sys.executable, str(LAUNCH / script), *flags], capture_output=True,
-                        text=True, env=env, timeout=300, check=False)
+                        text=True, env=command_environment(), timeout=300, check=False)
 
 
 def run_in_process(script: str, argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
@@ -56,6 +64,9 @@ def test_translate_then_evaluate_files_agree_with_score_direction(trained_run, t
                            '--src_lang=eng_Latn', '--tgt_lang=hau_Latn', f'--input={src_file}',
                            *DECODING_FLAGS)
   assert translated.returncode == 0, translated.stderr
+  # Nothing on stderr but the command's progress bar: no TensorFlow or XLA start-up lines.
+  assert all(update.startswith('eng_Latn-hau_Latn: ')
+             for update in re.split('[\r\n]', translated.stderr) if update), translated.stderr
   hypotheses = translated.stdout.split('\n')
   assert len(hypotheses) == 4 and hypotheses[3] == ''  # Three lines, each ending in '\n'.
   hypotheses = hypotheses[:3]

@@ -1,0 +1,244 @@
+"""Bad input to the launch commands: exit 2, one line on stderr naming the flag or file,
+nothing written, and no TensorFlow start-up logging.
+
+Each command runs in a subprocess, as a user runs it, from an empty working folder (so
+anything it writes there shows). Argument errors are answered before TensorFlow or JAX
+is imported; the few tests that need a gin parse with the model's configurables, or a
+trained run, pay for the imports.
+"""
+
+import dataclasses
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from test_launch_translate_evaluate import command_environment
+from test_launch_translate_evaluate import LAUNCH
+
+SCRIPTS = sorted(path.name for path in LAUNCH.glob('*.py'))
+HEAVY_LIBRARIES = ('jax', 'tensorflow')
+# Runs launch/<script> as `python launch/<script>` would, then writes which of
+# HEAVY_LIBRARIES it imported to the file named by the first argument.
+IMPORT_REPORTING_RUNNER = f'''
+import atexit, os, runpy, sys
+report, script = sys.argv[1], sys.argv[2]
+sys.argv = sys.argv[2:]
+sys.path[0] = os.path.dirname(script)
+atexit.register(lambda: open(report, 'w').write(
+    ' '.join(name for name in {HEAVY_LIBRARIES!r} if name in sys.modules)))
+runpy.run_path(script, run_name='__main__')
+'''
+
+
+@dataclasses.dataclass
+class Finished:
+  returncode: int
+  stdout: str
+  stderr: str
+  imported: list[str]  # Which of HEAVY_LIBRARIES the command imported.
+
+
+def launch(script: str, *flags: str, cwd: pathlib.Path) -> Finished:
+  """Runs launch/<script> with `flags` in `cwd`, as a user does."""
+  report = cwd.parent / f'{cwd.name}.imported'
+  done = subprocess.run([sys.executable, '-c', IMPORT_REPORTING_RUNNER, str(report),
+                         str(LAUNCH / script), *flags], cwd=cwd, env=command_environment(),
+                        capture_output=True, text=True, timeout=300, check=False)
+  imported = report.read_text().split()
+  report.unlink()
+  return Finished(done.returncode, done.stdout, done.stderr, imported)
+
+
+@pytest.fixture
+def workdir(tmp_path) -> pathlib.Path:
+  """An empty working folder for the command."""
+  folder = tmp_path / 'work'
+  folder.mkdir()
+  return folder
+
+
+def files_under(folder: pathlib.Path) -> list[str]:
+  return sorted(str(path.relative_to(folder)) for path in folder.rglob('*'))
+
+
+def assert_refused(finished: Finished, error_line: str) -> None:
+  """Exit 2 with exactly `error_line` on stderr, nothing on stdout."""
+  assert (finished.returncode, finished.stderr, finished.stdout) == (2, error_line + '\n', '')
+
+
+@pytest.mark.parametrize('script', SCRIPTS)
+def test_help_answers_without_importing_tensorflow_or_jax(script, workdir):
+  finished = launch(script, '--help', cwd=workdir)
+  assert finished.returncode == 0 and finished.stdout.startswith('usage: ')
+  assert finished.stderr == '' and finished.imported == []
+
+
+@pytest.mark.parametrize('script', SCRIPTS)
+def test_unknown_flag_is_one_line_before_any_import(script, workdir):
+  finished = launch(script, '--zzz=1', cwd=workdir)
+  assert_refused(finished, 'error: unknown flag --zzz=1; see --help')
+  assert finished.imported == [] and files_under(workdir) == []
+
+
+def test_abbreviated_flag_is_refused_naming_the_flag_it_may_mean(workdir):
+  finished = launch('translate.py', '--checkpoint_dir=run', '--src=eng_Latn',
+                    '--tgt_lang=hau_Latn', cwd=workdir)
+  assert_refused(finished,
+                 'error: unknown flag --src=eng_Latn (did you mean --src_lang?); see --help')
+  assert finished.imported == []
+
+
+def test_missing_value_is_one_line_naming_the_flag(workdir):
+  finished = launch('translate.py', '--checkpoint_dir=run', '--src_lang=eng_Latn',
+                    '--tgt_lang=hau_Latn', '--beam_size=wide', cwd=workdir)
+  assert_refused(finished, "error: argument --beam_size: invalid int value: 'wide'; see --help")
+
+
+# Each command with an output, the flags it needs to get as far as writing it (run/ and
+# the models do not exist: the output must be refused before they are looked at), and
+# the output flag.
+OUTPUTS = {
+    'translate.py': (['--checkpoint_dir=run', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+                      '--input=in.txt'], '--output'),
+    'evaluate.py': (['--checkpoint_dir=run', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+                     '--src_file=in.txt', '--ref_file=in.txt'], '--output_json'),
+    'average_checkpoints.py': (['--checkpoint_dir=run', '--last=2'], '--output_dir'),
+    'back_translate.py': (['--checkpoint_dir=run', '--lang=hau_Latn', '--into=eng_Latn',
+                           '--monolingual=in.txt'], '--output'),
+    'distill.py': (['--checkpoint_dir=run', '--corpus=cldr',
+                    '--directions=eng_Latn-hau_Latn'], '--output'),
+    'build_vocab.py': (['--gin_file=gin/runs/demo.gin'], '--output'),
+    'clean.py': (['--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
+                  '--tgt_lang=hau_Latn', '--preset=default'], '--output_dir'),
+    'compute_baselines.py': (['--checkpoint_dir=run', '--mixture=cldr_demo'], '--output'),
+    'merge_vocab.py': (['--base_model=a.model', '--new_model=b.model'], '--output'),
+    'plot_dro.py': (['--model_dir=run'], '--output'),
+    'plot_sampling.py': (['--mixture=cldr_demo'], '--output'),
+}
+
+
+def test_every_command_with_an_output_is_covered():
+  no_output = {'train.py'}  # Writes MODEL_DIR, which its gin config names.
+  assert sorted(OUTPUTS) == sorted(set(SCRIPTS) - no_output)
+
+
+@pytest.mark.parametrize('script', sorted(OUTPUTS))
+def test_output_under_a_file_is_refused_before_any_work(script, workdir):
+  flags, output_flag = OUTPUTS[script]
+  (workdir / 'in.txt').write_text('hello\n', encoding='utf-8')
+  (workdir / 'blocker').write_text('a file, not a folder\n', encoding='utf-8')
+  finished = launch(script, *flags, f'{output_flag}=blocker/out', cwd=workdir)
+  assert_refused(finished, f'error: {output_flag}: cannot create blocker/out: blocker is a file')
+  assert finished.imported == [] and files_under(workdir) == ['blocker', 'in.txt']
+
+
+def test_file_output_that_is_a_folder_is_refused(workdir):
+  (workdir / 'hyp').mkdir()
+  finished = launch('translate.py', '--checkpoint_dir=run', '--src_lang=eng_Latn',
+                    '--tgt_lang=hau_Latn', '--output=hyp', cwd=workdir)
+  assert_refused(finished, 'error: --output: hyp is a folder, not a file')
+
+
+@pytest.fixture
+def unwritable_folder(tmp_path) -> pathlib.Path:
+  """A folder this process cannot create files in (root ignores permissions: /sys)."""
+  if os.geteuid() == 0:
+    if not os.path.isdir('/sys'):
+      pytest.skip('running as root without /sys: no folder it cannot write')
+    yield pathlib.Path('/sys')
+    return
+  folder = tmp_path / 'read_only'
+  folder.mkdir()
+  folder.chmod(0o555)
+  yield folder
+  folder.chmod(0o755)
+
+
+@pytest.mark.parametrize('script', ['translate.py', 'merge_vocab.py'])
+def test_output_in_an_unwritable_folder_is_refused_before_any_work(script, workdir,
+                                                                   unwritable_folder):
+  flags, output_flag = OUTPUTS[script]
+  output = unwritable_folder / 'out'
+  finished = launch(script, *flags, f'{output_flag}={output}', cwd=workdir)
+  assert finished.returncode == 2 and finished.imported == []
+  assert finished.stderr.startswith(f'error: {output_flag}: cannot write {output}: '
+                                    f'{unwritable_folder} is not writable (')
+  assert len(finished.stderr.splitlines()) == 1 and not output.exists()
+
+
+def test_missing_gin_file_is_named_before_any_import(workdir):
+  finished = launch('train.py', '--gin_file=gin/runs/no_such_run.gin', cwd=workdir)
+  assert_refused(finished, 'error: --gin_file: gin/runs/no_such_run.gin not found')
+  assert finished.imported == []
+
+
+def test_gin_file_with_an_unclosed_parenthesis_is_named(workdir):
+  (workdir / 'steps.gin').write_text('duplicates.bloom_error_rate = (1e-7\n', encoding='utf-8')
+  finished = launch('clean.py', '--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
+                    '--tgt_lang=hau_Latn', '--preset=default', '--gin_file=steps.gin',
+                    '--output_dir=cleaned', cwd=workdir)
+  assert_refused(finished, 'error: gin: steps.gin: ends inside a bracket or quote left open')
+  assert files_under(workdir) == ['steps.gin']
+
+
+def test_gin_mistake_names_the_file_and_line(workdir):
+  (workdir / 'steps.gin').write_text('# Tighter duplicates.\nduplicates.bloom_error = 1e-7\n',
+                                     encoding='utf-8')
+  finished = launch('clean.py', '--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
+                    '--tgt_lang=hau_Latn', '--preset=default', '--gin_file=steps.gin',
+                    '--output_dir=cleaned', cwd=workdir)
+  assert_refused(finished, "error: gin: steps.gin, line 2: Configurable 'duplicates' doesn't "
+                 "have a parameter named 'bloom_error'.")
+
+
+def test_unquoted_string_binding_says_how_to_quote_it(workdir):
+  finished = launch('clean.py', '--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
+                    '--tgt_lang=hau_Latn', '--preset=default', '--gin.MODEL_DIR=/tmp/x',
+                    '--output_dir=cleaned', cwd=workdir)
+  assert_refused(finished, "error: gin: binding 'MODEL_DIR = /tmp/x': Unable to parse value. "
+                 """(a string needs quotes: --gin.MODEL_DIR="'/tmp/x'")""")
+  assert files_under(workdir) == []
+
+
+def test_error_inside_a_configurable_is_one_line_without_tensorflow_logging(workdir):
+  """train() refuses the mixture inside gin's wrapper, which appends "In call to
+  configurable 'train'" to the message."""
+  finished = launch('train.py', '--gin_file=gin/runs/demo.gin',
+                    "--gin.MIXTURE_OR_TASK_NAME='no_such_mixture'",
+                    f"--gin.MODEL_DIR='{workdir / 'run'}'", cwd=workdir)
+  assert finished.returncode == 2 and finished.stdout == ''
+  assert len(finished.stderr.splitlines()) == 1, finished.stderr
+  assert finished.stderr.startswith(
+      "error: MIXTURE_OR_TASK_NAME: unknown mixture or task 'no_such_mixture'; ")
+
+
+def test_unknown_mixture_names_the_mixture_flag(workdir):
+  finished = launch('plot_sampling.py', '--mixture=no_such_mixture', '--output=shares.png',
+                    cwd=workdir)
+  assert finished.returncode == 2 and len(finished.stderr.splitlines()) == 1, finished.stderr
+  assert finished.stderr.startswith("error: --mixture: unknown mixture or task "
+                                    "'no_such_mixture'; ")
+  assert files_under(workdir) == []
+
+
+def test_missing_averaging_step_names_the_steps_flag(trained_run, workdir):
+  finished = launch('average_checkpoints.py', f'--checkpoint_dir={trained_run}',
+                    '--steps=2,3', '--output_dir=averaged', cwd=workdir)
+  assert_refused(finished, f'error: --steps: {trained_run} has no checkpoint 3 (it keeps 2, 4)')
+  assert files_under(workdir) == []
+
+
+def test_unloadable_sentencepiece_model_is_one_line_naming_the_file(trained_run, workdir):
+  run = workdir / 'run'
+  shutil.copytree(trained_run, run)
+  (run / 'vocab.model').write_bytes(b'not a SentencePiece model')
+  (workdir / 'in.txt').write_text('Monday\n', encoding='utf-8')
+  finished = launch('translate.py', f'--checkpoint_dir={run}', '--src_lang=eng_Latn',
+                    '--tgt_lang=hau_Latn', '--input=in.txt', '--output=out.txt', cwd=workdir)
+  assert_refused(finished, f'error: {run}/vocab.model: cannot load this SentencePiece model '
+                 f'(INTERNAL: could not parse ModelProto from {run}/vocab.model)')
+  assert not (workdir / 'out.txt').exists()
