@@ -2,37 +2,78 @@
 
   python bench/mdl_calibration.py [--max_flagged=0.005]
 
-For each unit (characters, whitespace tokens) it computes the searched MDL per unit of
-every FLORES-200 dev sentence in ../shared/data (every language there), prints the low
-quantiles per language, and proposes the threshold: the largest multiple of 0.05 below
-the `max_flagged` quantile of all clean sentences, so that fewer than that share of clean
-text is flagged. It then scores examples of repeat-pattern web noise at that threshold.
-The figure line compares the flagged share of clean text with `max_flagged`.
+For each unit (characters, whitespace tokens) it runs the filter itself over every
+FLORES-200 dev sentence in ../shared/data (every language there) and finds, for each
+sentence, the lowest threshold on a grid of multiples of 0.05 (per unit) at which the filter flags
+it (a sentence flagged at one threshold is flagged at every higher one: the search visits
+the same segmentations and stops at the first under the threshold). It proposes the
+largest grid threshold that flags no more than `max_flagged` of all clean sentences,
+prints the share flagged per language there, and scores examples of repeat-pattern web
+noise: their searched MDL per unit and whether the filter flags them. The figure line
+compares the flagged share of clean text with `max_flagged`.
 """
 
 import argparse
-import math
 
 import numpy as np
 
 from t5x_mt.data import mdl
 from t5x_mt.data import readers
 
+GRIDS = {'chars': np.round(np.arange(0.8, 1.501, 0.05), 2),
+         'tokens': np.round(np.arange(1.0, 2.001, 0.05), 2)}
 NOISE = [
-    'mm mm mm mm mm mm mm mm mm mm',
+    # Spam listings and repeated product names.
     'Buy cheap viagra | Buy cheap cialis | Buy cheap levitra | Buy cheap pills | Buy cheap meds',
     'Nike shoes Nike shoes Nike shoes Nike shoes cheap Nike shoes',
-    'Hotel Paris Hotel Paris Hotel Paris Hotel Paris booking',
-    '1 cm 2 cm 3 cm 4 cm 5 cm 6 cm 7 cm 8 cm',
-    'click here click here click here click here',
-    'Home | About | Contact | Home | About | Contact | Home | About | Contact',
     'iPhone case iPhone cover iPhone case iPhone cover iPhone case iPhone cover',
+    'Samsung Galaxy S21 Ultra case, Samsung Galaxy S21 Ultra screen protector, Samsung '
+    'Galaxy S21 Ultra charger',
+    'Hotel Paris Hotel Paris Hotel Paris Hotel Paris booking',
+    'Home | About | Contact | Home | About | Contact | Home | About | Contact',
+    'Home | News | Sport | Weather | Home | News | Sport | Weather',
+    'Free shipping! Free shipping! Free shipping! Order now.',
+    'click here click here click here click here',
+    # A phrase twice inside a longer line.
+    'Cheap flights to London, cheap hotels in London, cheap flights to London and Paris',
+    'Click here to download the free PDF version of this book. Click here to download the '
+    'free PDF',
+    'Watch free movies online HD - watch free movies online HD',
+    'Bonyeza hapa kupakua programu bure. Bonyeza hapa kupakua programu bure sasa.',
+    'Best price for Samsung Galaxy S21 cases - buy Samsung Galaxy S21 cases online with free '
+    'delivery',
+    # Repeated units.
+    'Size: S M L XL | Size: S M L XL | Size: S M L XL',
+    '1 cm 2 cm 3 cm 4 cm 5 cm 6 cm 7 cm 8 cm',
+    '10 pcs 20 pcs 30 pcs 50 pcs 100 pcs',
+    'mm mm mm mm mm mm mm mm mm mm',
     'kg kg kg kg kg kg kg kg',
+    # Short lines.
+    'ok ok ok',
+    'la la la la',
+    'haha haha',
+    'yes yes yes',
+    'no no no!',
+    'bongobongo',
 ]
 
 
-def ratios(sentences: list[str], unit: str) -> np.ndarray:
-  return np.array([mdl.mdl_per_unit(sentence, unit) for sentence in sentences])
+def lowest_flagging_threshold(step: mdl.MdlRepeat, text: str, grid: np.ndarray) -> float:
+  """The lowest threshold of `grid` at which `step` (its threshold replaced) flags `text`;
+  infinity if none does. Tries the highest first, which keeps most sentences, then
+  bisects, since flags only grow with the threshold."""
+  step.threshold = grid[-1]
+  if not step.is_noisy(text):
+    return np.inf
+  low, high = 0, len(grid) - 1  # grid[high] flags; grid[low - 1] does not
+  while low < high:
+    middle = (low + high) // 2
+    step.threshold = grid[middle]
+    if step.is_noisy(text):
+      high = middle
+    else:
+      low = middle + 1
+  return grid[low]
 
 
 def main() -> None:
@@ -46,19 +87,24 @@ def main() -> None:
   files = sorted((root / 'flores200' / 'dev').glob('*.dev'))
   by_language = {path.stem: readers.read_lines(path) for path in files}
   for unit, min_units in (('chars', 12), ('tokens', 6)):
-    print(f'\n== unit: {unit} (sides shorter than {min_units} {unit} are never flagged)')
-    values = {}
-    for lang, sentences in by_language.items():
-      kept = [s for s in sentences if len(mdl.as_units(s, unit)) >= min_units]
-      values[lang] = ratios(kept, unit)
-      q = np.quantile(values[lang], [0.0, 0.005, 0.05, 0.5])
-      print(f'{lang:10} min {q[0]:.3f}  q0.5% {q[1]:.3f}  q5% {q[2]:.3f}  median {q[3]:.3f}')
-    pooled = np.concatenate(list(values.values()))
-    threshold = math.floor(np.quantile(pooled, args.max_flagged) / 0.05) * 0.05
-    flagged = float((pooled < threshold).mean())
+    step = mdl.MdlRepeat(unit=unit, min_units=min_units)
+    print(f'\n== unit: {unit} (shorter than {min_units} {unit}: {step.min_repeats} repeats of '
+          f'one unit; search escalates within {step.search_margin} of the threshold)')
+    grid = GRIDS[unit]
+    lowest = {lang: np.array([lowest_flagging_threshold(step, s, grid) for s in sentences])
+              for lang, sentences in by_language.items()}
+    pooled = np.concatenate(list(lowest.values()))
+    shares = [(pooled <= t).mean() for t in grid]
+    print('share flagged at ' + ', '.join(f'{t:.2f}: {100 * share:.3f}%'
+                                          for t, share in zip(grid, shares)))
+    allowed = [t for t, share in zip(grid, shares) if share <= args.max_flagged]
+    threshold = max(allowed)
+    flagged = float((pooled <= threshold).mean())
     print(f'threshold {threshold:.2f} nats per {unit[:-1]}: flags {100 * flagged:.3f}% of '
           f'{len(pooled)} clean sentences')
-    step = mdl.MdlRepeat(threshold=threshold, unit=unit, min_units=min_units)
+    print(', '.join(f'{lang} {int((values <= threshold).sum())}'
+                    for lang, values in lowest.items()))
+    step.threshold = threshold
     for text in NOISE:
       print(f'  {mdl.mdl_per_unit(text, unit):.3f} {"FLAGGED" if step.is_noisy(text) else "kept   "}'
             f' {text}')
