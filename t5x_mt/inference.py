@@ -4,7 +4,7 @@ The same path serves `launch/translate.py`, `launch/evaluate.py` and evaluation 
 training, so the scores a run reports are the scores its users get.
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -86,6 +86,8 @@ class Translator:
     pivot_language: the language pivoted directions go through (METHODS.md section 4).
     pivot_directions: directions ('hau_Latn-zul_Latn') translated X -> pivot -> Y instead
       of directly; '*' pivots every direction that does not involve the pivot language.
+    target_languages: the languages the model was trained to translate into; any other
+      target is refused (None: not known, nothing refused).
     parallel_batches: batches decoded at once, each by its own thread (CTranslate2's
       `inter_threads`). A beam step's products are too small to keep several CPU cores
       busy (two cores decode one batch only ~8% faster than one), while independent
@@ -99,7 +101,8 @@ class Translator:
                alpha: float = 1.0, batch_size: int = 64, max_input_length: int = 256,
                max_decode_length: int = 256, stop: str = 'beam_full',
                pivot_language: str = 'eng_Latn', pivot_directions: Sequence[str] = (),
-               parallel_batches: int | None = None):
+               parallel_batches: int | None = None,
+               target_languages: Collection[str] | None = None):
     self.model = model
     self.params = params  # In the model's layout (scanned layers stay stacked).
     # Decoding caches keys and values per layer: it runs the unrolled stack.
@@ -121,6 +124,7 @@ class Translator:
     self.stop = stop
     self.pivot_language = pivot_language
     self.pivot_directions = tuple(pivot_directions)
+    self.target_languages = None if target_languages is None else frozenset(target_languages)
     self.max_input_length = min(max_input_length, model.config.max_length)
     self.max_decode_length = min(max_decode_length, model.config.max_length)
     self._data_parallel = mesh.shape['data'] if mesh is not None else 1
@@ -138,10 +142,28 @@ class Translator:
   def _tag_id(self, tag: str) -> int:
     return tags.tag_piece_id(self.tokenizer, tag, self.vocabulary_file)
 
+  @property
+  def max_source_pieces(self) -> int:
+    """A sentence's pieces that fit the input beside the encoder tag and EOS."""
+    return self.max_input_length - 2
+
   def encode_source(self, sentence: str, direction_tags: tags.Tags) -> list[int]:
     """Encoder token ids: the encoder tag, the sentence's pieces, EOS (cut to fit)."""
-    pieces = self.tokenizer.encode(sentence)[:self.max_input_length - 2]
+    pieces = self.tokenizer.encode(sentence)[:self.max_source_pieces]
     return [self._tag_id(direction_tags.encoder_tag)] + pieces + [vocab.EOS_ID]
+
+  def overlong(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[int]:
+    """Indices of the sentences that do not fit the model's input: only their start is
+    translated."""
+    del src_lang, tgt_lang  # One model reads every direction.
+    return [i for i, pieces in enumerate(self.tokenizer.encode(list(sentences)))
+            if len(pieces) > self.max_source_pieces]
+
+  def check_target(self, tgt_lang: str) -> None:
+    """A UserError if the model never learned to translate into `tgt_lang`."""
+    if self.target_languages is not None and tgt_lang not in self.target_languages:
+      raise UserError(f'{tgt_lang}: the model was never trained to translate into it; it '
+                      f'translates into {", ".join(sorted(self.target_languages))}')
 
   def decode_target(self, ids: Sequence[int], has_decoder_tag: bool) -> str:
     """Text of generated ids: without the forced tag or synthetic-data tags, up to the
@@ -241,13 +263,21 @@ class Translator:
   def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[str]:
     """Translations of `sentences` from src_lang into tgt_lang, in input order; through
     the pivot language where `pivots` says so."""
+    self.check_direction(src_lang, tgt_lang)
     for leg_src, leg_tgt in self.legs(src_lang, tgt_lang):
       sentences = self.translate_directly(sentences, leg_src, leg_tgt)
     return list(sentences)
 
+  def check_direction(self, src_lang: str, tgt_lang: str) -> None:
+    """A UserError before any work if a leg of src_lang -> tgt_lang goes into a language
+    the model never learned."""
+    for _, leg_tgt in self.legs(src_lang, tgt_lang):
+      self.check_target(leg_tgt)
+
   def translate_directly(self, sentences: Sequence[str], src_lang: str,
                          tgt_lang: str) -> list[str]:
     """Translations of `sentences` from src_lang into tgt_lang by the model alone."""
+    self.check_target(tgt_lang)
     config = self.model.config
     if config.adapter_keys:
       adapters.check_directions([directions.direction_name(src_lang, tgt_lang)],
@@ -297,13 +327,25 @@ class FamilyTranslator:
     return self.family_models[group]
 
   def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[str]:
-    legs = translation_legs(src_lang, tgt_lang, self.pivot_language, self.pivot_directions)
-    for _, leg_tgt in legs:
-      self.model_for(leg_tgt)  # Every leg has a model before any translating starts.
-    for leg_src, leg_tgt in legs:
+    self.check_direction(src_lang, tgt_lang)
+    for leg_src, leg_tgt in self._legs(src_lang, tgt_lang):
       sentences = self._translator(self.model_for(leg_tgt)).translate_directly(
           sentences, leg_src, leg_tgt)
     return list(sentences)
+
+  def check_direction(self, src_lang: str, tgt_lang: str) -> None:
+    """A UserError before any work if a leg of src_lang -> tgt_lang has no model."""
+    for _, leg_tgt in self._legs(src_lang, tgt_lang):
+      self.model_for(leg_tgt)
+
+  def _legs(self, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
+    return translation_legs(src_lang, tgt_lang, self.pivot_language, self.pivot_directions)
+
+  def overlong(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[int]:
+    """Indices of the sentences too long for the model that reads them first."""
+    first_target = self._legs(src_lang, tgt_lang)[0][1]
+    return self._translator(self.model_for(first_target)).overlong(sentences, src_lang,
+                                                                   first_target)
 
   def _translator(self, directory: str) -> Translator:
     if self._loaded is None or self._loaded[0] != directory:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from collections.abc import Sequence
 import dataclasses
 import itertools
+import logging
 import pathlib
 import shutil
 import sys
@@ -34,6 +35,7 @@ from t5x_mt import inference
 from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt import train_loop
+from t5x_mt.data import directions
 from t5x_mt.errors import UserError
 
 # Sentences handed to Translator.translate at once, in batches: large enough that its
@@ -129,6 +131,9 @@ def load_translator(checkpoint_dir: str, step: int | None = None, *,
   step = checkpoint_step(checkpoint_dir, step)
   run = _load_run(checkpoint_dir, mesh_shape)
   params = _restore_params(run.run_dir, step, run.abstract_params)
+  trained = train_loop.trained_directions(run.run_dir)
+  translator_overrides.setdefault(
+      'target_languages', trained and {directions.split_direction(d)[1] for d in trained})
   return inference.Translator(network.Transformer(run.config), params,
                               str(run.vocabulary_file), data_tasks.tag_strategy(),
                               mesh=run.mesh, rules=run.rules, **translator_overrides)
@@ -195,6 +200,9 @@ def average_checkpoints(checkpoint_dir: str, steps: Sequence[int], output_dir: s
   try:
     shutil.copy(run.run_dir / train_loop.CONFIG_FILE, staging / train_loop.CONFIG_FILE)
     shutil.copy(run.vocabulary_file, staging / train_loop.VOCABULARY_FILE)
+    if (run.run_dir / train_loop.DIRECTIONS_FILE).is_file():
+      shutil.copy(run.run_dir / train_loop.DIRECTIONS_FILE,
+                  staging / train_loop.DIRECTIONS_FILE)
     source = checkpoints.RunCheckpoints(str(run.run_dir), read_only=True)
     target = checkpoints.RunCheckpoints(str(staging), keep=1)
     try:
@@ -212,15 +220,21 @@ def average_checkpoints(checkpoint_dir: str, steps: Sequence[int], output_dir: s
   return max(steps)
 
 
-def translate_lines(translator: inference.Translator, lines: Sequence[str], src_lang: str,
-                    tgt_lang: str, *, progress_bar: bool = False) -> list[str]:
+def translate_lines(translator: inference.Translator | inference.FamilyTranslator,
+                    lines: Sequence[str], src_lang: str, tgt_lang: str, *,
+                    progress_bar: bool = False, source_name: str = 'input') -> list[str]:
   """Translations of one sentence per line, line for line.
 
   Empty (or blank) lines become empty lines without reaching the model, which would
-  otherwise invent a sentence from the tag alone.
+  otherwise invent a sentence from the tag alone. A line longer than the model's input
+  is translated from its start, with a warning naming `source_name` and the line number.
   """
+  translator.check_direction(src_lang, tgt_lang)
   outputs = [''] * len(lines)
   to_translate = [i for i, line in enumerate(lines) if line.strip()]
+  for index in translator.overlong([lines[i] for i in to_translate], src_lang, tgt_lang):
+    logging.warning("%s:%d: longer than the model's input; only its start is translated",
+                    source_name, to_translate[index] + 1)
   chunks = translation_chunks(translator, [lines[i] for i in to_translate], src_lang,
                               tgt_lang, progress_bar=progress_bar)
   for index, translation in zip(to_translate, itertools.chain.from_iterable(chunks)):

@@ -48,6 +48,7 @@ CONFIG_FILE = 'config.gin'
 METRICS_FILE = 'metrics.jsonl'
 BEST_FILE = 'best.json'
 DRO_GROUPS_FILE = 'dro_groups.json'
+DIRECTIONS_FILE = 'directions.json'
 
 # The model's hyperparameters come from gin/models/*.gin; the vocabulary size from the run.
 model_config = gin.external_configurable(network.TransformerConfig, module='network')
@@ -92,10 +93,23 @@ def run_vocabulary(mixture_or_task_name: str, model_dir: pathlib.Path) -> bytes:
   return configured
 
 
-def _write_run_files(run_dir: pathlib.Path, vocabulary: bytes,
-                     robust: dro.DroTraining | None) -> None:
-  """config.gin, the vocabulary's copy and DRO's groups: what a run's readers need."""
+def trained_directions(run_dir: pathlib.Path) -> list[str] | None:
+  """The directions a run (or the run it was fine-tuned from) trained on, None for a run
+  that did not record them."""
+  path = run_dir / DIRECTIONS_FILE
+  if not path.is_file():
+    return None
+  return json.loads(path.read_text(encoding='utf-8'))['directions']
+
+
+def _write_run_files(run_dir: pathlib.Path, vocabulary: bytes, direction_names: Sequence[str],
+                     init_from: str | None, robust: dro.DroTraining | None) -> None:
+  """config.gin, the vocabulary's copy, the trained directions (with those of the run it
+  starts from) and DRO's groups: what a run's readers need."""
   files.write_text_atomically(run_dir / CONFIG_FILE, gin.config_str())
+  inherited = (trained_directions(pathlib.Path(init_from)) or []) if init_from else []
+  files.write_text_atomically(run_dir / DIRECTIONS_FILE, json.dumps(
+      {'directions': sorted({*direction_names, *inherited})}, indent=2) + '\n')
   local_copy = run_dir / VOCABULARY_FILE
   if not local_copy.exists() or local_copy.read_bytes() != vocabulary:
     files.write_bytes_atomically(local_copy, vocabulary)
@@ -389,7 +403,7 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
         robust.restore(_saved_dro_state(run_checkpoints, start_step))
     elif init_from:
       state = state.replace(params=_initial_params(init_from, vocabulary, state.params))
-    _write_run_files(run_dir, vocabulary, robust)
+    _write_run_files(run_dir, vocabulary, direction_names, init_from, robust)
 
   train_step = trainer.jit_train_step(
       trainer.make_train_step(model, optimizer, direction_ids=direction_ids,

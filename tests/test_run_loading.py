@@ -106,6 +106,13 @@ class RecordingTranslator:
     self.calls.append((list(sentences), src_lang, tgt_lang))
     return [s.upper() + ('\nsecond line' if s == 'two lines' else '') for s in sentences]
 
+  def check_direction(self, src_lang, tgt_lang):
+    del src_lang, tgt_lang  # Translates any direction.
+
+  def overlong(self, sentences, src_lang, tgt_lang):
+    del src_lang, tgt_lang
+    return [i for i, s in enumerate(sentences) if len(s) > 20]
+
 
 def test_translate_lines_keeps_empty_lines_out_of_the_model():
   translator = RecordingTranslator()
@@ -153,7 +160,9 @@ def test_translation_tags_the_encoder_and_forces_the_decoder_tag(trained_run, st
 
 
 def test_pivoted_direction_goes_through_the_pivot_language(trained_run):
-  translator = run_loading.load_translator(str(trained_run), beam_size=1)
+  # The tiny run learned hau_Latn only: the legs' routing is what is tested here.
+  translator = run_loading.load_translator(str(trained_run), beam_size=1,
+                                           target_languages=None)
   sentences = ['the cat sleeps', 'two dogs']
   via = translator.translate(sentences, 'hau_Latn', 'eng_Latn')
   expected = translator.translate(via, 'eng_Latn', 'fra_Latn')
@@ -226,3 +235,28 @@ def test_translating_with_a_cut_checkpoint_prints_one_line(trained_run, tmp_path
   assert result.returncode == 2 and result.stdout == ''
   assert len(result.stderr.splitlines()) == 1, result.stderr
   assert result.stderr.startswith(f'error: {run}/checkpoints/{TRAIN_STEPS}: cannot be read')
+
+
+def test_a_target_the_model_never_learned_is_refused_with_those_it_knows(trained_run, tmp_path):
+  assert (trained_run / 'directions.json').read_text().split() == [
+      '{', '"directions":', '[', '"eng_Latn-hau_Latn"', ']', '}']
+  source = tmp_path / 'source.txt'
+  source.write_text('Monday\n', encoding='utf-8')
+  result = run_command('translate.py', f'--checkpoint_dir={trained_run}', '--src_lang=eng_Latn',
+                       '--tgt_lang=fra_Latn', f'--input={source}',
+                       f'--output={tmp_path / "out.txt"}')
+  assert result.returncode == 2 and result.stderr.splitlines() == [
+      'error: fra_Latn: the model was never trained to translate into it; it translates '
+      'into hau_Latn']
+  assert not (tmp_path / 'out.txt').exists()
+
+
+def test_a_line_longer_than_the_input_is_named_and_translated_from_its_start(trained_run,
+                                                                           caplog):
+  translator = run_loading.load_translator(str(trained_run), beam_size=1, batch_size=4)
+  long_line = ' '.join(['Monday'] * 5000)
+  outputs = run_loading.translate_lines(translator, ['Monday', '', long_line], 'eng_Latn',
+                                        'hau_Latn', source_name='days.txt')
+  assert len(outputs) == 3 and outputs[1] == ''
+  warnings = [r.getMessage() for r in caplog.records if 'longer than' in r.getMessage()]
+  assert warnings == ["days.txt:3: longer than the model's input; only its start is translated"]
