@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
   for path in (metrics, groups):
     if not path.is_file():
       raise UserError(f'--model_dir: {path} not found (not a DRO run?)')
-  steps, history = dro.weight_history(metrics.read_text(encoding='utf-8').splitlines())
+  steps, history = dro.weight_history(files.read_json_lines(metrics))
   if not steps:
     raise UserError(f'--model_dir: {metrics} logs no DRO weights (not a DRO run)')
   initial = {group: record['proportion'] for group, record in

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import dataclasses
 import io
 import json
+from typing import Any
 
 import numpy as np
 
@@ -372,14 +373,12 @@ class DroTraining:
 WEIGHT_PREFIX = 'dro_weight/'
 
 
-def weight_history(metrics_lines: Sequence[str]) -> tuple[list[int], dict[str, list[float]]]:
-  """(steps, {group: q_g at each step}) from a DRO run's metrics.jsonl lines."""
+def weight_history(metrics: Sequence[Mapping[str, Any]]
+                   ) -> tuple[list[int], dict[str, list[float]]]:
+  """(steps, {group: q_g at each step}) from a DRO run's metrics.jsonl records."""
   steps: list[int] = []
   history: dict[str, list[float]] = {}
-  for line in metrics_lines:
-    if not line.strip():
-      continue
-    record = json.loads(line)
+  for record in metrics:
     weights = {k[len(WEIGHT_PREFIX):]: v for k, v in record.items()
                if k.startswith(WEIGHT_PREFIX)}
     if not weights:

@@ -8,6 +8,8 @@ leaves the previous file (or none), never half a file.
 
 from collections.abc import Iterator
 import contextlib
+import json
+import logging
 import os
 import pathlib
 import shutil
@@ -67,3 +69,25 @@ def check_creatable(folder: str | os.PathLike, name: str) -> None:
     tempfile.TemporaryDirectory(dir=existing).cleanup()
   except OSError as error:
     raise UserError(f'{name}: cannot write to {folder} ({error.strerror or error})') from None
+
+
+def read_json_lines(path: str | os.PathLike) -> list[dict]:
+  """The records of a JSON-lines log that a run appends to (metrics.jsonl).
+
+  A last line cut short (the run was killed while appending it) is dropped with a
+  warning; a damaged line before it is a UserError naming the line.
+  """
+  lines = pathlib.Path(path).read_text(encoding='utf-8').splitlines()
+  records = []
+  for number, line in enumerate(lines, start=1):
+    if not line.strip():
+      continue
+    try:
+      records.append(json.loads(line))
+    except json.JSONDecodeError:
+      if number < len(lines):
+        raise UserError(f'{path}:{number}: not a JSON record; repair or remove the line'
+                        ) from None
+      logging.warning('%s:%d: dropping an incomplete last record (the run was stopped '
+                      'while writing it)', path, number)
+  return records

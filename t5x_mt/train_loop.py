@@ -127,30 +127,13 @@ class MetricsLog:
     self._tensorboard = tensorboardX.SummaryWriter(str(model_dir / 'tensorboard'))
 
   def _truncate_after(self, step: int) -> None:
-    """A resumed run rewrites the steps after its checkpoint; drop their old records.
-
-    A last line cut short (the run was killed while appending it) is dropped with a
-    warning; a damaged line before it is a UserError naming the line.
-    """
+    """A resumed run rewrites the steps after its checkpoint; drop their old records (and
+    a last one cut short by a kill)."""
     if not self.path.exists():
       return
-    lines = self.path.read_text(encoding='utf-8').splitlines()
-    kept = []
-    for number, line in enumerate(lines, start=1):
-      if not line.strip():
-        continue
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError:
-        if number < len(lines):
-          raise UserError(f'{self.path}:{number}: not a JSON record; repair or remove the '
-                          'line to resume') from None
-        logging.warning('%s:%d: dropping an incomplete last record (the run was stopped '
-                        'while writing it)', self.path, number)
-        continue
-      if record['step'] <= step:
-        kept.append(line)
-    files.write_text_atomically(self.path, ''.join(line + '\n' for line in kept))
+    kept = [record for record in files.read_json_lines(self.path) if record['step'] <= step]
+    files.write_text_atomically(self.path, ''.join(
+        json.dumps(record, sort_keys=True) + '\n' for record in kept))
 
   def write(self, record: dict[str, Any]) -> None:
     with self.path.open('a', encoding='utf-8') as f:

@@ -211,12 +211,12 @@ def test_baselines_of_another_grouping_are_refused(tiny_mixture, tmp_path):
 
 
 def test_weight_history_and_plot_command(tmp_path, monkeypatch, capsys):
-  lines = [json.dumps({'step': 1, 'loss': 2.0}),
-           json.dumps({'step': 2, 'dro_weight/a': 0.5, 'dro_weight/b': 0.5}),
-           '',
-           json.dumps({'step': 4, 'dro_weight/a': 0.3, 'dro_weight/b': 0.7})]
-  assert dro.weight_history(lines) == ([2, 4], {'a': [0.5, 0.3], 'b': [0.5, 0.7]})
-  (tmp_path / 'metrics.jsonl').write_text('\n'.join(lines) + '\n')
+  records = [{'step': 1, 'loss': 2.0}, {'step': 2, 'dro_weight/a': 0.5, 'dro_weight/b': 0.5},
+             {'step': 4, 'dro_weight/a': 0.3, 'dro_weight/b': 0.7}]
+  assert dro.weight_history(records) == ([2, 4], {'a': [0.5, 0.3], 'b': [0.5, 0.7]})
+  # A last record cut short by a kill is left out of the plot.
+  (tmp_path / 'metrics.jsonl').write_text(
+      '\n'.join(map(json.dumps, records)) + '\n\n{"step": 5, "dro_wei')
   (tmp_path / 'dro_groups.json').write_text(json.dumps({'groups': {
       'a': {'proportion': 0.6}, 'b': {'proportion': 0.4}}}))
   output = tmp_path / 'weights.png'
