@@ -13,6 +13,7 @@ most of the gain; a run keeps as many checkpoints as `train.keep_checkpoints` (g
 import argparse
 
 from t5x_mt import cli
+from t5x_mt import files
 from t5x_mt.errors import UserError
 
 
@@ -23,7 +24,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser.add_argument('--last', type=int, default=None, help='average the last K checkpoints')
   parser.add_argument('--steps', default=None, help='comma-separated checkpoint steps')
   args = parser.parse_args(argv)
-  cli.check_output(args.output_dir, '--output_dir', folder=True)
+  files.check_output(args.output_dir, '--output_dir', folder=True)
   if (args.last is None) == (args.steps is None):
     raise UserError('give exactly one of --last=K and --steps=N1,N2,...')
   if args.last is not None and args.last < 1:

@@ -20,6 +20,7 @@ same flags continues where it stopped; no sentence is lost or translated twice.
 import argparse
 
 from t5x_mt import cli
+from t5x_mt import files
 from t5x_mt import languages
 from t5x_mt.errors import UserError
 
@@ -43,7 +44,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
                       help='translate only the first N distinct sentences')
   parser.add_argument('--output', required=True, help='corpus folder to write (or add to)')
   args = parser.parse_args(argv)
-  cli.check_output(args.output, '--output', folder=True)
+  files.check_output(args.output, '--output', folder=True)
   if not args.monolingual and not args.from_corpus:
     raise UserError('give --monolingual files or --from_corpus corpora (or both)')
   if args.max_sentences is not None and args.max_sentences < 1:

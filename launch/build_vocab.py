@@ -14,6 +14,7 @@ import inspect
 import gin
 
 from t5x_mt import cli
+from t5x_mt import files
 from t5x_mt import gin_utils
 from t5x_mt.errors import UserError
 
@@ -27,7 +28,7 @@ def main(argv: list[str]) -> int:
   args = parser.parse_args(rest)
   gin_utils.check_gin_files(args.gin_file)
   if args.output is not None:
-    cli.check_output(args.output, '--output')
+    files.check_output(args.output, '--output')
   cli.start_tensorflow()
   # pylint: disable=g-import-not-at-top  (gin needs the configurables)
   import data_tasks

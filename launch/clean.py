@@ -16,6 +16,7 @@ import argparse
 import json
 
 from t5x_mt import cli
+from t5x_mt import files
 from t5x_mt import gin_utils
 from t5x_mt.data import cleaning
 from t5x_mt.data import cleaning_io
@@ -115,7 +116,7 @@ def main(argv: list[str]) -> int:
   argv = argv[:argv.index('--')] if '--' in argv else argv
   bindings, rest = gin_utils.split_gin_overrides(argv)
   args = _parser().parse_args(rest)
-  cli.check_output(args.output_dir, '--output_dir', folder=True)
+  files.check_output(args.output_dir, '--output_dir', folder=True)
   if args.chunk_lines < 1:
     raise UserError(f'--chunk_lines: must be >= 1, got {args.chunk_lines}')
   specs = cleaning.resolve_specs(_step_names(args, bindings))

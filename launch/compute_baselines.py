@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     value = getattr(args, flag)
     if value is not None and value < 1:
       raise UserError(f'--{flag}: must be >= 1, got {value}')
-  cli.check_output(args.output, '--output')
+  files.check_output(args.output, '--output')
   cli.start_tensorflow()
   import data_tasks  # pylint: disable=g-import-not-at-top
   import gin  # pylint: disable=g-import-not-at-top

@@ -15,6 +15,7 @@ Resumable as launch/back_translate.py is: rerun the same command after a kill.
 import argparse
 
 from t5x_mt import cli
+from t5x_mt import files
 from t5x_mt import languages
 from t5x_mt.errors import UserError
 
@@ -30,7 +31,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
                       help='distil only the first N distinct sources per direction')
   parser.add_argument('--output', required=True, help='corpus folder to write (or add to)')
   args = parser.parse_args(argv)
-  cli.check_output(args.output, '--output', folder=True)
+  files.check_output(args.output, '--output', folder=True)
   directions = [languages.parse_direction(d, '--directions')
                 for d in args.directions.split(',') if d.strip()]
   if not directions:

@@ -65,7 +65,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
     languages.check_language(args.src_lang, '--src_lang')
     languages.check_language(args.tgt_lang, '--tgt_lang')
   if args.output_json is not None:
-    cli.check_output(args.output_json, '--output_json')
+    files.check_output(args.output_json, '--output_json')
   return args
 
 
@@ -82,7 +82,7 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   translator = run_loading.load_model(args.checkpoint_dir, args.family_models, args.step,
                                       decoding)
   hypotheses = run_loading.translate_lines(translator, sources, args.src_lang, args.tgt_lang,
-                                           progress_bar=True)
+                                           progress_bar=True, source_name=args.src_file)
   return evaluation.score_direction(hypotheses, references, spm_model_path=args.spm_model)
 
 

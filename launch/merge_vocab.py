@@ -13,6 +13,7 @@ and after the merge.
 import sentencepiece as spm
 
 from t5x_mt import cli
+from t5x_mt import files
 from t5x_mt.data import readers
 from t5x_mt.data import vocab
 from t5x_mt.data import vocab_merge
@@ -29,7 +30,7 @@ def main(argv: list[str]) -> int:
                       help='comma-separated files of old-language text to check identity on')
   parser.add_argument('--new_text', default=None, help='a file of new-language text')
   args = parser.parse_args(argv)
-  cli.check_output(args.output, '--output')
+  files.check_output(args.output, '--output')
   summary = vocab_merge.merge_files(args.base_model, args.new_model, args.output,
                                     args.score_scale)
   print(f'{args.base_model}: {summary.old_pieces} pieces kept with their ids; '

@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--model_dir', required=True, help="a DRO run's MODEL_DIR")
   parser.add_argument('--output', required=True, help='PNG file to write')
   args = parser.parse_args(argv)
-  cli.check_output(args.output, '--output')
+  files.check_output(args.output, '--output')
   metrics = pathlib.Path(args.model_dir) / 'metrics.jsonl'
   groups = pathlib.Path(args.model_dir) / 'dro_groups.json'
   for path in (metrics, groups):

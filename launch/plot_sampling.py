@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--by', default='language', choices=('language', 'direction'))
   parser.add_argument('--gin_file', action='append', default=[], help='run config (repeatable)')
   args = parser.parse_args(argv)
-  cli.check_output(args.output, '--output')
+  files.check_output(args.output, '--output')
   gin_utils.check_gin_files(args.gin_file)
   if args.temperature is not None:
     if args.temperature <= 0:

@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
   tgt_lang = languages.check_language(args.tgt_lang, '--tgt_lang')
   overrides = cli.decoding_overrides(args)
   if args.output is not None:
-    cli.check_output(args.output, '--output')
+    files.check_output(args.output, '--output')
   cli.start_tensorflow()
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import readers  # pylint: disable=g-import-not-at-top
@@ -37,7 +37,8 @@ def main(argv: list[str]) -> int:
   translator = run_loading.load_model(args.checkpoint_dir, args.family_models, args.step,
                                       overrides)
   translations = run_loading.translate_lines(translator, lines, src_lang, tgt_lang,
-                                             progress_bar=args.input is not None)
+                                             progress_bar=args.input is not None,
+                                             source_name=args.input or 'stdin')
   text = ''.join(line + '\n' for line in translations)
   if args.output is None:
     print(text, end='', flush=True)

@@ -276,5 +276,5 @@ def _abstract(tree: Any) -> Any:
 def check_writable(model_dir: str) -> None:
   """Fails early, naming MODEL_DIR, if the run could not write its outputs there; creates
   nothing."""
-  files.check_creatable(model_dir, 'MODEL_DIR')
+  files.check_output(model_dir, 'MODEL_DIR', folder=True)
   logging.info('Writing to %s', os.path.abspath(model_dir))

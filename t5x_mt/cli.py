@@ -159,28 +159,6 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def check_output(path: str, flag: str, folder: bool = False) -> None:
-  """Refuses an output (a file, or a `folder` to create or add to) that cannot be written.
-
-  Checked before any work, so a typo in the output costs nothing. Missing folders on the
-  way are fine (writers create them) as long as they can be created.
-  """
-  target = pathlib.Path(path)
-  if target.exists() and target.is_dir() != folder:
-    raise UserError(f'{flag}: {path} is a {"file" if folder else "folder"}, '
-                    f'not a {"folder" if folder else "file"}')
-  where = target if folder and target.is_dir() else target.parent
-  existing = next(p for p in (where, *where.parents) if p.exists())
-  if not existing.is_dir():
-    raise UserError(f'{flag}: cannot create {path}: {existing} is a file')
-  try:
-    with tempfile.TemporaryFile(dir=existing):
-      pass
-  except OSError as error:
-    raise UserError(f'{flag}: cannot write {path}: {existing} is not writable '
-                    f'({error.strerror})') from None
-
-
 @contextlib.contextmanager
 def setting_named_as(setting: str, flag: str) -> Iterator[None]:
   """UserErrors that name a gin `setting` (MIXTURE_OR_TASK_NAME) name the command's `flag`

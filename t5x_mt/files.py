@@ -58,17 +58,26 @@ def removed_on_failure(folder: str | os.PathLike) -> Iterator[None]:
     raise
 
 
-def check_creatable(folder: str | os.PathLike, name: str) -> None:
-  """A UserError naming `name` unless `folder` exists as a writable folder or could be
-  created; creates nothing."""
-  folder = pathlib.Path(os.path.abspath(folder))
-  existing = next(p for p in (folder, *folder.parents) if p.exists())
+def check_output(path: str | os.PathLike, flag: str, folder: bool = False) -> None:
+  """Refuses an output (a file, or a `folder` to create or add to) that cannot be written.
+
+  Checked before any work, so a typo in the output costs nothing. Missing folders on the
+  way are fine (writers create them) as long as they can be created.
+  """
+  target = pathlib.Path(path)
+  if target.exists() and target.is_dir() != folder:
+    raise UserError(f'{flag}: {path} is a {"file" if folder else "folder"}, '
+                    f'not a {"folder" if folder else "file"}')
+  where = target if folder and target.is_dir() else target.parent
+  existing = next(p for p in (where, *where.parents) if p.exists())
   if not existing.is_dir():
-    raise UserError(f'{name}: cannot write to {folder} ({existing} is not a folder)')
+    raise UserError(f'{flag}: cannot create {path}: {existing} is a file')
   try:
-    tempfile.TemporaryDirectory(dir=existing).cleanup()
+    with tempfile.TemporaryFile(dir=existing):
+      pass
   except OSError as error:
-    raise UserError(f'{name}: cannot write to {folder} ({error.strerror or error})') from None
+    raise UserError(f'{flag}: cannot write {path}: {existing} is not writable '
+                    f'({error.strerror})') from None
 
 
 def read_json_lines(path: str | os.PathLike) -> list[dict]:
