@@ -1,11 +1,12 @@
 """Cleaning as an Apache Beam pipeline: the same steps, distributed.
 
 Chunks of the inputs (`cleaning_io`) are the pipeline's elements, so a cluster reads
-the corpus in parallel. Per-pair steps run in a DoFn built from the same `StepSpec`s as
-the local engine; the corpus steps use Beam's distributed group-by instead of one
-machine's memory: `duplicates` groups pairs by their normalised key and keeps the
-lowest line number; `conflicting_translations` groups by source key and by target key,
-marks every line of a key with more than one partner, and joins the marks back.
+the corpus in parallel. Per-pair steps run in a DoFn, in the local engine's
+`cleaning.PairCleaner` built from the same `StepSpec`s; the corpus steps use Beam's
+distributed group-by instead of one machine's memory: `duplicates` groups pairs by their
+normalised key and keeps the lowest line number; `conflicting_translations` groups by
+source key and by target key, marks every line of a key with more than one partner, and
+joins the marks back.
 
 Survivors and dropped pairs are grouped by (direction, chunk), sorted by line number and
 written as one shard file per chunk under `shard_dir` (any Beam filesystem: local, gs://,
@@ -15,6 +16,7 @@ folder the local engine writes, so both engines produce byte-identical corpora.
 
 import json
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -47,17 +49,14 @@ class CleanChunk(beam.DoFn):
 
   def process(self, chunk: cleaning_io.Chunk) -> Iterator:
     cleaner = self._cleaner(chunk.direction)
-    for record in cleaning_io.read_chunk(chunk):
-      if record.pair is None:
-        yield from _dropped(chunk.direction, record.index, cleaning_io.INVALID_UTF8, record.raw)
-        continue
-      pair, dropped_by, rewritten = cleaner.clean(record.pair)
-      for name in rewritten:
-        yield beam.pvalue.TaggedOutput(COUNTS, ((chunk.direction, 'rewritten', name), 1))
+    rewritten: Counter = Counter()
+    for record, pair, dropped_by in cleaner.clean(cleaning_io.read_chunk(chunk), rewritten):
       if pair is None:
         yield from _dropped(chunk.direction, record.index, dropped_by, record.raw)
       else:
         yield (chunk.direction, record.index, pair, record.raw)
+    for name, count in rewritten.items():
+      yield beam.pvalue.TaggedOutput(COUNTS, ((chunk.direction, 'rewritten', name), count))
 
 
 def _dropped(direction: str, index: int, step: str, raw) -> Iterator:

@@ -2,9 +2,11 @@
 
 A cleaning run is a list of named steps (`t5x_mt.data.cleaning_steps.STEPS`). Per-pair
 steps (rewrites and filters) run in their listed order on every pair; a pair is dropped by
-the first filter that rejects it and counted under that filter's name. Corpus steps
-(`duplicates`, `conflicting_translations`) then run, in their listed order, on what
-survived. Both engines (this module's `clean_locally`, and `beam_cleaning.clean_with_beam`)
+the first filter that rejects it and counted under that filter's name. Both engines run
+them with `PairCleaner`, over batches of pairs: each step decides at once for the pairs
+the steps before it kept, which decides each pair as running the steps on it alone would.
+Corpus steps (`duplicates`, `conflicting_translations`) then run, in their listed order,
+on what survived. Both engines (this module's `clean_locally`, and `beam_cleaning.clean_with_beam`)
 follow exactly these rules and write the same folder (see `cleaning_io`), with a report:
 
   {"engine": .., "steps": [{"name", "kind", "params"}],
@@ -19,6 +21,7 @@ steps' parameters (`long_word.max_chars = 40`); any step parameter can be overri
 
 import dataclasses
 import io
+import itertools
 import json
 import logging
 import pickle
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 import gin
+import numpy as np
 from tqdm import tqdm
 
 from t5x_mt import files
@@ -36,6 +40,7 @@ from t5x_mt.data import cleaning_io
 from t5x_mt.data import dedup
 from t5x_mt.data import langid
 from t5x_mt.data import mdl
+from t5x_mt.data.cleaning_batches import PairBatch
 from t5x_mt.data.cleaning_io import Record
 from t5x_mt.data.cleaning_steps import Pair
 from t5x_mt.data.cleaning_steps import STEPS
@@ -47,6 +52,9 @@ from t5x_mt.gin_utils import REPO_ROOT
 STEP_MODULES = (dedup, langid, mdl)
 PRESETS_DIR = REPO_ROOT / 'gin' / 'cleaning'
 DEFAULT_PRESET = 'default'
+# Pairs the per-pair steps decide at once: enough that the work of a step call is numpy
+# and scans over the batch, few enough that a batch's arrays take a few megabytes.
+BATCH_PAIRS = 10_000
 
 # Every step class configurable in gin under its step name: `long_word.max_chars = 40`.
 _CONFIGURABLE_STEPS = {name: gin.external_configurable(cls, name=name, module='cleaning')
@@ -106,26 +114,58 @@ def resolve_specs(names: Sequence[str]) -> list[StepSpec]:
   return specs
 
 
+# A record after the per-pair steps: its cleaned pair, or None and the step that dropped it.
+Outcome = tuple[Record, Pair | None, str | None]
+
+
 class PairCleaner:
-  """The per-pair steps of a spec list, bound to one direction."""
+  """The per-pair steps of a spec list, bound to one direction, run over batches."""
 
-  def __init__(self, specs: Sequence[StepSpec], src_lang: str, tgt_lang: str):
-    self._steps = [(spec.name, spec.kind, spec.build().bind(src_lang, tgt_lang))
+  def __init__(self, specs: Sequence[StepSpec], src_lang: str, tgt_lang: str,
+               batch_pairs: int = BATCH_PAIRS):
+    self._steps = [(spec.name, spec.kind, spec.build().bind_batch(src_lang, tgt_lang))
                    for spec in specs if spec.kind != 'corpus']
+    self._batch_pairs = batch_pairs
 
-  def clean(self, pair: Pair) -> tuple[Pair | None, str | None, list[str]]:
-    """(the rewritten pair or None, the filter that dropped it, the rewrites that
-    changed it)."""
-    rewritten = []
+  def clean(self, records: Iterable[Record], rewritten: Counter) -> Iterator[Outcome]:
+    """The outcome of each record, in order (undecodable ones are dropped as
+    invalid_utf8); adds to `rewritten` how many pairs each rewrite changed."""
+    records = iter(records)
+    while batch := list(itertools.islice(records, self._batch_pairs)):
+      yield from self._clean_batch(batch, rewritten)
+
+  def _clean_batch(self, records: list[Record], rewritten: Counter) -> Iterator[Outcome]:
+    dropped_by = [None if record.pair is not None else cleaning_io.INVALID_UTF8
+                  for record in records]
+    positions = np.array([number for number, step in enumerate(dropped_by) if step is None],
+                         np.int64)
+    batch = PairBatch([records[number].pair for number in positions.tolist()])
+    positions, batch = self._run_steps(batch, positions, dropped_by, rewritten)
+    cleaned = [None] * len(records)
+    for number, pair in zip(positions.tolist(), batch.pairs):
+      cleaned[number] = pair
+    return zip(records, cleaned, dropped_by)
+
+  def _run_steps(self, batch: PairBatch, positions: np.ndarray, dropped_by: list,
+                 rewritten: Counter) -> tuple[np.ndarray, PairBatch]:
+    """The positions and the batch of the pairs every filter kept; sets `dropped_by` at
+    the positions of the others."""
     for name, kind, apply in self._steps:
+      if not len(batch):
+        break
       if kind == 'rewrite':
-        changed = apply(pair)
-        if changed != pair:
-          rewritten.append(name)
-          pair = changed
-      elif not apply(pair):
-        return None, name, rewritten
-    return pair, None, rewritten
+        pairs = apply(batch)
+        changed = sum(new != old for new, old in zip(pairs, batch.pairs))
+        if changed:
+          rewritten[name] += changed
+          batch = PairBatch(pairs)
+        continue
+      keep = apply(batch)
+      if not keep.all():
+        for number in positions[~keep].tolist():
+          dropped_by[number] = name
+        positions, batch = positions[keep], batch.select(keep)
+    return positions, batch
 
 
 class DirectionTally:
@@ -227,14 +267,10 @@ def _clean_direction(chunks: Sequence[cleaning_io.Chunk], specs: Sequence[StepSp
 
   def survivors() -> Iterator[Survivor]:
     for chunk in chunks:
-      for record in cleaning_io.read_chunk(chunk):
+      for record, pair, dropped_by in cleaner.clean(cleaning_io.read_chunk(chunk),
+                                                    tally.rewritten):
         tally.pairs_in += 1
         progress.update()
-        if record.pair is None:
-          tally.drop(cleaning_io.INVALID_UTF8, record)
-          continue
-        pair, dropped_by, rewritten = cleaner.clean(record.pair)
-        tally.rewritten.update(rewritten)
         if pair is None:
           tally.drop(dropped_by, record)
         else:

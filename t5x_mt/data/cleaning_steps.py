@@ -1,12 +1,16 @@
 """Cleaning steps: named rewrites and filters over sentence pairs, and their registry.
 
 A step is configured once per run (its keyword arguments, from gin or a preset) and bound
-once per direction (`bind(src_lang, tgt_lang)`), which returns a plain function over a
-`Pair`: a rewrite returns the (possibly changed) pair, a filter returns whether to keep it.
-Binding per direction lets a step precompute what depends on the languages (a script
-pattern, a Moses normaliser, a language-id model) so the per-pair call is cheap. Steps are
-rebuilt from `(name, kwargs)` specs on every worker, which is how the Apache Beam engine
-ships them: nothing here may hold state that a pickled spec cannot recreate.
+once per direction, which lets it precompute what depends on the languages (a script
+pattern, a Moses normaliser, a language-id model). The engines bind `bind_batch(src_lang,
+tgt_lang)`, a function over a `PairBatch`: a filter returns whether to keep each pair, a
+rewrite the rewritten pairs. The rule filters decide whole batches at once (numpy over
+code points, one regex scan over all texts, per-text values shared through the batch, see
+`t5x_mt.data.cleaning_batches`), and decide one pair as a batch of one; other steps
+implement `bind(src_lang, tgt_lang)`, a function over one `Pair`, which the default
+`bind_batch` calls on each pair of a batch. Steps are rebuilt from `(name, kwargs)` specs
+on every worker, which is how the Apache Beam engine ships them: nothing here may hold
+state that a pickled spec cannot recreate.
 
 Steps that need the whole corpus (deduplication, conflicting translations) are declared
 with kind 'corpus' and carried out by the engines (`t5x_mt.data.cleaning` locally,
@@ -15,13 +19,17 @@ reports treat every step alike.
 """
 
 import dataclasses
+import functools
 import html
 import re
-from collections import Counter
 from typing import Any, Callable, ClassVar, NamedTuple
 
+import numpy as np
 import regex
 
+from t5x_mt.data.cleaning_batches import PairBatch
+from t5x_mt.data.cleaning_batches import Side
+from t5x_mt.data.cleaning_batches import char_table
 from t5x_mt.errors import UserError
 
 
@@ -37,12 +45,22 @@ Keep = Callable[[Pair], bool]
 
 
 class Step:
-  """A named cleaning step; subclasses set `name`, `kind` and implement `bind`."""
+  """A named cleaning step; subclasses set `name`, `kind` and implement `bind` (or, for
+  a `BatchFilter`, `bind_batch`)."""
   name: ClassVar[str]
   kind: ClassVar[str]  # 'rewrite', 'filter' or 'corpus'
 
   def bind(self, src_lang: str, tgt_lang: str) -> Callable[[Pair], Any]:
     raise NotImplementedError(f'{self.name} is carried out by the engine')
+
+  def bind_batch(self, src_lang: str, tgt_lang: str) -> Callable[[PairBatch], Any]:
+    """The step over a batch of pairs: a filter's function returns whether to keep each
+    pair (a boolean array), a rewrite's the rewritten pairs. By default the per-pair
+    function, called on each pair."""
+    apply = self.bind(src_lang, tgt_lang)
+    if self.kind == 'filter':
+      return lambda batch: np.fromiter(map(apply, batch.pairs), bool, len(batch))
+    return lambda batch: list(map(apply, batch.pairs))
 
 
 STEPS: dict[str, type[Step]] = {}
@@ -85,21 +103,6 @@ _SCRIPT_VALUES = {'Jpan': ('Hani', 'Hira', 'Kana'), 'Hans': ('Hani',), 'Hant': (
 def script_of(lang: str) -> str:
   """The ISO 15924 script subtag of a FLORES-200 code ('amh_Ethi' -> 'Ethi')."""
   return lang.split('_')[1]
-
-
-def count_tokens(text: str, lang: str) -> int:
-  """Whitespace-separated words; characters (spaces excluded) in unspaced scripts."""
-  if script_of(lang) in UNSPACED_SCRIPTS:
-    return sum(1 for char in text if not char.isspace())
-  return len(text.split())
-
-
-def _ratio(a: int, b: int) -> float:
-  """max/min of two counts; infinite when one of them is zero and the other is not."""
-  low, high = min(a, b), max(a, b)
-  if low == 0:
-    return 0.0 if high == 0 else float('inf')
-  return high / low
 
 
 _WHITESPACE = re.compile(r'\s+')
@@ -212,10 +215,21 @@ class ParenthesisedText(Step):
 
 # --- Filters -------------------------------------------------------------------------------
 
+KeepMask = Callable[[PairBatch], np.ndarray]
+SideTest = Callable[[Side], np.ndarray]
 
-def _both_sides(test: Callable[[str], bool]) -> Keep:
-  """A filter keeping pairs whose two sides both pass `test`."""
-  return lambda pair: test(pair.src) and test(pair.tgt)
+
+class BatchFilter(Step):
+  """A filter that decides over whole batches of pairs (`bind_batch`); deciding one pair
+  is deciding a batch of one."""
+  kind: ClassVar[str] = 'filter'
+
+  def bind(self, src_lang, tgt_lang) -> Keep:
+    keep = self.bind_batch(src_lang, tgt_lang)
+    return lambda pair: bool(keep(PairBatch([pair]))[0])
+
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    raise NotImplementedError
 
 
 def per_language(test_for: Callable[[str], Callable[[str], bool]], src_lang: str,
@@ -225,125 +239,168 @@ def per_language(test_for: Callable[[str], Callable[[str], bool]], src_lang: str
   return lambda pair: src_ok(pair.src) and tgt_ok(pair.tgt)
 
 
+def both_sides(test: SideTest) -> KeepMask:
+  """Keeps the pairs whose two sides both pass `test` (a boolean per text of a side)."""
+  return lambda batch: test(batch.src) & test(batch.tgt)
+
+
+def per_language_sides(test_for: Callable[[str], SideTest], src_lang: str,
+                       tgt_lang: str) -> KeepMask:
+  """Keeps the pairs whose sides pass the test made for each side's language."""
+  src_ok, tgt_ok = test_for(src_lang), test_for(tgt_lang)
+  return lambda batch: src_ok(batch.src) & tgt_ok(batch.tgt)
+
+
+def everywhere(side: Side) -> np.ndarray:
+  return np.ones(len(side), bool)
+
+
+def decide_suspects(batch: PairBatch, suspects: np.ndarray, keep: Keep) -> np.ndarray:
+  """Keeps every pair but the `suspects`, which `keep` decides one by one."""
+  decisions = np.ones(len(batch), bool)
+  for index in np.flatnonzero(suspects).tolist():
+    decisions[index] = keep(batch.pairs[index])
+  return decisions
+
+
+def decide_texts(side: Side, suspects: np.ndarray, ok: Callable[[str], bool]) -> np.ndarray:
+  """True for every text of `side` but the `suspects`, which `ok` decides one by one."""
+  decisions = np.ones(len(side), bool)
+  for index in np.flatnonzero(suspects).tolist():
+    decisions[index] = ok(side.text(index))
+  return decisions
+
+
+def tokens(side: Side, lang: str) -> np.ndarray:
+  """Whitespace-separated words per text; characters (spaces excluded) in unspaced
+  scripts."""
+  return side.nonspace if script_of(lang) in UNSPACED_SCRIPTS else side.words
+
+
+def ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """max/min of two counts per pair; infinite when one is zero and the other is not."""
+  low, high = np.minimum(a, b), np.maximum(a, b)
+  return np.divide(high, low, out=np.where(high > 0, np.inf, 0.0), where=low > 0)
+
+
+def fraction(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+  """part / whole per text, 0 where whole is 0."""
+  return np.divide(part, whole, out=np.zeros(len(part)), where=whole > 0)
+
+
 @register_step
 @dataclasses.dataclass
-class Empty(Step):
+class Empty(BatchFilter):
   """Drops pairs with an empty (or whitespace-only) side."""
   name: ClassVar[str] = 'empty'
-  kind: ClassVar[str] = 'filter'
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    return _both_sides(lambda text: bool(text.strip()))
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    return both_sides(lambda side: side.nonspace > 0)
 
 
+# U+FFFD (a decoding error upstream), control, surrogate, private-use or unassigned code
+# points; tab is allowed.
 _INVALID = regex.compile(r"[[\p{Cc}\p{Cs}\p{Co}\p{Cn}\uFFFD]--[\t]]", regex.V1)
 
 
-def has_invalid_unicode(text: str) -> bool:
-  """U+FFFD (a decoding error upstream), control, surrogate, private-use or unassigned
-  code points; tab is allowed. Printable ASCII, most text, is valid without a search."""
-  if text.isascii() and text.isprintable():
-    return False
-  return _INVALID.search(text) is not None
-
-
 @register_step
 @dataclasses.dataclass
-class InvalidUnicode(Step):
+class InvalidUnicode(BatchFilter):
   """NT5: drops pairs containing replacement characters, control characters, surrogates,
   private-use or unassigned code points."""
   name: ClassVar[str] = 'invalid_unicode'
-  kind: ClassVar[str] = 'filter'
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    return _both_sides(lambda text: not has_invalid_unicode(text))
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    return both_sides(lambda side: side.count(_INVALID) == 0)
 
 
 @register_step
 @dataclasses.dataclass
-class MinChars(Step):
+class MinChars(BatchFilter):
   """VolcTrans: drops pairs with a side shorter than `min_chars` characters."""
   name: ClassVar[str] = 'min_chars'
-  kind: ClassVar[str] = 'filter'
   min_chars: int = 30
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    return _both_sides(lambda text: len(text) >= self.min_chars)
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    return both_sides(lambda side: side.lengths >= self.min_chars)
 
 
 @register_step
 @dataclasses.dataclass
-class MaxChars(Step):
+class MaxChars(BatchFilter):
   """NT5: drops pairs with a side longer than `max_chars` characters."""
   name: ClassVar[str] = 'max_chars'
-  kind: ClassVar[str] = 'filter'
   max_chars: int = 500
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    return _both_sides(lambda text: len(text) <= self.max_chars)
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    return both_sides(lambda side: side.lengths <= self.max_chars)
 
 
 _URL_OR_EMAIL = re.compile(
     r'(?:\b(?:https?|ftp)://|\bwww\.\w|\b[\w.+-]+@[\w-]+\.[\w.-]*[A-Za-z]{2,})', re.IGNORECASE)
+# Every match of _URL_OR_EMAIL holds one of these: '@', '://', or 'www.' in some case
+# (no character but 'w' and 'W' matches 'w' ignoring case).
+_ADDRESS_MARKS = ('@', '://', 'w.', 'W.')
 
 
 @register_step
 @dataclasses.dataclass
-class UrlOrEmail(Step):
+class UrlOrEmail(BatchFilter):
   """VolcTrans: drops pairs where either side holds a URL (http://, https://, ftp://,
   www.) or an e-mail address."""
   name: ClassVar[str] = 'url_or_email'
-  kind: ClassVar[str] = 'filter'
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    def no_address(text: str) -> bool:
-      if '@' not in text and '://' not in text and 'ww.' not in text.lower():
-        return True  # Every match of _URL_OR_EMAIL contains one of these.
-      return _URL_OR_EMAIL.search(text) is None
-    return _both_sides(no_address)
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    def no_address(side: Side) -> np.ndarray:
+      suspects = np.logical_or.reduce([side.containing(mark) for mark in _ADDRESS_MARKS])
+      return decide_texts(side, suspects, lambda text: _URL_OR_EMAIL.search(text) is None)
+    return both_sides(no_address)
 
 
 @register_step
 @dataclasses.dataclass
-class LongWord(Step):
+class LongWord(BatchFilter):
   """Drops pairs with a word longer than `max_chars` characters (VolcTrans 100, NT5 40).
   Unspaced scripts (Chinese, Japanese, Thai...) are exempt: a whole clause is one 'word'."""
   name: ClassVar[str] = 'long_word'
-  kind: ClassVar[str] = 'filter'
   max_chars: int = 100
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
     def short_words(lang):
       if script_of(lang) in UNSPACED_SCRIPTS:
-        return lambda text: True
-      return lambda text: len(text) <= self.max_chars or all(
-          len(word) <= self.max_chars for word in text.split())
-    return per_language(short_words, src_lang, tgt_lang)
+        return everywhere
+      return lambda side: side.longest_word() <= self.max_chars
+    return per_language_sides(short_words, src_lang, tgt_lang)
 
 
+# The lookahead holds the first character of every alternative: search skips other
+# positions without trying the alternatives.
 _CODE = re.compile(
+    r'(?=[ifwsr=!&|+\-:.;{<vd#])'
     r'(?:\b(?:if|for|while|switch)\s*\(|==|!=|&&|\|\||\+\+|\+=|->|=>|::|'
     r'\.(?:get|set)[A-Z]\w*\(|\bfunction\s*\(|\breturn\s+[\w(]+\s*;|;\s*$|\{\s*\}|</?\w+[^>]*>|'
     r'\bvar\s+\w+\s*=|\bdef\s+\w+\(|\bimport\s+[\w.]+;|#include\b)')
-# Every pattern of _CODE contains one of these; most prose contains none, and this one
-# character class is much faster to rule out than _CODE's alternation.
-_MAY_BE_CODE = re.compile(r'[(=&|+>:;{}#<]|\.[gs]et[A-Z]|\b(?:var|def|import)\b')
+# Every match of _CODE holds one of these characters or '::'; most prose holds none, and
+# ruling them out is much faster than searching for _CODE's alternation.
+_CODE_MARKS = re.compile(r'[(=&|+>;{<#]')
 
 
 @register_step
 @dataclasses.dataclass
-class ProgrammingCode(Step):
+class ProgrammingCode(BatchFilter):
   """VolcTrans: drops pairs where either side looks like program text: keywords followed
   by '(' (`if (`), operators (`==`, `&&`, `->`), accessor calls (`.getAttribute(`),
   markup tags or a trailing ';'."""
   name: ClassVar[str] = 'programming_code'
-  kind: ClassVar[str] = 'filter'
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    return _both_sides(
-        lambda text: _MAY_BE_CODE.search(text) is None or _CODE.search(text) is None)
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    def no_code(side: Side) -> np.ndarray:
+      suspects = (side.count(_CODE_MARKS) > 0) | side.containing('::')
+      return decide_texts(side, suspects, lambda text: _CODE.search(text) is None)
+    return both_sides(no_code)
 
 
+_DIGIT = re.compile(r'\d')
 _DIGITS = re.compile(r'\d+')
 
 
@@ -354,40 +411,40 @@ def numbers_in(text: str) -> frozenset[int]:
 
 @register_step
 @dataclasses.dataclass
-class NumberMismatch(Step):
+class NumberMismatch(BatchFilter):
   """VolcTrans and Lan-Bridge: drops pairs whose sides hold different sets of numbers
   written with digits (digit runs are compared, so 1,000.5 and 1 000,5 agree). With
   `mode` 'subset' the numbers of one side need only appear on the other, which lets a
   translation spell a number out in words (Yoruba 'ọdún mẹ́tàla' for '13 years')."""
   name: ClassVar[str] = 'number_mismatch'
-  kind: ClassVar[str] = 'filter'
   mode: str = 'exact'
 
   def __post_init__(self):
     if self.mode not in ('exact', 'subset'):
       raise TypeError(f"mode must be 'exact' or 'subset', not {self.mode!r}")
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
     subset = self.mode == 'subset'
 
     def keep(pair: Pair) -> bool:
-      has_src, has_tgt = _DIGITS.search(pair.src), _DIGITS.search(pair.tgt)
-      if not has_src and not has_tgt:
-        return True
-      if not (has_src and has_tgt):
-        return subset
       src_numbers, tgt_numbers = numbers_in(pair.src), numbers_in(pair.tgt)
+      if not (src_numbers and tgt_numbers):
+        return subset
       if subset:
         return src_numbers <= tgt_numbers or tgt_numbers <= src_numbers
       return src_numbers == tgt_numbers
-    return keep
+    # Pairs without a digit on either side agree.
+    return lambda batch: decide_suspects(
+        batch, (batch.src.count(_DIGIT) > 0) | (batch.tgt.count(_DIGIT) > 0), keep)
 
 
 # End punctuation classes: a side ending in one must be matched by the other.
 _END_CLASSES = {'?': '?？؟\u037e', '!': '!！', ':': ':：', '...': '…'}
-
-
-_CLOSING = re.compile(r'[\s"\'»”’)\]]+$')
+_CLOSING_CHARS = r'\s"\'»”’)\]'
+_CLOSING = re.compile(rf'[{_CLOSING_CHARS}]+$')
+# The last character of a text that ends with a mark of _END_CLASSES, or '.'.
+_MAY_END_WITH_MARK = re.compile(
+    rf'[{_CLOSING_CHARS}{re.escape("".join(_END_CLASSES.values()))}.]')
 
 
 def end_punctuation(text: str) -> str | None:
@@ -403,174 +460,170 @@ def end_punctuation(text: str) -> str | None:
   return None
 
 
+def may_end_with_mark(side: Side) -> np.ndarray:
+  """False for texts that `end_punctuation` finds no mark at the end of: empty ones, and
+  those ending with neither a closing character nor a mark nor '..'."""
+  before_last, last = side.last_codes(2).T
+  full_stop = ord('.')
+  return char_table(_MAY_END_WITH_MARK)[last] & ((last != full_stop) | (before_last == full_stop))
+
+
 @register_step
 @dataclasses.dataclass
-class EndPunctuationMismatch(Step):
+class EndPunctuationMismatch(BatchFilter):
   """VolcTrans and Lan-Bridge: drops pairs where one side ends with ':', '!', '?' or an
   ellipsis and the other does not end with the same mark (full-width, Arabic and Greek
   forms count as the same mark; closing quotes are looked through)."""
   name: ClassVar[str] = 'end_punctuation_mismatch'
-  kind: ClassVar[str] = 'filter'
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    return lambda pair: end_punctuation(pair.src) == end_punctuation(pair.tgt)
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    return lambda batch: decide_suspects(
+        batch, may_end_with_mark(batch.src) | may_end_with_mark(batch.tgt),
+        lambda pair: end_punctuation(pair.src) == end_punctuation(pair.tgt))
+
+
+_OPENING = re.compile(r'[(（]')
+
+
+def count_parentheses(text: str) -> int:
+  return len(_OPENING.findall(text))
 
 
 @register_step
 @dataclasses.dataclass
-class ParenthesisMismatch(Step):
+class ParenthesisMismatch(BatchFilter):
   """Lan-Bridge: drops pairs whose sides hold different numbers of '(' (or '（')."""
   name: ClassVar[str] = 'parenthesis_mismatch'
-  kind: ClassVar[str] = 'filter'
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    return lambda pair: count_parentheses(pair.src) == count_parentheses(pair.tgt)
-
-
-def has_repeated_unit(text: str, copies: int, min_length: int = 3) -> bool:
-  """Whether some unit of `min_length`+ characters occurs `copies` times in a row.
-
-  Such a run repeats the unit's first `min_length` characters `copies` times, so only
-  n-grams that frequent are followed up (a backreference regex is 10x slower).
-  """
-  grams = Counter(zip(*(text[offset:] for offset in range(min_length))))
-  for gram, count in grams.items():
-    if count < copies:
-      continue
-    gram, starts = ''.join(gram), []
-    start = text.find(gram)
-    while start >= 0:
-      starts.append(start)
-      start = text.find(gram, start + 1)
-    for number, first in enumerate(starts):
-      for later in starts[number + 1:]:
-        period = later - first
-        if first + copies * period > len(text):
-          break
-        if period >= min_length and text[first:first + period] * copies == text[
-            first:first + copies * period]:
-          return True
-  return False
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    return lambda batch: batch.src.count(_OPENING) == batch.tgt.count(_OPENING)
 
 
 @register_step
 @dataclasses.dataclass
-class RepeatedUnits(Step):
+class RepeatedUnits(BatchFilter):
   """Lan-Bridge: drops pairs with a character repeated more than `max_char_repeats` times
   in a row, a 2-character unit more than `max_pair_repeats` times, or a longer unit more
   than `max_unit_repeats` times (counting every occurrence in the run)."""
   name: ClassVar[str] = 'repeated_units'
-  kind: ClassVar[str] = 'filter'
   max_char_repeats: int = 4
   max_pair_repeats: int = 3
   max_unit_repeats: int = 2
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    short_units = re.compile(
-        rf'(.)\1{{{self.max_char_repeats},}}|(..)\2{{{self.max_pair_repeats},}}', re.DOTALL)
-    copies = self.max_unit_repeats + 1
-    return _both_sides(lambda text: short_units.search(text) is None
-                       and not has_repeated_unit(text, copies))
+  def __post_init__(self):
+    for name in ('max_char_repeats', 'max_pair_repeats', 'max_unit_repeats'):
+      if getattr(self, name) < 1:
+        raise TypeError(f'{name} must be at least 1, not {getattr(self, name)}')
+
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    def no_repeats(side: Side) -> np.ndarray:
+      # A unit of `period` characters repeated n + 1 times in a row is a stretch where
+      # text[i] == text[i + period] at n * period consecutive positions.
+      copies = self.max_unit_repeats + 1
+      units = ((period, self.max_unit_repeats * period)
+               for period in range(3, side.lengths.max() // copies + 1))
+      return ~side.repeating([(1, self.max_char_repeats), (2, 2 * self.max_pair_repeats),
+                              *units])
+    return both_sides(no_repeats)
 
 
 @register_step
 @dataclasses.dataclass
-class TokenCount(Step):
+class TokenCount(BatchFilter):
   """Keeps pairs whose sides both hold `min_tokens`..`max_tokens` tokens (words;
   characters in unspaced scripts). Lan-Bridge 5..150, NT5 ..150 words, M2M ..250,
   Tencent 4..512."""
   name: ClassVar[str] = 'token_count'
-  kind: ClassVar[str] = 'filter'
   min_tokens: int = 1
   max_tokens: int = 250
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
     def fits(lang):
-      return lambda text: self.min_tokens <= count_tokens(text, lang) <= self.max_tokens
-    return per_language(fits, src_lang, tgt_lang)
+      def test(side):
+        count = tokens(side, lang)
+        return (self.min_tokens <= count) & (count <= self.max_tokens)
+      return test
+    return per_language_sides(fits, src_lang, tgt_lang)
 
 
 @register_step
 @dataclasses.dataclass
-class TokenRatio(Step):
+class TokenRatio(BatchFilter):
   """Drops pairs whose token counts differ by more than a factor `max_ratio` (Lan-Bridge
   and M2M 3, NT5 4; Tencent keeps ratios below 3)."""
   name: ClassVar[str] = 'token_ratio'
-  kind: ClassVar[str] = 'filter'
   max_ratio: float = 3.0
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    return lambda pair: _ratio(count_tokens(pair.src, src_lang),
-                               count_tokens(pair.tgt, tgt_lang)) <= self.max_ratio
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    return lambda batch: ratio(tokens(batch.src, src_lang),
+                               tokens(batch.tgt, tgt_lang)) <= self.max_ratio
 
 
 @register_step
 @dataclasses.dataclass
-class CharRatio(Step):
+class CharRatio(BatchFilter):
   """NT5: drops pairs whose character lengths differ by more than a factor `max_ratio`."""
   name: ClassVar[str] = 'char_ratio'
-  kind: ClassVar[str] = 'filter'
   max_ratio: float = 6.0
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    return lambda pair: _ratio(len(pair.src), len(pair.tgt)) <= self.max_ratio
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    return lambda batch: ratio(batch.src.lengths, batch.tgt.lengths) <= self.max_ratio
+
+
+_SPACE = re.compile(' ')
 
 
 @register_step
 @dataclasses.dataclass
-class CharsPerWord(Step):
+class CharsPerWord(BatchFilter):
   """NT5: drops pairs with a side averaging more than `max_chars_per_word` characters per
   word (run-together text, base64, hashes). Unspaced scripts are exempt."""
   name: ClassVar[str] = 'chars_per_word'
-  kind: ClassVar[str] = 'filter'
   max_chars_per_word: float = 12.0
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
     def ok(lang):
       if script_of(lang) in UNSPACED_SCRIPTS:
-        return lambda text: True
-      return lambda text: (len(text.replace(' ', ''))
-                           <= self.max_chars_per_word * max(1, len(text.split())))
-    return per_language(ok, src_lang, tgt_lang)
+        return everywhere
+      return lambda side: (side.lengths - side.count(_SPACE)
+                           <= self.max_chars_per_word * np.maximum(1, side.words))
+    return per_language_sides(ok, src_lang, tgt_lang)
 
 
 @register_step
 @dataclasses.dataclass
-class Identical(Step):
+class Identical(BatchFilter):
   """NT5: drops pairs whose sides are the same text (ignoring case and spacing)."""
   name: ClassVar[str] = 'identical'
-  kind: ClassVar[str] = 'filter'
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    return lambda pair: (pair.src.casefold().split() != pair.tgt.casefold().split())
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    # Case folding keeps whitespace and makes none, so sides that fold to the same words
+    # have as many words.
+    return lambda batch: decide_suspects(
+        batch, batch.src.words == batch.tgt.words,
+        lambda pair: pair.src.casefold().split() != pair.tgt.casefold().split())
 
 
 _PUNCTUATION = regex.compile(r'[\p{P}\p{S}]')
 
 
-def punctuation_fraction(text: str) -> float:
-  """Punctuation and symbol characters over non-space characters."""
-  visible = len(''.join(text.split()))
-  if not visible:
-    return 0.0
-  return len(_PUNCTUATION.findall(text)) / visible
-
-
 @register_step
 @dataclasses.dataclass
-class PunctuationRatio(Step):
+class PunctuationRatio(BatchFilter):
   """M2M-100/TenTrans: drops pairs with a side of which more than `max_fraction` of the
   non-space characters are punctuation or symbols."""
   name: ClassVar[str] = 'punctuation_ratio'
-  kind: ClassVar[str] = 'filter'
   max_fraction: float = 0.5
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
-    return _both_sides(lambda text: punctuation_fraction(text) <= self.max_fraction)
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
+    return both_sides(lambda side: fraction(side.count(_PUNCTUATION), side.nonspace)
+                      <= self.max_fraction)
 
 
+@functools.cache
 def script_pattern(lang: str) -> regex.Pattern:
-  """Letters and marks outside the scripts `lang` is written in."""
+  """Letters and marks outside the scripts `lang` is written in (one pattern per
+  language, so that its `char_table` is built once)."""
   scripts = _SCRIPT_VALUES.get(script_of(lang), (script_of(lang),))
   allowed = ''.join(rf'\p{{sc={script}}}' for script in scripts)
   return regex.compile(rf'[\p{{L}}\p{{M}}--[{allowed}\p{{sc=Zyyy}}\p{{sc=Zinh}}]]', regex.V1)
@@ -581,27 +634,19 @@ _LETTERS = regex.compile(r'[\p{L}\p{M}]')
 
 @register_step
 @dataclasses.dataclass
-class ForeignScript(Step):
+class ForeignScript(BatchFilter):
   """Lan-Bridge: drops pairs with a side of which more than `max_fraction` of the letters
   are outside its language's script (the FLORES code's script subtag; Jpan counts Han,
   Hiragana and Katakana). Digits, punctuation and spaces are not letters."""
   name: ClassVar[str] = 'foreign_script'
-  kind: ClassVar[str] = 'filter'
   max_fraction: float = 0.4
 
-  def bind(self, src_lang, tgt_lang) -> Keep:
+  def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
     def ok(lang):
       foreign = script_pattern(lang)
-      if script_of(lang) == 'Latn':
-        # Latin text that is pure ASCII has no foreign letters: skip the regex.
-        return lambda text: text.isascii() or self._fraction(foreign, text) <= self.max_fraction
-      return lambda text: self._fraction(foreign, text) <= self.max_fraction
-    return per_language(ok, src_lang, tgt_lang)
-
-  @staticmethod
-  def _fraction(foreign: regex.Pattern, text: str) -> float:
-    letters = len(_LETTERS.findall(text))
-    return len(foreign.findall(text)) / letters if letters else 0.0
+      return lambda side: (fraction(side.count(foreign), side.count(_LETTERS))
+                           <= self.max_fraction)
+    return per_language_sides(ok, src_lang, tgt_lang)
 
 
 @register_step
