@@ -344,16 +344,17 @@ def train(model_dir: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
                        early_stopping_patience=early_stopping_patience)
   run_dir = pathlib.Path(model_dir)
   checkpoints.check_writable(model_dir)
-  data_tasks.register_from_config()
-  data_tasks.check_train_examples(mixture_or_task_name)
   mesh = partitioning.create_mesh(mesh_shape)
   rules = partitioning.logical_axis_rules()
   partitioning.check_batch_divisible(batch_size, mesh)
   trainer.check_microbatches(batch_size, num_microbatches, mesh.shape['data'])
   schedule = _schedule(learning_rate_schedule)
   optimizer = trainer.make_optimizer(learning_rate=schedule)
-  # The model's settings are checked before the vocabulary (whose size it needs) is built.
+  # The model's settings are checked before the data is read and the vocabulary (whose
+  # size the model needs) is built.
   adapter_config = model_config(vocab_size=1)
+  data_tasks.register_from_config()
+  data_tasks.check_train_examples(mixture_or_task_name)
   run_directions = data_tasks.mixture_directions(mixture_or_task_name)
   direction_ids = sorted({directions.direction_id(d.src_lang, d.tgt_lang)
                           for d in run_directions})

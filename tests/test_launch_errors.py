@@ -242,3 +242,18 @@ def test_unloadable_sentencepiece_model_is_one_line_naming_the_file(trained_run,
   assert_refused(finished, f'error: {run}/vocab.model: cannot load this SentencePiece model '
                  f'(INTERNAL: could not parse ModelProto from {run}/vocab.model)')
   assert not (workdir / 'out.txt').exists()
+
+
+@pytest.mark.parametrize('binding, error_line', [
+    ('--gin.TRAIN_STEPS=0',
+     'error: TRAIN_STEPS (train_loop.train.train_steps): must be >= 1, got 0'),
+    ("--gin.network.TransformerConfig.mlp_activation='gelu2'",
+     "error: network.TransformerConfig.mlp_activation: 'gelu2' is not one of 'gelu', 'relu'"),
+])
+def test_bad_training_setting_is_one_line_and_creates_no_model_dir(workdir, binding,
+                                                                   error_line):
+  finished = launch('train.py', '--gin_file=gin/runs/demo.gin', binding,
+                    f"--gin.MODEL_DIR='{workdir / 'run'}'",
+                    f"--gin.VOCABULARY_PATH='{workdir / 'vocab.model'}'", cwd=workdir)
+  assert_refused(finished, error_line)
+  assert files_under(workdir) == []
