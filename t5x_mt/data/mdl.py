@@ -44,7 +44,6 @@ PIECE_COST = 2.0
 BEAM_WIDTH = 4
 MAX_CANDIDATES = 12
 _TOKEN_CODE_POINTS = 0xF0000  # Supplementary Private Use Area-A: 65,534 token ids
-_DIVERSE = object()  # The left contexts of a repeat's occurrences differ.
 
 
 _XLOGX = [0.0]  # _XLOGX[k] = k ln k, grown on demand
@@ -93,67 +92,55 @@ def _common_prefixes(text: str, suffixes: list[int]) -> list[int]:
   return lcp
 
 
-def _absorb(interval: list, context, distance: int) -> None:
-  """Adds what an interval of the suffix array learns from a suffix or a child interval:
-  the character before it (_DIVERSE once two differ) and the smallest distance."""
-  if interval[2] is None:
-    interval[2] = context
-  elif interval[2] != context:
-    interval[2] = _DIVERSE
-  if distance < interval[3]:
-    interval[3] = distance
+def _changes_ahead(before: list) -> list[int]:
+  """changes[k]: the first rank j > k whose preceding character differs from rank j - 1's
+  (len(before) if none), so an interval [first, last] has two different preceding
+  characters exactly when changes[first] <= last. The text's first suffix has none,
+  which differs from every character."""
+  changes = [len(before)] * len(before)
+  for rank in range(len(before) - 2, -1, -1):
+    changes[rank] = rank + 1 if before[rank + 1] != before[rank] else changes[rank + 1]
+  return changes
 
 
-def _maximal_repeats(text: str) -> list[tuple[str, int]]:
-  """(repeat, smallest distance between two of its occurrences) for every substring that
-  occurs twice or more and can be extended neither left nor right without losing an
-  occurrence: the intervals of the suffix array whose common prefix is longer than their
-  parent's, walked bottom-up with a stack of [common prefix length, first rank, the
-  character before every occurrence or _DIVERSE, smallest distance]."""
+def _maximal_repeats(text: str) -> list[str]:
+  """Every substring that occurs twice or more (overlaps allowed) and can be extended
+  neither left nor right without losing an occurrence: the intervals of the suffix array
+  whose common prefix is longer than their parent's (right-maximal), walked bottom-up
+  with a stack, whose suffixes are not all preceded by the same character."""
   n = len(text)
   if n < 2:
     return []
-  suffixes = sorted(range(n), key=lambda start: text[start:])
-  lcp = _common_prefixes(text, suffixes)
-  lcp.append(0)
-  stack = [[0, 0, None, n]]
-  repeats = []
-  previous = suffixes[0]
+  tails = [text[start:] for start in range(n)]
+  suffixes = sorted(range(n), key=tails.__getitem__)
+  lcp = _common_prefixes(text, suffixes) + [0]
+  changes = _changes_ahead([text[start - 1] if start else None for start in suffixes])
+  stack, repeats = [(0, 0)], []  # (common prefix length, first rank)
   for rank in range(1, n + 1):
     depth, first = lcp[rank], rank - 1
-    context, distance = (text[previous - 1] if previous else _DIVERSE), n
-    top = stack[-1]
-    while depth < top[0]:
-      stack.pop()
-      _absorb(top, context, distance)
-      length, first, context, distance = top
-      if context is _DIVERSE:
-        repeats.append((text[suffixes[first]:suffixes[first] + length], distance))
-      top = stack[-1]
-    if rank < n:
-      current = suffixes[rank]
-      distance = min(distance, abs(current - previous))
-      previous = current
-    if depth > top[0]:
-      stack.append([depth, first, context, distance])
-    else:
-      _absorb(top, context, distance)
+    while depth < stack[-1][0]:
+      length, first = stack.pop()
+      if changes[first] < rank:
+        repeats.append(tails[suffixes[first]][:length])
+    if depth > stack[-1][0]:
+      stack.append((depth, first))
   return repeats
 
 
 def _candidate_units(text: str, max_candidates: int) -> list[str]:
   """Repeated substrings, most text covered by repeats first.
 
-  Each maximal repeat, its period where its occurrences overlap ('abab' in 'ababab' gives
-  'ab'), and both without surrounding spaces.
+  Each maximal repeat, its period where its first two occurrences overlap ('abab' in
+  'ababab' gives 'ab'), and both without surrounding spaces.
   """
   units = set()
-  for repeat, distance in _maximal_repeats(text):
-    for unit in {repeat, repeat[:distance]}:
-      units.add(unit)
-      units.add(unit.strip() or unit)
-  scored = sorted(((text.count(unit) - 1) * len(unit), unit) for unit in units)
-  return [unit for value, unit in reversed(scored[-max_candidates:]) if value > 0]
+  for repeat in _maximal_repeats(text):
+    first = text.find(repeat)
+    units.add(repeat)
+    units.add(text[first:min(text.find(repeat, first + 1), first + len(repeat))])
+  units.update([stripped for stripped in map(str.strip, units) if stripped])
+  scored = sorted([((text.count(unit) - 1) * len(unit), unit) for unit in units], reverse=True)
+  return [unit for value, unit in scored[:max_candidates] if value > 0]
 
 
 def _cut(pieces: list[str], unit: str) -> list[str]:
