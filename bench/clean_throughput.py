@@ -1,6 +1,6 @@
 """Cleaning throughput per core, Bloom filter memory and error, and what the filters remove.
 
-  python bench/clean_throughput.py [--preset=default] [--skip_tables]
+  python bench/clean_throughput.py [--preset=default] [--skip_tables] [--rules_only]
 
 On the real text of ../shared/data (gettext_l10n, NTREX-128, SALT; FLORES-200 dev for the
 MDL false-positive rate), in this one process (one core):
@@ -128,18 +128,8 @@ def removal_table(corpus: str, preset: str, output_root: str) -> None:
   print(cleaning.format_report(report))
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--preset', default='default')
-  parser.add_argument('--skip_tables', action='store_true')
-  parser.add_argument('--output_root', default='/tmp/t5x_mt/clean_bench')
-  args = parser.parse_args()
-  if readers.shared_data_dir() is None:
-    raise SystemExit('../shared/data is absent: this benchmark reads its real text')
-  pairs = real_pairs()
-  total = sum(len(p) for p in pairs.values())
-  print(f'{total} pairs in {len(pairs)} directions (gettext_l10n, NTREX-128, SALT); one core')
+def rule_figures(pairs, preset: str) -> None:
+  """Pairs/s of every rule filter chained, each alone, the preset's, and normalisation."""
   rule_filters = sorted(name for name, cls in STEPS.items()
                         if cls.kind == 'filter' and name not in MODEL_FILTERS)
   print(f'rule filters: {", ".join(rule_filters)}')
@@ -149,11 +139,30 @@ def main() -> None:
     print(f'  {name:26} {rate(pairs, [name]):10.0f} pairs/s')
   figure('normalisation_pairs_per_second', rate(pairs, list(NORMALISATION)), 'pairs/s',
          'target', 50_000)
-  parse_gin([str(cleaning.preset_file(args.preset))], [])
+  parse_gin([str(cleaning.preset_file(preset))], [])
   preset_rules = [name for name in cleaning.cleaning_steps() if name in rule_filters]
-  print(f'rule filters of preset {args.preset}: {", ".join(preset_rules)}')
-  figure(f'{args.preset}_rule_filters_pairs_per_second', rate(pairs, preset_rules), 'pairs/s',
+  print(f'rule filters of preset {preset}: {", ".join(preset_rules)}')
+  figure(f'{preset}_rule_filters_pairs_per_second', rate(pairs, preset_rules), 'pairs/s',
          'target', 50_000)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--preset', default='default')
+  parser.add_argument('--skip_tables', action='store_true')
+  parser.add_argument('--rules_only', action='store_true',
+                      help='only the rule filters and normalisation figures')
+  parser.add_argument('--output_root', default='/tmp/t5x_mt/clean_bench')
+  args = parser.parse_args()
+  if readers.shared_data_dir() is None:
+    raise SystemExit('../shared/data is absent: this benchmark reads its real text')
+  pairs = real_pairs()
+  total = sum(len(p) for p in pairs.values())
+  print(f'{total} pairs in {len(pairs)} directions (gettext_l10n, NTREX-128, SALT); one core')
+  rule_figures(pairs, args.preset)
+  if args.rules_only:
+    return
   noisy = mdl.MdlRepeat().is_noisy
   figure('mdl_sentences_per_second', sentence_rate(lambda lang: noisy, pairs), 'sentences/s',
          'target', 2_000)

@@ -46,7 +46,9 @@ class Texts:
 
   def __init__(self, texts: list[str]):
     self.texts = texts
-    self._values: dict[Hashable, np.ndarray] = {}
+    self._values: dict[Hashable, np.ndarray] = {}  # Per text: `select` keeps their rows.
+    self._per_code: dict[str, np.ndarray] = {}  # Like `codes`: `select` keeps their rows.
+    self._runs: dict[re.Pattern, tuple[np.ndarray, np.ndarray]] = {}
 
   def __len__(self) -> int:
     return len(self.texts)
@@ -78,18 +80,28 @@ class Texts:
   def _start_list(self) -> list[int]:
     return self.starts.tolist()
 
-  @functools.cached_property
-  def codes(self) -> np.ndarray:
-    codes = np.frombuffer(self.joined.encode('utf-32-le', 'surrogatepass'), np.uint32).copy()
-    codes[self.ends] = SEPARATOR
-    return codes
+  def _code_value(self, key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    if key not in self._per_code:
+      self._per_code[key] = compute()
+    return self._per_code[key]
 
-  @functools.cached_property
+  @property
+  def codes(self) -> np.ndarray:
+    def encode():
+      codes = np.frombuffer(self.joined.encode('utf-32-le', 'surrogatepass'), np.uint32)
+      codes = codes.copy()
+      codes[self.ends] = SEPARATOR
+      return codes
+    return self._code_value('codes', encode)
+
+  @property
   def _breaks(self) -> np.ndarray:
     """Per code point: whitespace or a separator."""
-    breaks = np.take(char_table(WHITESPACE), self.codes)
-    breaks[self.ends] = True
-    return breaks
+    def find():
+      breaks = np.take(char_table(WHITESPACE), self.codes)
+      breaks[self.ends] = True
+      return breaks
+    return self._code_value('breaks', find)
 
   def _per_text(self, flags: np.ndarray) -> np.ndarray:
     """How many of each text's code points (and its separator) `flags` marks."""
@@ -123,13 +135,33 @@ class Texts:
       return np.maximum.reduceat(runs, np.searchsorted(breaks, self.starts))
     return self._value('longest_word', longest)
 
-  def last_codes(self, count: int) -> np.ndarray:
-    """The code points of the last `count` characters of each text (column -1 is the
-    last), SEPARATOR where a text is shorter."""
+  def last_codes(self, count: int, trailing: re.Pattern) -> np.ndarray:
+    """The code points of the last `count` characters of each text once the characters
+    of class `trailing` at its end are cut off (column -1 is the last), SEPARATOR where
+    fewer are left."""
+    table, ends = char_table(trailing), self.ends.copy()
+    cutting = np.flatnonzero(self.lengths > 0)
+    while len(cutting):  # Cut one character off the texts that end with one of `trailing`.
+      cutting = cutting[np.take(table, self.codes[ends[cutting] - 1])]
+      ends[cutting] -= 1
+      cutting = cutting[ends[cutting] > self.starts[cutting]]
     back = np.arange(-count, 0)
-    inside = back >= -self.lengths[:, None]
-    return np.where(inside, self.codes[np.where(inside, self.ends[:, None] + back, 0)],
-                    SEPARATOR)
+    inside = back >= (self.starts - ends)[:, None]
+    return np.where(inside, self.codes[np.where(inside, ends[:, None] + back, 0)], SEPARATOR)
+
+  def runs_of(self, char_class: re.Pattern) -> tuple[np.ndarray, np.ndarray]:
+    """The characters of class `char_class` of every text, each as 2 * code point + 1
+    if it starts a run of them, else 2 * code point; and where each text's start, in
+    this array (text i has `count(char_class)[i]`)."""
+    def runs():
+      inside = np.take(char_table(char_class), self.codes)
+      positions = np.flatnonzero(inside)
+      run_starts = ~inside[positions - 1]  # Before position 0: the last code, a separator.
+      counts = self.count(char_class)
+      return 2 * self.codes[positions] + run_starts, np.cumsum(counts) - counts
+    if char_class not in self._runs:
+      self._runs[char_class] = runs()
+    return self._runs[char_class]
 
   def containing(self, literal: str) -> np.ndarray:
     """Whether each text contains `literal` (which holds no line break)."""
@@ -149,22 +181,23 @@ class Texts:
     positions i where text[i] == text[i + period]: a stretch of `run + period` characters
     repeating with that period. Periods must be consecutive and `run >= period` (fewer
     positions may compare a text's end with the next text's start)."""
-    groups = list(_period_groups(stretches))
-    width = min(2, *(block for block, _, _ in groups))
     pad = max(period + run for period, run in stretches)  # Past every position compared.
     codes = np.concatenate([self.codes, np.full(pad, SEPARATOR, np.uint32)])
-    windows = _windows(codes, width)  # Stale for found texts, which only costs a look.
+    windows: dict[int, np.ndarray] = {}  # By width; stale for found texts, harmlessly.
     found = np.zeros(len(self), bool)
     texts, lengths, starts = np.arange(len(self)), self.lengths, self.starts
-    for block, periods, runs in groups:
+    for block, periods, runs in _period_groups(stretches):
       # Texts found, or too short for the stretches, leave when they are most of `codes`.
       live = ~found[texts] & (lengths >= (runs + periods).min())
       if 2 * (lengths[live] + 1).sum() < len(codes) - pad:
         codes = codes[np.concatenate([np.repeat(live, lengths + 1), np.ones(pad, bool)])]
-        windows = _windows(codes, width)
-        texts, lengths = texts[live], lengths[live]
+        texts, lengths, windows = texts[live], lengths[live], {}
         starts = np.cumsum(lengths + 1) - (lengths + 1)
-      positions = _stretches(codes, windows, len(codes) - pad, block, periods, runs)
+      width = min(block, 3)
+      if width not in windows:
+        windows[width] = _windows(codes, width)
+      positions = _stretches(codes, windows[width], width, len(codes) - pad, block, periods,
+                             runs)
       hits = np.unique(np.searchsorted(starts, positions, 'right') - 1)
       found[texts[hits]] = True
       for hit in hits:  # Found texts need no more search.
@@ -172,10 +205,15 @@ class Texts:
     return found
 
   def select(self, rows: np.ndarray) -> 'Texts':
-    """The texts of `rows`, with the per-text values already derived for them."""
+    """The texts of `rows` (increasing), with the values already derived for them."""
     texts = Texts([self.texts[row] for row in rows.tolist()])
     texts._values = {key: value[rows] for key, value in self._values.items()
                      if key != 'starts'}
+    if self._per_code:
+      kept = np.zeros(len(self), bool)
+      kept[rows] = True
+      kept = np.repeat(kept, self.lengths + 1)  # The rows' code points and separators.
+      texts._per_code = {key: value[kept] for key, value in self._per_code.items()}
     return texts
 
 
@@ -198,22 +236,25 @@ def _windows(codes: np.ndarray, width: int) -> np.ndarray:
   """A hash of codes[i:i + width] per position i: equal windows hash alike."""
   windows = codes.copy()
   for offset in range(1, width):
-    windows[:-offset] = (windows[:-offset] << np.uint32(11)) ^ codes[offset:]
+    np.left_shift(windows[:-offset], 11, out=windows[:-offset])
+    np.bitwise_xor(windows[:-offset], codes[offset:], out=windows[:-offset])
   return windows
 
 
-def _stretches(codes: np.ndarray, windows: np.ndarray, end: int, block: int,
+def _stretches(codes: np.ndarray, windows: np.ndarray, width: int, end: int, block: int,
                periods: np.ndarray, runs: np.ndarray) -> np.ndarray:
   """Positions before `end` in `codes` within stretches of `runs[r]` consecutive
   positions i where codes[i] == codes[i + periods[r]] (not separators), for any r: at
-  least one position in each. `windows` (`_windows` of codes) screen aligned blocks."""
+  least one position in each. `windows` (`_windows` of codes, `width` <= `block`) screen
+  aligned blocks."""
   blocks = -(-end // block)
   head = windows[:blocks * block:block, None]
   # Column r of row k: the window periods[r] after the start of block k.
   tails = windows[periods[0]:periods[0] + blocks * block].reshape(blocks, block)
   rows, columns = np.divmod(np.flatnonzero(tails[:, :len(periods)] == head), len(periods))
   starts, periods, spares = rows * block, periods[columns], runs[columns] - block
-  for offset in range(2, block - 1, 2):  # Windows further into the block, while many are left.
+  # Windows further into the block, while many blocks are left.
+  for offset in range(width, block - width + 1, width):
     if len(starts) <= block:
       break
     same = windows[starts + offset] == windows[starts + offset + periods]
@@ -282,8 +323,12 @@ class Side:
   def longest_word(self) -> np.ndarray:
     return self._view(self._texts.longest_word())
 
-  def last_codes(self, count: int) -> np.ndarray:
-    return self._view(self._texts.last_codes(count))
+  def last_codes(self, count: int, trailing: re.Pattern) -> np.ndarray:
+    return self._view(self._texts.last_codes(count, trailing))
+
+  def runs_of(self, char_class: re.Pattern) -> tuple[np.ndarray, np.ndarray]:
+    runs, offsets = self._texts.runs_of(char_class)
+    return runs, self._view(offsets)
 
   def containing(self, literal: str) -> np.ndarray:
     return self._view(self._texts.containing(literal))

@@ -27,9 +27,9 @@ from typing import Any, Callable, ClassVar, NamedTuple
 import numpy as np
 import regex
 
+from t5x_mt.data.cleaning_batches import SEPARATOR
 from t5x_mt.data.cleaning_batches import PairBatch
 from t5x_mt.data.cleaning_batches import Side
-from t5x_mt.data.cleaning_batches import char_table
 from t5x_mt.errors import UserError
 
 
@@ -271,6 +271,23 @@ def decide_texts(side: Side, suspects: np.ndarray, ok: Callable[[str], bool]) ->
   return decisions
 
 
+def same_runs(src: Side, tgt: Side, char_class: re.Pattern) -> np.ndarray:
+  """Whether the two sides of each pair hold the same runs of characters of `char_class`
+  (the same characters, split into runs alike)."""
+  (src_runs, src_offsets), (tgt_runs, tgt_offsets) = src.runs_of(char_class), tgt.runs_of(
+      char_class)
+  lengths = src.count(char_class)
+  same = lengths == tgt.count(char_class)
+  pairs = np.flatnonzero(same & (lengths > 0))
+  lengths = lengths[pairs]
+  firsts = np.cumsum(lengths) - lengths  # Where each pair's characters start below.
+  within = np.arange(lengths.sum()) - np.repeat(firsts, lengths)
+  equal = (src_runs[np.repeat(src_offsets[pairs], lengths) + within]
+           == tgt_runs[np.repeat(tgt_offsets[pairs], lengths) + within])
+  same[pairs] = np.logical_and.reduceat(equal, firsts) if len(pairs) else []
+  return same
+
+
 def tokens(side: Side, lang: str) -> np.ndarray:
   """Whitespace-separated words per text; characters (spaces excluded) in unspaced
   scripts."""
@@ -433,39 +450,28 @@ class NumberMismatch(BatchFilter):
       if subset:
         return src_numbers <= tgt_numbers or tgt_numbers <= src_numbers
       return src_numbers == tgt_numbers
-    # Pairs without a digit on either side agree.
+    # Sides with the same runs of digits in the same order (none, often) hold the same
+    # numbers; the others are compared number by number.
     return lambda batch: decide_suspects(
-        batch, (batch.src.count(_DIGIT) > 0) | (batch.tgt.count(_DIGIT) > 0), keep)
+        batch, ~same_runs(batch.src, batch.tgt, _DIGIT), keep)
 
 
 # End punctuation classes: a side ending in one must be matched by the other.
 _END_CLASSES = {'?': '?？؟\u037e', '!': '!！', ':': ':：', '...': '…'}
-_CLOSING_CHARS = r'\s"\'»”’)\]'
-_CLOSING = re.compile(rf'[{_CLOSING_CHARS}]+$')
-# The last character of a text that ends with a mark of _END_CLASSES, or '.'.
-_MAY_END_WITH_MARK = re.compile(
-    rf'[{_CLOSING_CHARS}{re.escape("".join(_END_CLASSES.values()))}.]')
+_CLOSING = re.compile(r'[\s"\'»”’)\]]')  # Looked through at the end of a text.
+# Per code point, 1 + the number of its class in _END_CLASSES, or 0.
+_END_MARKS = np.zeros(SEPARATOR + 1, np.int8)
+for number, members in enumerate(_END_CLASSES.values(), start=1):
+  _END_MARKS[[ord(member) for member in members]] = number
+_ELLIPSIS = list(_END_CLASSES).index('...') + 1
 
 
-def end_punctuation(text: str) -> str | None:
-  """The class of the sentence-final mark ('?', '!', ':', '...') or None."""
-  text = _CLOSING.sub('', text)
-  if text.endswith('...') or text.endswith('…'):
-    return '...'
-  if not text:
-    return None
-  for mark, members in _END_CLASSES.items():
-    if text[-1] in members:
-      return mark
-  return None
-
-
-def may_end_with_mark(side: Side) -> np.ndarray:
-  """False for texts that `end_punctuation` finds no mark at the end of: empty ones, and
-  those ending with neither a closing character nor a mark nor '..'."""
-  before_last, last = side.last_codes(2).T
-  full_stop = ord('.')
-  return char_table(_MAY_END_WITH_MARK)[last] & ((last != full_stop) | (before_last == full_stop))
+def end_marks(side: Side) -> np.ndarray:
+  """Per text, 1 + the number in _END_CLASSES of the class of its final mark, closing
+  characters looked through ('...' counts as '…'), or 0 if it ends with none."""
+  *dots, last = side.last_codes(3, _CLOSING).T
+  ellipsis = (last == ord('.')) & (dots[0] == ord('.')) & (dots[1] == ord('.'))
+  return np.where(ellipsis, _ELLIPSIS, np.take(_END_MARKS, last))
 
 
 @register_step
@@ -477,16 +483,7 @@ class EndPunctuationMismatch(BatchFilter):
   name: ClassVar[str] = 'end_punctuation_mismatch'
 
   def bind_batch(self, src_lang, tgt_lang) -> KeepMask:
-    return lambda batch: decide_suspects(
-        batch, may_end_with_mark(batch.src) | may_end_with_mark(batch.tgt),
-        lambda pair: end_punctuation(pair.src) == end_punctuation(pair.tgt))
-
-
-_OPENING = re.compile(r'[(（]')
-
-
-def count_parentheses(text: str) -> int:
-  return len(_OPENING.findall(text))
+    return lambda batch: end_marks(batch.src) == end_marks(batch.tgt)
 
 
 @register_step
