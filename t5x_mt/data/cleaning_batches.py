@@ -150,9 +150,9 @@ class Texts:
     return np.where(inside, self.codes[np.where(inside, ends[:, None] + back, 0)], SEPARATOR)
 
   def runs_of(self, char_class: re.Pattern) -> tuple[np.ndarray, np.ndarray]:
-    """The characters of class `char_class` of every text, each as 2 * code point + 1
-    if it starts a run of them, else 2 * code point; and where each text's start, in
-    this array (text i has `count(char_class)[i]`)."""
+    """The characters of class `char_class` of every text in one array, each as
+    2 * code point + 1 if it starts a run of them, else 2 * code point; and the offset
+    of each text's in that array (text i has `count(char_class)[i]`)."""
     def runs():
       inside = np.take(char_table(char_class), self.codes)
       positions = np.flatnonzero(inside)
