@@ -21,7 +21,8 @@ def test_average_of_two_checkpoints_is_their_mean_and_translates(trained_run, tm
       monkeypatch, capsys)
   assert code == 0, err
   assert 'averaged steps 2, 4' in out
-  assert sorted(p.name for p in output.iterdir()) == ['checkpoints', 'config.gin', 'vocab.model']
+  assert sorted(p.name for p in output.iterdir()) == ['checkpoints', 'config.gin', 'directions.json',
+                                                   'vocab.model']
   averaged = saved_params(output, 4)
   for mean, a, b in zip(averaged, saved_params(trained_run, 2), saved_params(trained_run, 4)):
     np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-6, atol=1e-7)

@@ -92,13 +92,18 @@ def test_translate_then_evaluate_files_agree_with_score_direction(trained_run, t
 
 
 def test_evaluate_tasks_writes_eval_json_for_the_checkpoint_step(trained_run, monkeypatch,
-                                                                 capsys):
+                                                                 capsys, tmp_path):
+  # The tiny run learned eng->hau only; a copy that did not record its directions
+  # translates into English too.
+  run = tmp_path / 'run'
+  shutil.copytree(trained_run, run)
+  (run / 'directions.json').unlink()
   code, out, err = run_in_process(
-      'evaluate.py', [f'--checkpoint_dir={trained_run}', '--beam_size=1',
+      'evaluate.py', [f'--checkpoint_dir={run}', '--beam_size=1',
                       '--tasks=cldr_eng_Latn.hau_Latn, cldr_hau_Latn.eng_Latn'],
       monkeypatch, capsys)
   assert code == 0, err
-  summary = json.loads((trained_run / 'eval' / f'step_{TRAIN_STEPS}.json').read_text())
+  summary = json.loads((run / 'eval' / f'step_{TRAIN_STEPS}.json').read_text())
   assert summary['step'] == TRAIN_STEPS and summary['split'] == 'validation'
   assert sorted(summary['directions']) == ['eng_Latn-hau_Latn', 'hau_Latn-eng_Latn']
   # max_sentences comes from the run's config.gin (4), not evaluate_directions' default.
