@@ -150,17 +150,16 @@ def test_a_direction_without_its_adapter_is_one_clear_error(trained_run, tmp_pat
   source = tmp_path / 'src.txt'
   source.write_text('Monday\n')
   output = tmp_path / 'out.txt'
-  code, _, err = run_in_process('translate.py', [
+  translate_into_french = lambda: run_in_process('translate.py', [
       f'--checkpoint_dir={tmp_path / "hau"}', '--src_lang=eng_Latn', '--tgt_lang=fra_Latn',
       f'--input={source}', f'--output={output}'], monkeypatch, capsys)
+  code, _, err = translate_into_french()
   assert code == 2 and error_lines(err) == [
       'error: fra_Latn: the model was never trained to translate into it; it translates '
       'into hau_Latn']
   # A run that did not record its directions is stopped by the missing adapter.
   (tmp_path / 'hau' / 'directions.json').unlink()
-  code, _, err = run_in_process('translate.py', [
-      f'--checkpoint_dir={tmp_path / "hau"}', '--src_lang=eng_Latn', '--tgt_lang=fra_Latn',
-      f'--input={source}', f'--output={output}'], monkeypatch, capsys)
+  code, _, err = translate_into_french()
   assert code == 2 and error_lines(err) == [
       "error: translate: direction eng_Latn-fra_Latn needs the adapter 'fra_Latn', which "
       'the model was not built with (adapters: hau_Latn)']
