@@ -32,6 +32,7 @@ import tensorflow_text as tf_text
 from t5x_mt import languages
 from t5x_mt.data import cldr
 from t5x_mt.data import corpora
+from t5x_mt.data import corpus_types
 from t5x_mt.data import directions
 from t5x_mt.data import tags
 from t5x_mt.data import wmt22
@@ -259,7 +260,7 @@ def _add_tags(dataset: tf.data.Dataset, direction: Direction) -> tf.data.Dataset
   """
   src_lang, tgt_lang = direction.src_lang, direction.tgt_lang
   direction_tags = tags.tags_for(tag_strategy(), src_lang, tgt_lang)
-  synthetic = corpora.synthetic_tags(corpora.get_corpus(direction.corpus), src_lang, tgt_lang)
+  synthetic = corpus_types.synthetic_tags(corpora.get_corpus(direction.corpus), src_lang, tgt_lang)
   encoder_prefix = _tag_ids(direction_tags.encoder_tag, synthetic.source_prefix)
   encoder_suffix = _tag_ids(synthetic.source_suffix)
   decoder_prefix = _tag_ids(direction_tags.decoder_tag)
@@ -338,7 +339,7 @@ def member_tasks(member: str) -> list[str]:
   launch/back_translate.py folder: every direction it holds)."""
   if member in corpora.registered_corpora() and member not in seqio.MixtureRegistry.names():
     corpus = corpora.get_corpus(member)
-    if not isinstance(corpus, corpora.PairsCorpus):
+    if not isinstance(corpus, corpus_types.PairsCorpus):
       raise UserError(f'mixture member {member!r}: corpus {member!r} pairs any two of its '
                       'languages; name its directions as tasks, <corpus>_<src>.<tgt>')
     return [register_direction_task(member, src, tgt) for src, tgt in corpus.directions()]

@@ -33,6 +33,7 @@ from typing import Any
 
 from t5x_mt import files
 from t5x_mt.data import corpora
+from t5x_mt.data import corpus_types
 from t5x_mt.data import tags
 from t5x_mt.errors import UserError
 
@@ -130,7 +131,7 @@ class ResumableLines:
 @contextlib.contextmanager
 def _locked(output_dir: pathlib.Path) -> Iterator[None]:
   """Holds the folder's lock, so runs writing other directions never lose a manifest update."""
-  with open(output_dir / f'.{corpora.SYNTHETIC_MANIFEST}.lock', 'w') as lock:
+  with open(output_dir / f'.{corpus_types.SYNTHETIC_MANIFEST}.lock', 'w') as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
       yield
@@ -139,7 +140,7 @@ def _locked(output_dir: pathlib.Path) -> Iterator[None]:
 
 
 def _manifest(output_dir: pathlib.Path) -> dict:
-  path = output_dir / corpora.SYNTHETIC_MANIFEST
+  path = output_dir / corpus_types.SYNTHETIC_MANIFEST
   if not path.exists():
     return {'directions': {}}
   return json.loads(path.read_text(encoding='utf-8'))
@@ -169,7 +170,7 @@ def _finish(output_dir: pathlib.Path, job: Job, sentences: Sequence[str],
     manifest['directions'][job.direction] = {
         'synthetic_lang': job.other_lang, 'tag': job.tag, 'mode': job.mode,
         'pairs': len(pairs), 'made_from': expected}
-    files.write_text_atomically(output_dir / corpora.SYNTHETIC_MANIFEST,
+    files.write_text_atomically(output_dir / corpus_types.SYNTHETIC_MANIFEST,
                                 json.dumps(manifest, indent=2, sort_keys=True) + '\n')
   return len(pairs)
 

@@ -22,6 +22,7 @@ from t5x_mt import checkpoints  # pylint: disable=g-import-not-at-top,wrong-impo
 from t5x_mt import gin_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.data import corpus_types  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 TINY_RUN_STEPS = 4
 TINY_RUN_CHECKPOINT_EVERY = 2
@@ -108,7 +109,7 @@ def tiny_mixture():
   """A three-language multi-way corpus of number words; its mixture trains eng->fra and
   hau->eng."""
   if 'test_loop_numbers' not in corpora.registered_corpora():
-    corpora.register_corpus('test_loop_numbers', lambda: corpora.MultiwayCorpus(
+    corpora.register_corpus('test_loop_numbers', lambda: corpus_types.MultiwayCorpus(
         'test_loop_numbers',
         {'train': _rows(60, 0), 'validation': _rows(4, 1), 'test': _rows(4, 2)}))
     data_tasks.register_mixture('test_loop_numbers', 'test_loop_numbers',

@@ -15,6 +15,7 @@ import data_tasks
 from t5x_mt import back_translation
 from t5x_mt import run_loading
 from t5x_mt.data import corpora
+from t5x_mt.data import corpus_types
 from t5x_mt.data import monolingual
 from t5x_mt.errors import UserError
 from test_launch_translate_evaluate import error_lines
@@ -173,7 +174,7 @@ def test_bad_monolingual_lines_name_file_and_line(tmp_path, content, message):
 def test_gather_deduplicates_files_and_corpus_sides_in_order(tmp_path):
   path = tmp_path / 'mono.txt'
   path.write_text('b\ta\nc\nb\ta\n', encoding='utf-8')  # Tabs are text.
-  corpora.register_corpus('test_mono_sides', lambda: corpora.PairsCorpus(
+  corpora.register_corpus('test_mono_sides', lambda: corpus_types.PairsCorpus(
       'test_mono_sides', 'train', {('eng_Latn', 'hau_Latn'): [('x', 'c'), ('y', 'd')]}),
       overwrite=True)
   assert monolingual.gather('hau_Latn', [str(path)], ['test_mono_sides']) == ['b\ta', 'c', 'd']
@@ -226,7 +227,7 @@ def test_direction_trained_on_genuine_and_synthetic_pairs_is_evaluated_once(trai
   from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
   translator = run_loading.load_translator(str(trained_run), beam_size=1, batch_size=4)
   name = 'test_bt_eval'
-  corpora.register_corpus(name, lambda: corpora.SyntheticCorpus(
+  corpora.register_corpus(name, lambda: corpus_types.SyntheticCorpus(
       name, 'train', {('eng_Latn', 'hau_Latn'): [('Monday', 'Litinin')]},
       {('eng_Latn', 'hau_Latn'): ('eng_Latn', 'bt')}), overwrite=True)
   gin.bind_parameter('register_from_config.mixtures',

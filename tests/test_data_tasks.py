@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import data_tasks
 from t5x_mt.data import corpora
+from t5x_mt.data import corpus_types
 from t5x_mt.data import directions
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import vocab
@@ -32,7 +33,7 @@ LENGTHS = {'inputs': 32, 'targets': 32}
 
 @pytest.fixture(scope='module')
 def model_path(tmp_path_factory) -> str:
-  corpora.register_corpus(CORPUS, lambda: corpora.MultiwayCorpus(CORPUS, {'train': ROWS}),
+  corpora.register_corpus(CORPUS, lambda: corpus_types.MultiwayCorpus(CORPUS, {'train': ROWS}),
                           overwrite=True)
   if MIXTURE not in seqio.MixtureRegistry.names():
     data_tasks.register_mixture(MIXTURE, CORPUS, MIXTURE_DIRECTIONS)
@@ -169,7 +170,7 @@ def test_mixture_member_must_name_a_mixture_task_or_directed_corpus():
 
 def test_mixture_over_zero_examples_is_refused():
   name = 'test_data_tasks_empty'
-  corpora.register_corpus(name, lambda: corpora.PairsCorpus(
+  corpora.register_corpus(name, lambda: corpus_types.PairsCorpus(
       name, 'train', {('eng_Latn', 'hau_Latn'): []}), overwrite=True)
   data_tasks.register_task_mixture(
       name, [data_tasks.register_direction_task(name, 'eng_Latn', 'hau_Latn')], overwrite=True)

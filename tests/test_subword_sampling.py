@@ -7,6 +7,7 @@ import sentencepiece as spm
 
 import data_tasks
 from t5x_mt.data import corpora
+from t5x_mt.data import corpus_types
 from t5x_mt.data import vocab
 from t5x_mt.errors import UserError
 
@@ -19,7 +20,7 @@ LENGTHS = {'inputs': 160, 'targets': 160}  # Sampled segmentations can be near c
 
 @pytest.fixture(scope='module')
 def model_path(tmp_path_factory) -> str:
-  corpora.register_corpus(CORPUS, lambda: corpora.MultiwayCorpus(
+  corpora.register_corpus(CORPUS, lambda: corpus_types.MultiwayCorpus(
       CORPUS, {'train': ROWS, 'validation': ROWS}), overwrite=True)
   data_tasks.register_direction_task(CORPUS, 'eng_Latn', 'hau_Latn')
   cldr = corpora.get_corpus('cldr')

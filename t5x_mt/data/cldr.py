@@ -38,7 +38,7 @@ import babel.lists
 import babel.localedata
 import babel.units
 
-from t5x_mt.data.corpora import MultiwayCorpus
+from t5x_mt.data.corpus_types import MultiwayCorpus
 from t5x_mt.errors import UserError
 from t5x_mt.languages import CLDR_LOCALE_TO_FLORES
 from t5x_mt.languages import WMT22_AFRICAN

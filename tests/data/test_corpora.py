@@ -4,13 +4,15 @@ import gzip
 
 import pytest
 
+from t5x_mt.data import catalogue
 from t5x_mt.data import corpora
+from t5x_mt.data import corpus_types
 from t5x_mt.data import readers
 from t5x_mt.errors import UserError
 
 
 def _multiway():
-  return corpora.MultiwayCorpus('toy', {
+  return corpus_types.MultiwayCorpus('toy', {
       'train': [{'eng_Latn': 'one', 'fra_Latn': 'un', 'hau_Latn': 'ɗaya'},
                 {'eng_Latn': 'two', 'fra_Latn': 'deux'},
                 {'eng_Latn': 'three', 'hau_Latn': ' '}],
@@ -82,9 +84,9 @@ def test_builtin_corpora_are_registered():
 def test_missing_shared_folder_is_named(monkeypatch, tmp_path):
   monkeypatch.setenv(readers.SHARED_DATA_ENV, str(tmp_path))
   with pytest.raises(UserError, match=r'flores200/dev: no such folder'):
-    corpora.flores200_corpus(tmp_path / 'flores200' / 'dev')
+    catalogue.flores200_corpus(tmp_path / 'flores200' / 'dev')
   with pytest.raises(UserError, match=r'ntrex128: no such folder'):
-    corpora._shared_folder('ntrex128')  # pylint: disable=protected-access
+    catalogue._shared_folder('ntrex128')  # pylint: disable=protected-access
 
 
 def test_register_multiway_dir_reads_flores_layout(tmp_path):

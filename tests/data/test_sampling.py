@@ -7,6 +7,7 @@ import seqio
 
 import data_tasks
 from t5x_mt.data import corpora
+from t5x_mt.data import corpus_types
 from t5x_mt.data import sampling
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
@@ -19,7 +20,7 @@ ROWS = [{'eng_Latn': f'e{i}', 'fra_Latn': f'f{i}', 'hau_Latn': f'h{i}' if i < 20
 
 @pytest.fixture(autouse=True)
 def mixture():
-  corpora.register_corpus(CORPUS, lambda: corpora.MultiwayCorpus(CORPUS, {'train': ROWS}),
+  corpora.register_corpus(CORPUS, lambda: corpus_types.MultiwayCorpus(CORPUS, {'train': ROWS}),
                           overwrite=True)
   if MIXTURE not in seqio.MixtureRegistry.names():
     data_tasks.register_mixture(MIXTURE, CORPUS, [('eng_Latn', 'fra_Latn'),
@@ -62,7 +63,7 @@ def test_command_writes_the_png_and_prints_the_table(tmp_path, monkeypatch, caps
 ])
 def test_command_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys, flags, message):
   name = 'test_sampling_empty'
-  corpora.register_corpus(name, lambda: corpora.PairsCorpus(
+  corpora.register_corpus(name, lambda: corpus_types.PairsCorpus(
       name, 'train', {('eng_Latn', 'hau_Latn'): []}), overwrite=True)
   data_tasks.register_task_mixture(
       name, [data_tasks.register_direction_task(name, 'eng_Latn', 'hau_Latn')], overwrite=True)

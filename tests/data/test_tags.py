@@ -7,6 +7,7 @@ import sentencepiece as spm
 
 import data_tasks
 from t5x_mt.data import corpora
+from t5x_mt.data import corpus_types
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
 from t5x_mt.errors import UserError
@@ -22,7 +23,7 @@ LENGTHS = {'inputs': 64, 'targets': 64}  # Long enough that nothing is trimmed.
 
 @pytest.fixture(scope='module')
 def model_path(tmp_path_factory) -> str:
-  corpora.register_corpus(CORPUS, lambda: corpora.MultiwayCorpus(CORPUS, {'train': ROWS}),
+  corpora.register_corpus(CORPUS, lambda: corpus_types.MultiwayCorpus(CORPUS, {'train': ROWS}),
                           overwrite=True)
   data_tasks.register_direction_task(CORPUS, 'eng_Latn', 'hau_Latn')
   sentences = {lang: [row[lang] for row in ROWS] for lang in ('eng_Latn', 'hau_Latn')}
@@ -111,7 +112,7 @@ def _synthetic_example(scheme: str, src_lang: str, tgt_lang: str) -> dict:
   """The first s_enc_t_dec example of a back-translated eng->hau corpus (eng synthetic)."""
   name = f'test_tags_synthetic_{scheme}'
   pairs = [(row['eng_Latn'], row['hau_Latn']) for row in ROWS]
-  corpora.register_corpus(name, lambda: corpora.SyntheticCorpus(
+  corpora.register_corpus(name, lambda: corpus_types.SyntheticCorpus(
       name, 'train', {('eng_Latn', 'hau_Latn'): pairs},
       {('eng_Latn', 'hau_Latn'): ('eng_Latn', scheme)}), overwrite=True)
   task = data_tasks.register_direction_task(name, src_lang, tgt_lang)

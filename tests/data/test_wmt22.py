@@ -5,6 +5,7 @@ import pytest
 
 import data_tasks
 from t5x_mt.data import corpora
+from t5x_mt.data import corpus_types
 from t5x_mt.data import wmt22
 from t5x_mt.errors import UserError
 
@@ -16,7 +17,7 @@ ROWS = [{'eng_Latn': f'e{i}', 'fra_Latn': f'f{i}', 'kin_Latn': f'k{i}', 'swh_Lat
 
 @pytest.fixture(autouse=True)
 def corpus():
-  corpora.register_corpus(CORPUS, lambda: corpora.MultiwayCorpus(CORPUS, {'train': ROWS}),
+  corpora.register_corpus(CORPUS, lambda: corpus_types.MultiwayCorpus(CORPUS, {'train': ROWS}),
                           overwrite=True)
   gin.bind_parameter('wmt22_corpora.names', [CORPUS])
 
@@ -76,7 +77,7 @@ def test_mixtures_keep_the_directions_the_corpora_have():
 
 def test_large_adds_the_synthetic_corpora():
   name = 'test_wmt22_bt'
-  corpora.register_corpus(name, lambda: corpora.SyntheticCorpus(
+  corpora.register_corpus(name, lambda: corpus_types.SyntheticCorpus(
       name, 'train', {('zul_Latn', 'kin_Latn'): [('z', 'k')]},
       {('zul_Latn', 'kin_Latn'): ('zul_Latn', 'bt')}), overwrite=True)
   gin.bind_parameter('wmt22_corpora.synthetic', [name])
