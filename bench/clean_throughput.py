@@ -7,7 +7,7 @@ MDL false-positive rate), in this one process (one core):
 
 * `rule_filters`: pairs/s through every rule filter that needs no model (all filters
   except language_id, mdl_repeat, decontaminate and mined_scores), chained in the batch
-  cleaner both engines use (`cleaning.PairCleaner`), then each rule alone;
+  cleaner both engines use (`pipeline.PairCleaner`), then each rule alone;
 * `mdl`: sentences/s of the MDL repeat filter (both sides of each pair are sentences);
 * `language_id`: sentences/s of the combined identifier (exact policy);
 * `normalisation`: pairs/s of html_unescape + moses_punctuation + whitespace;
@@ -26,16 +26,16 @@ import collections
 import math
 import time
 
-from t5x_mt.data import cleaning
-from t5x_mt.data import cleaning_io
 from t5x_mt.data import corpora
-from t5x_mt.data import dedup
-from t5x_mt.data import langid
-from t5x_mt.data import mdl
 from t5x_mt.data import readers
-from t5x_mt.data.cleaning_io import Record
-from t5x_mt.data.cleaning_steps import STEPS
-from t5x_mt.data.cleaning_steps import Pair
+from t5x_mt.data.cleaning import dedup
+from t5x_mt.data.cleaning import io as cleaning_io
+from t5x_mt.data.cleaning import langid
+from t5x_mt.data.cleaning import mdl
+from t5x_mt.data.cleaning import pipeline
+from t5x_mt.data.cleaning.io import Record
+from t5x_mt.data.cleaning.steps import Pair
+from t5x_mt.data.cleaning.steps import STEPS
 from t5x_mt.gin_utils import parse_gin
 
 MODEL_FILTERS = ('language_id', 'mdl_repeat', 'decontaminate', 'mined_scores')
@@ -62,8 +62,8 @@ def real_pairs() -> dict[tuple[str, str], list[Pair]]:
 def rate(pairs_by_direction, steps: list[str]) -> float:
   """Pairs per second through the cleaner both engines use, with the per-pair `steps`
   (parameters as gin binds them), over all pairs (best of 2 runs)."""
-  specs = cleaning.resolve_specs(steps)
-  cleaners = {direction: cleaning.PairCleaner(specs, *direction)
+  specs = pipeline.resolve_specs(steps)
+  cleaners = {direction: pipeline.PairCleaner(specs, *direction)
               for direction in pairs_by_direction}
   records = {direction: [Record(index, pair, pair[:2]) for index, pair in enumerate(pairs)]
              for direction, pairs in pairs_by_direction.items()}
@@ -119,13 +119,13 @@ def mdl_false_positives(threshold_step) -> None:
 
 
 def removal_table(corpus: str, preset: str, output_root: str) -> None:
-  parse_gin([str(cleaning.preset_file(preset))], [])
-  specs = cleaning.resolve_specs(cleaning.cleaning_steps())
-  report = cleaning.clean_locally(cleaning_io.corpus_sources(corpus), specs,
+  parse_gin([str(pipeline.preset_file(preset))], [])
+  specs = pipeline.resolve_specs(pipeline.cleaning_steps())
+  report = pipeline.clean_locally(cleaning_io.corpus_sources(corpus), specs,
                                   f'{output_root}/{corpus}', overwrite=True, progress=False)
   print(f'\n{corpus}, preset {preset}: {report["total"]["pairs_out"]} of '
         f'{report["total"]["pairs_in"]} pairs kept')
-  print(cleaning.format_report(report))
+  print(pipeline.format_report(report))
 
 
 def rule_figures(pairs, preset: str) -> None:
@@ -139,8 +139,8 @@ def rule_figures(pairs, preset: str) -> None:
     print(f'  {name:26} {rate(pairs, [name]):10.0f} pairs/s')
   figure('normalisation_pairs_per_second', rate(pairs, list(NORMALISATION)), 'pairs/s',
          'target', 50_000)
-  parse_gin([str(cleaning.preset_file(preset))], [])
-  preset_rules = [name for name in cleaning.cleaning_steps() if name in rule_filters]
+  parse_gin([str(pipeline.preset_file(preset))], [])
+  preset_rules = [name for name in pipeline.cleaning_steps() if name in rule_filters]
   print(f'rule filters of preset {preset}: {", ".join(preset_rules)}')
   figure(f'{preset}_rule_filters_pairs_per_second', rate(pairs, preset_rules), 'pairs/s',
          'target', 50_000)

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from t5x_mt.data import langid
 from t5x_mt.data import readers
+from t5x_mt.data.cleaning import langid
 
 
 def share(accept, sentences) -> float:

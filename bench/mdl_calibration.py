@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from t5x_mt.data import mdl
 from t5x_mt.data import readers
+from t5x_mt.data.cleaning import mdl
 
 GRIDS = {'chars': np.round(np.arange(0.8, 1.501, 0.05), 2),
          'tokens': np.round(np.arange(1.0, 2.001, 0.05), 2)}

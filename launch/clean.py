@@ -18,9 +18,9 @@ import json
 from t5x_mt import cli
 from t5x_mt import files
 from t5x_mt import gin_utils
-from t5x_mt.data import cleaning
-from t5x_mt.data import cleaning_io
-from t5x_mt.data import cleaning_steps
+from t5x_mt.data.cleaning import io as cleaning_io
+from t5x_mt.data.cleaning import pipeline
+from t5x_mt.data.cleaning import steps as cleaning_steps
 from t5x_mt.errors import UserError
 from t5x_mt.languages import check_language
 
@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
                       help='directions of --corpus, e.g. eng_Latn-hau_Latn,eng_Latn-zul_Latn '
                            '(default: English to every other language)')
   steps = parser.add_argument_group('steps')
-  steps.add_argument('--preset', help=f'one of: {", ".join(cleaning.preset_names())}')
+  steps.add_argument('--preset', help=f'one of: {", ".join(pipeline.preset_names())}')
   steps.add_argument('--filters', help='comma-separated step names, in order: '
                      + ', '.join(cleaning_steps.step_names()))
   steps.add_argument('--gin_file', action='append', default=[],
@@ -104,11 +104,11 @@ def _score_columns(spec: str) -> tuple[tuple[str, int], ...]:
 def _step_names(args, bindings: list[str]) -> list[str]:
   if bool(args.preset) == bool(args.filters):
     raise UserError('give exactly one of --preset and --filters')
-  gin_files = [str(cleaning.preset_file(args.preset))] if args.preset else []
+  gin_files = [str(pipeline.preset_file(args.preset))] if args.preset else []
   gin_utils.parse_gin(gin_files + args.gin_file, bindings)
   if args.filters:
     return [name.strip() for name in args.filters.split(',') if name.strip()]
-  return list(cleaning.cleaning_steps())
+  return list(pipeline.cleaning_steps())
 
 
 def main(argv: list[str]) -> int:
@@ -119,20 +119,20 @@ def main(argv: list[str]) -> int:
   files.check_output(args.output_dir, '--output_dir', folder=True)
   if args.chunk_lines < 1:
     raise UserError(f'--chunk_lines: must be >= 1, got {args.chunk_lines}')
-  specs = cleaning.resolve_specs(_step_names(args, bindings))
+  specs = pipeline.resolve_specs(_step_names(args, bindings))
   sources = _sources(args)
   options = dict(write_dropped=args.dropped, overwrite=args.overwrite,
                  chunk_lines=args.chunk_lines)
   if args.runner == 'beam':
-    from t5x_mt.data import beam_cleaning  # pylint: disable=g-import-not-at-top  (heavy)
-    report = beam_cleaning.clean_with_beam(sources, specs, args.output_dir,
+    from t5x_mt.data.cleaning import beam  # pylint: disable=g-import-not-at-top  (heavy)
+    report = beam.clean_with_beam(sources, specs, args.output_dir,
                                            beam_args=beam_args, shard_dir=args.shard_dir,
                                            **options)
   else:
     if beam_args:
       raise UserError('Beam pipeline options after -- need --runner=beam')
-    report = cleaning.clean_locally(sources, specs, args.output_dir, **options)
-  print(cleaning.format_report(report))
+    report = pipeline.clean_locally(sources, specs, args.output_dir, **options)
+  print(pipeline.format_report(report))
   print(json.dumps({'pairs_in': report['total']['pairs_in'],
                     'pairs_out': report['total']['pairs_out'],
                     'output_dir': args.output_dir}))

@@ -7,9 +7,9 @@ import sys
 import gin
 import pytest
 
-from t5x_mt.data import cleaning
-from t5x_mt.data import cleaning_io
 from t5x_mt.data import corpora
+from t5x_mt.data.cleaning import io as cleaning_io
+from t5x_mt.data.cleaning import pipeline
 from t5x_mt.gin_utils import REPO_ROOT
 
 SOURCE = [
@@ -52,7 +52,7 @@ def _clean(tmp_path, steps=STEPS, chunk_lines=3, **kwargs):
   src, tgt = _write_pair(tmp_path, invalid_line=kwargs.pop('invalid_line', None))
   source = cleaning_io.ParallelFiles(str(src), str(tgt), 'eng_Latn', 'hau_Latn')
   out = tmp_path / 'out'
-  report = cleaning.clean_locally([source], cleaning.resolve_specs(steps), out,
+  report = pipeline.clean_locally([source], pipeline.resolve_specs(steps), out,
                                   chunk_lines=chunk_lines, progress=False, **kwargs)
   return out, report
 
@@ -145,14 +145,14 @@ def test_empty_input_is_an_error(tmp_path):
 
 
 def test_beam_pipeline_writes_the_same_folder_as_the_local_engine(tmp_path):
-  from t5x_mt.data import beam_cleaning  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data.cleaning import beam  # pylint: disable=g-import-not-at-top
   src, tgt = _write_pair(tmp_path, invalid_line=4)
   source = cleaning_io.ParallelFiles(str(src), str(tgt), 'eng_Latn', 'hau_Latn')
   reversed_source = cleaning_io.ParallelFiles(str(tgt), str(src), 'hau_Latn', 'eng_Latn')
-  specs = cleaning.resolve_specs(['moses_punctuation', *STEPS])
-  local = cleaning.clean_locally([source, reversed_source], specs, tmp_path / 'local',
+  specs = pipeline.resolve_specs(['moses_punctuation', *STEPS])
+  local = pipeline.clean_locally([source, reversed_source], specs, tmp_path / 'local',
                                  chunk_lines=3, write_dropped=True, progress=False)
-  beam = beam_cleaning.clean_with_beam([source, reversed_source], specs, tmp_path / 'beam',
+  beam = beam.clean_with_beam([source, reversed_source], specs, tmp_path / 'beam',
                                        chunk_lines=3, write_dropped=True)
   assert beam['directions'] == local['directions']
   names = sorted(path.relative_to(tmp_path / 'local').as_posix()

@@ -5,13 +5,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from t5x_mt.data import cleaning
-from t5x_mt.data.cleaning_batches import PairBatch
-from t5x_mt.data.cleaning_batches import Texts
-from t5x_mt.data.cleaning_io import Record
-from t5x_mt.data.cleaning_steps import STEPS
-from t5x_mt.data.cleaning_steps import Pair
-from t5x_mt.data.cleaning_steps import build_step
+from t5x_mt.data.cleaning import pipeline
+from t5x_mt.data.cleaning.batches import PairBatch
+from t5x_mt.data.cleaning.batches import Texts
+from t5x_mt.data.cleaning.io import Record
+from t5x_mt.data.cleaning.steps import Pair
+from t5x_mt.data.cleaning.steps import STEPS
+from t5x_mt.data.cleaning.steps import build_step
 
 RULE_FILTERS = sorted(name for name, cls in STEPS.items() if cls.kind == 'filter'
                       and name not in ('language_id', 'mdl_repeat', 'decontaminate'))
@@ -66,7 +66,7 @@ def test_per_text_values_match_python_string_methods():
 
 def _outcomes(batch_pairs):
   records = [Record(index, pair, pair[:2]) for index, pair in enumerate(PAIRS * 3)]
-  cleaner = cleaning.PairCleaner(cleaning.resolve_specs(['whitespace', *RULE_FILTERS]),
+  cleaner = pipeline.PairCleaner(pipeline.resolve_specs(['whitespace', *RULE_FILTERS]),
                                  'eng_Latn', 'fra_Latn', batch_pairs=batch_pairs)
   rewritten = Counter()
   return [(record.index, pair, step) for record, pair, step in

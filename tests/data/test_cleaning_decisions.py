@@ -20,10 +20,10 @@ import gin
 import pytest
 
 from t5x_mt import gin_utils
-from t5x_mt.data import cleaning
-from t5x_mt.data import cleaning_io
 from t5x_mt.data import readers
-from t5x_mt.data.cleaning_steps import STEPS
+from t5x_mt.data.cleaning import io as cleaning_io
+from t5x_mt.data.cleaning import pipeline
+from t5x_mt.data.cleaning.steps import STEPS
 
 FIXTURE = Path(__file__).with_name('cleaning_decisions.json')
 CORPORA = ('gettext_l10n', 'ntrex128')  # Also their folders in the shared data.
@@ -33,15 +33,15 @@ RULE_FILTERS = 'rule_filters'
 PRESETS = ('default', 'lanbridge', 'm2m', 'nt5', 'tencent', 'volctrans')
 
 
-def step_list(config: str) -> list[cleaning.StepSpec]:
+def step_list(config: str) -> list[pipeline.StepSpec]:
   """Every rule filter (defaults, sorted by name), or a preset without its model filters."""
   gin.clear_config()
   if config == RULE_FILTERS:
-    return cleaning.resolve_specs(sorted(name for name, cls in STEPS.items()
+    return pipeline.resolve_specs(sorted(name for name, cls in STEPS.items()
                                          if cls.kind == 'filter' and name not in NOT_RULES))
-  gin_utils.parse_gin([str(cleaning.preset_file(config))], [])
+  gin_utils.parse_gin([str(pipeline.preset_file(config))], [])
   try:
-    return cleaning.resolve_specs([name for name in cleaning.cleaning_steps()
+    return pipeline.resolve_specs([name for name in pipeline.cleaning_steps()
                                    if name not in MODEL_FILTERS])
   finally:
     gin.clear_config()
@@ -56,7 +56,7 @@ def _digest(*paths: Path) -> str:
 
 def decisions(corpus: str, config: str, output_dir: Path) -> dict:
   """What cleaning `corpus` with step list `config` removed, kept and dropped."""
-  report = cleaning.clean_locally(cleaning_io.corpus_sources(corpus), step_list(config),
+  report = pipeline.clean_locally(cleaning_io.corpus_sources(corpus), step_list(config),
                                   output_dir, write_dropped=True, overwrite=True,
                                   progress=False)
   digests, rewritten = {}, Counter()

@@ -5,9 +5,9 @@ import pytest
 import gin
 
 from t5x_mt import gin_utils
-from t5x_mt.data import cleaning
-from t5x_mt.data.cleaning_steps import Pair
-from t5x_mt.data.cleaning_steps import build_step
+from t5x_mt.data.cleaning import pipeline
+from t5x_mt.data.cleaning.steps import Pair
+from t5x_mt.data.cleaning.steps import build_step
 from t5x_mt.errors import UserError
 
 
@@ -120,9 +120,9 @@ def test_unknown_step_and_bad_parameter_are_user_errors():
 @pytest.mark.parametrize('preset', ['default', 'volctrans', 'lanbridge', 'nt5', 'm2m',
                                     'tencent'])
 def test_presets_name_registered_steps_with_their_settings(preset):
-  gin_utils.parse_gin([str(cleaning.preset_file(preset))], [])
+  gin_utils.parse_gin([str(pipeline.preset_file(preset))], [])
   specs = {spec.name: dict(spec.params)
-           for spec in cleaning.resolve_specs(cleaning.cleaning_steps())}
+           for spec in pipeline.resolve_specs(pipeline.cleaning_steps())}
   expected = {'volctrans': ('min_chars', 'min_chars', 30),
               'lanbridge': ('token_count', 'min_tokens', 5),
               'nt5': ('long_word', 'max_chars', 40),

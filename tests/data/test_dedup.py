@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from t5x_mt.data import dedup
-from t5x_mt.data.cleaning_steps import Pair
-from t5x_mt.data.cleaning_steps import build_step
+from t5x_mt.data.cleaning import dedup
+from t5x_mt.data.cleaning.steps import Pair
+from t5x_mt.data.cleaning.steps import build_step
 from t5x_mt.errors import UserError
 
 

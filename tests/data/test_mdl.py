@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from t5x_mt.data import mdl
+from t5x_mt.data.cleaning import mdl
 
 
 def test_one_piece_costs_c_times_length():

@@ -17,9 +17,9 @@ from typing import ClassVar, Iterable, Sequence
 import numpy as np
 
 from t5x_mt.data import readers
-from t5x_mt.data.cleaning_steps import Keep
-from t5x_mt.data.cleaning_steps import Step
-from t5x_mt.data.cleaning_steps import register_step
+from t5x_mt.data.cleaning.steps import Keep
+from t5x_mt.data.cleaning.steps import Step
+from t5x_mt.data.cleaning.steps import register_step
 from t5x_mt.errors import UserError
 
 KEY_BYTES = 16

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from t5x_mt.data import corpora
-from t5x_mt.data.cleaning_steps import Pair
+from t5x_mt.data.cleaning.steps import Pair
 from t5x_mt.errors import UserError
 from t5x_mt.languages import check_language
 

@@ -6,7 +6,7 @@ pattern, a Moses normaliser, a language-id model). The engines bind `bind_batch(
 tgt_lang)`, a function over a `PairBatch`: a filter returns whether to keep each pair, a
 rewrite the rewritten pairs. The rule filters decide whole batches at once (numpy over
 code points, one regex scan over all texts, per-text values shared through the batch, see
-`t5x_mt.data.cleaning_batches`), and decide one pair as a batch of one; other steps
+`t5x_mt.data.cleaning.batches`), and decide one pair as a batch of one; other steps
 implement `bind(src_lang, tgt_lang)`, a function over one `Pair`, which the default
 `bind_batch` calls on each pair of a batch. Steps are rebuilt from `(name, kwargs)` specs
 on every worker, which is how the Apache Beam engine ships them: nothing here may hold
@@ -14,7 +14,7 @@ state that a pickled spec cannot recreate.
 
 Steps that need the whole corpus (deduplication, conflicting translations) are declared
 with kind 'corpus' and carried out by the engines (`t5x_mt.data.cleaning` locally,
-`t5x_mt.data.beam_cleaning` on Beam); they are registered here so that names, presets and
+`t5x_mt.data.cleaning.beam` on Beam); they are registered here so that names, presets and
 reports treat every step alike.
 """
 
@@ -27,9 +27,9 @@ from typing import Any, Callable, ClassVar, NamedTuple
 import numpy as np
 import regex
 
-from t5x_mt.data.cleaning_batches import SEPARATOR
-from t5x_mt.data.cleaning_batches import PairBatch
-from t5x_mt.data.cleaning_batches import Side
+from t5x_mt.data.cleaning.batches import PairBatch
+from t5x_mt.data.cleaning.batches import SEPARATOR
+from t5x_mt.data.cleaning.batches import Side
 from t5x_mt.errors import UserError
 
 

@@ -36,9 +36,9 @@ import math
 from collections import Counter
 from typing import ClassVar, Sequence
 
-from t5x_mt.data.cleaning_steps import Keep
-from t5x_mt.data.cleaning_steps import Step
-from t5x_mt.data.cleaning_steps import register_step
+from t5x_mt.data.cleaning.steps import Keep
+from t5x_mt.data.cleaning.steps import Step
+from t5x_mt.data.cleaning.steps import register_step
 
 PIECE_COST = 2.0
 BEAM_WIDTH = 4

@@ -1,12 +1,12 @@
 """Corpus cleaning: step lists from presets and gin, the per-pair cleaner, the local engine.
 
-A cleaning run is a list of named steps (`t5x_mt.data.cleaning_steps.STEPS`). Per-pair
+A cleaning run is a list of named steps (`t5x_mt.data.cleaning.steps.STEPS`). Per-pair
 steps (rewrites and filters) run in their listed order on every pair; a pair is dropped by
 the first filter that rejects it and counted under that filter's name. Both engines run
 them with `PairCleaner`, over batches of pairs: each step decides at once for the pairs
 the steps before it kept, which decides each pair as running the steps on it alone would.
 Corpus steps (`duplicates`, `conflicting_translations`) then run, in their listed order,
-on what survived. Both engines (this module's `clean_locally`, and `beam_cleaning.clean_with_beam`)
+on what survived. Both engines (this module's `clean_locally`, and `beam.clean_with_beam`)
 follow exactly these rules and write the same folder (see `cleaning_io`), with a report:
 
   {"engine": .., "steps": [{"name", "kind", "params"}],
@@ -36,15 +36,15 @@ import numpy as np
 from tqdm import tqdm
 
 from t5x_mt import files
-from t5x_mt.data import cleaning_io
-from t5x_mt.data import dedup
-from t5x_mt.data import langid
-from t5x_mt.data import mdl
-from t5x_mt.data.cleaning_batches import PairBatch
-from t5x_mt.data.cleaning_io import Record
-from t5x_mt.data.cleaning_steps import Pair
-from t5x_mt.data.cleaning_steps import STEPS
-from t5x_mt.data.cleaning_steps import build_step
+from t5x_mt.data.cleaning import dedup
+from t5x_mt.data.cleaning import io as cleaning_io
+from t5x_mt.data.cleaning import langid
+from t5x_mt.data.cleaning import mdl
+from t5x_mt.data.cleaning.batches import PairBatch
+from t5x_mt.data.cleaning.io import Record
+from t5x_mt.data.cleaning.steps import Pair
+from t5x_mt.data.cleaning.steps import STEPS
+from t5x_mt.data.cleaning.steps import build_step
 from t5x_mt.errors import UserError
 from t5x_mt.gin_utils import REPO_ROOT
 

@@ -26,10 +26,10 @@ import dataclasses
 import functools
 from typing import Callable, ClassVar
 
-from t5x_mt.data.cleaning_steps import Keep
-from t5x_mt.data.cleaning_steps import Step
-from t5x_mt.data.cleaning_steps import per_language
-from t5x_mt.data.cleaning_steps import register_step
+from t5x_mt.data.cleaning.steps import Keep
+from t5x_mt.data.cleaning.steps import Step
+from t5x_mt.data.cleaning.steps import per_language
+from t5x_mt.data.cleaning.steps import register_step
 from t5x_mt.errors import UserError
 from t5x_mt.languages import WMT22_AFRICAN
 
@@ -131,7 +131,7 @@ def _cld2_african(text: str, threshold: float) -> bool:
 @dataclasses.dataclass
 class LanguageId(Step):
   """Drops pairs with a side not identified as its language (py3langid and CLD2,
-  see `t5x_mt.data.langid`): `policy` 'exact' or 'tencent' (any African language on an
+  see `t5x_mt.data.cleaning.langid`): `policy` 'exact' or 'tencent' (any African language on an
   African side), identification probability at least `threshold` (Lan-Bridge 0.8).
   Sides shorter than `min_chars` characters pass unjudged: identifying a two-word UI
   string or lexicon entry is a guess."""

@@ -24,11 +24,11 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from t5x_mt.data import cleaning
-from t5x_mt.data import cleaning_io
-from t5x_mt.data import dedup
-from t5x_mt.data.cleaning import StepSpec
-from t5x_mt.data.cleaning_steps import Pair
+from t5x_mt.data.cleaning import dedup
+from t5x_mt.data.cleaning import io as cleaning_io
+from t5x_mt.data.cleaning import pipeline as cleaning
+from t5x_mt.data.cleaning.pipeline import StepSpec
+from t5x_mt.data.cleaning.steps import Pair
 
 KEPT, DROPPED, COUNTS = 'kept', 'dropped', 'counts'
 
