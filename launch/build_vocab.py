@@ -3,13 +3,11 @@
   python launch/build_vocab.py --gin_file=gin/runs/demo.gin [--gin.VOCAB_SIZE=8000 ...]
       [--output=PATH]
 
-Languages are sampled with p ∝ n^alpha (gin `build_vocabulary.alpha`, 0.3) before
+Languages are sampled with p ∝ n^alpha (gin `train_loop.build_vocabulary.alpha`, 0.3) before
 SentencePiece sees them. The model goes to the run's VOCABULARY_PATH (or --output); the
 command prints its number of pieces and, per language, its share of the sampled text and
 its pieces per word on the training text.
 """
-
-import inspect
 
 import gin
 
@@ -32,7 +30,8 @@ def main(argv: list[str]) -> int:
   cli.start_tensorflow()
   # pylint: disable=g-import-not-at-top  (gin needs the configurables)
   import data_tasks
-  from t5x_mt import train_loop
+  from t5x_mt import configurables
+  from t5x_mt import run_vocabulary
   from t5x_mt.data import vocab
   # pylint: enable=g-import-not-at-top
   gin_utils.parse_gin(args.gin_file, args.gin_bindings + bindings)
@@ -42,17 +41,11 @@ def main(argv: list[str]) -> int:
   except ValueError:
     raise UserError('--gin_file: MIXTURE_OR_TASK_NAME is not set') from None
   sentences = data_tasks.training_sentences(mixture_or_task_name)
-  # The arguments gin gives build_vocabulary, passed explicitly so the report describes
-  # exactly the sample the model was trained on.
-  settings = {name: parameter.default for name, parameter in
-              inspect.signature(train_loop.build_vocabulary).parameters.items()
-              if parameter.default is not inspect.Parameter.empty}
-  settings.update(gin.get_bindings(train_loop.build_vocabulary))
-  output = train_loop.build_vocabulary(mixture_or_task_name,
-                                       args.output or data_tasks.vocabulary_path(), **settings)
-  report = vocab.vocabulary_report(output, sentences, alpha=settings['alpha'],
-                                   num_sentences=settings['num_sentences'],
-                                   seed=settings['seed'])
+  settings = configurables.vocabulary_config()
+  output = run_vocabulary.build_vocabulary(settings, mixture_or_task_name,
+                                           args.output or data_tasks.vocabulary_path())
+  report = vocab.vocabulary_report(output, sentences, alpha=settings.alpha,
+                                   num_sentences=settings.num_sentences, seed=settings.seed)
   print(vocab.format_report(report))
   print(f'wrote {output}')
   return 0

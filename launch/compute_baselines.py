@@ -7,7 +7,7 @@
 Every training example of the mixture is scored once with the run's model (no dropout,
 the run's label smoothing), in packed batches; the output JSON holds per group the mean
 per-token loss and the token count, and the run and step it came from. A DRO run reads it
-(METHODS.md section 6: the baselines b_g of a plain model trained on the same data).
+(the baselines b_g of a plain model trained on the same data, docs/methods.md#dro).
 """
 
 import json
@@ -35,22 +35,20 @@ def main(argv: list[str]) -> int:
   files.check_output(args.output, '--output')
   cli.start_tensorflow()
   import data_tasks  # pylint: disable=g-import-not-at-top
-  import gin  # pylint: disable=g-import-not-at-top
   from t5x_mt import baselines  # pylint: disable=g-import-not-at-top
+  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
   translator = run_loading.load_translator(args.checkpoint_dir, step)
   data_tasks.register_from_config()
   with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--mixture'):
     data_tasks.check_train_examples(args.mixture)
-  train_settings = gin.get_bindings('train_loop.train')
+  run = configurables.train_config()  # The run's settings, from its config.gin.
   result = baselines.group_losses(
       translator, args.mixture, grouping=args.grouping, batch_size=args.batch_size,
-      inputs_length=train_settings.get('inputs_length', 64),
-      targets_length=train_settings.get('targets_length', 64),
-      label_smoothing=train_settings.get('label_smoothing', 0.1),
-      max_batches_per_task=args.max_batches_per_task,
-      loss_chunk_length=train_settings.get('loss_chunk_length', 0))
+      inputs_length=run.inputs_length, targets_length=run.targets_length,
+      label_smoothing=run.label_smoothing, max_batches_per_task=args.max_batches_per_task,
+      loss_chunk_length=run.loss_chunk_length)
   result.update(checkpoint_dir=args.checkpoint_dir, step=step, mixture=args.mixture)
   files.write_text_atomically(args.output, json.dumps(result, indent=2, sort_keys=True) + '\n')
   for group, loss in sorted(result['losses'].items()):

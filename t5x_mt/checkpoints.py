@@ -3,34 +3,55 @@
 A checkpoint has two items, so that commands that only translate read only what they need:
   params      the model parameters
   optimizer   the step counter and the optimizer state
-and, beside it, the position of every host's input pipeline (a tf.data iterator
-checkpoint per process, or what an input with `write_state`/`read_state` saves, such as
-the DRO group sampler) so that a resumed run sees exactly the batches an uninterrupted
-run would have seen, and optionally a JSON record of other host-side training state
-(DRO's loss averages). Both are written before Orbax commits the step, so a step that
-exists always has them.
+and, beside it, each process's host-side state (`HostState`): the position of its input
+pipeline, so that a resumed run sees exactly the batches an uninterrupted run would have
+seen, and DRO's loss averages. These are written before Orbax commits the step, so a
+step that exists always has them.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 import contextlib
 import json
 import logging
 import os
 import pathlib
 import shutil
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import orbax.checkpoint as ocp
 import tensorflow as tf
 
 from t5x_mt import files
+from t5x_mt import run_layout
 from t5x_mt.errors import UserError
 
-CHECKPOINTS = 'checkpoints'
-INPUT_STATE = 'input_state'
 ITEMS = ('params', 'optimizer')
-HOST_STATE_SUFFIX = '.host_state.json'
+# Beside each process's host states: the names saved, written last.
+HOST_STATES_SUFFIX = '.host_states.json'
+
+
+class HostState(Protocol):
+  """Host-side state a checkpoint saves beside its arrays, one file set per process."""
+
+  def write_state(self, prefix: str) -> None:
+    """Writes the state to files named `prefix` (plus suffixes of its own)."""
+
+  def read_state(self, prefix: str) -> None:
+    """Restores what `write_state` wrote."""
+
+
+class IteratorState:
+  """A tf.data iterator's position as a HostState (a tf.train.Checkpoint)."""
+
+  def __init__(self, iterator: Any):
+    self.iterator = iterator
+
+  def write_state(self, prefix: str) -> None:
+    tf.train.Checkpoint(iterator=self.iterator).write(prefix)
+
+  def read_state(self, prefix: str) -> None:
+    tf.train.Checkpoint(iterator=self.iterator).read(prefix).assert_consumed()
 
 
 class RunCheckpoints:
@@ -38,7 +59,8 @@ class RunCheckpoints:
 
   def __init__(self, model_dir: str, *, keep: int = 3, read_only: bool = False):
     self.model_dir = pathlib.Path(model_dir)
-    self.directory = self.model_dir / CHECKPOINTS
+    self.layout = run_layout.RunLayout(model_dir)
+    self.directory = self.layout.checkpoints
     if read_only and not self.directory.is_dir():
       raise UserError(f'{model_dir}: no checkpoints found (expected {self.directory})')
     self._protected = _ProtectedStep()
@@ -74,22 +96,18 @@ class RunCheckpoints:
   def all_steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
 
-  def _input_state_prefix(self, step: int) -> str:
-    return str(self.model_dir / INPUT_STATE / f'step_{step}' / f'process_{jax.process_index()}')
+  def _host_state_prefix(self, step: int) -> str:
+    return self.layout.input_state_prefix(step, jax.process_index())
 
-  def save(self, step: int, state: Any, input_iterator: Any | None = None,
-           host_state: dict[str, Any] | None = None) -> None:
-    """Saves `state` (a TrainState), the input position and `host_state` (JSON-compatible)
-    at `step`; the arrays asynchronously."""
-    prefix = self._input_state_prefix(step)
-    if input_iterator is not None:
-      if hasattr(input_iterator, 'write_state'):
-        input_iterator.write_state(prefix)
-      else:
-        tf.train.Checkpoint(iterator=input_iterator).write(prefix)
-    if host_state is not None:
-      files.write_text_atomically(prefix + HOST_STATE_SUFFIX,
-                                  json.dumps(host_state, sort_keys=True) + '\n')
+  def save(self, step: int, state: Any,
+           host_states: Mapping[str, HostState] | None = None) -> None:
+    """Saves `state` (a TrainState) at `step`, the arrays asynchronously, and this
+    process's `host_states` beside it (named as `restore_host_states` will ask)."""
+    prefix = self._host_state_prefix(step)
+    for name, host_state in (host_states or {}).items():
+      host_state.write_state(f'{prefix}.{name}')
+    files.write_text_atomically(prefix + HOST_STATES_SUFFIX,
+                                json.dumps(sorted(host_states or {})) + '\n')
     self._manager.save(step, args=ocp.args.Composite(
         params=ocp.args.StandardSave(state.params),
         optimizer=ocp.args.StandardSave({'step': state.step, 'opt_state': state.opt_state})))
@@ -164,48 +182,22 @@ class RunCheckpoints:
     from (an averaged one has no optimizer state of its own)."""
     self._manager.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(params)))
 
-  def average_params(self, steps: list[int], target_params: Any) -> Any:
-    """The mean of the parameters saved at `steps`, shaped and sharded like `target_params`.
-
-    Checkpoints are read one at a time into a running mean, so memory holds two models
-    whatever the number of steps. All must have the model's shapes (UserError otherwise,
-    e.g. across a vocabulary growth).
-    """
-    mean = None
-    for count, step in enumerate(steps, start=1):
-      if self.saved_shapes(step) != self.saved_shapes(steps[0]):
-        raise UserError(f'{self.directory}: checkpoints {steps[0]} and {step} have different '
-                        'shapes (a vocabulary grew between them); average steps of one shape')
-      params = self.restore_params(step, target_params)
-      if mean is None:
-        mean = jax.tree_util.tree_map(lambda p: p.astype(jax.numpy.float32), params)
-      else:
-        mean = jax.tree_util.tree_map(lambda m, p: m + (p - m) / count, mean, params)
-      del params
-    return jax.tree_util.tree_map(lambda m, t: m.astype(t.dtype), mean, target_params)
-
-  def restore_input(self, step: int, input_iterator: Any) -> None:
-    """Moves `input_iterator` to where it was when `step` was saved."""
-    prefix = self._input_state_prefix(step)
-    if not tf.io.gfile.exists(prefix + '.index'):
-      raise UserError(f'{prefix}: input position of checkpoint {step} is missing; the run '
-                      'cannot resume its data where it stopped')
-    if hasattr(input_iterator, 'read_state'):
-      input_iterator.read_state(prefix)
-    else:
-      tf.train.Checkpoint(iterator=input_iterator).read(prefix).assert_consumed()
-
-  def restore_host_state(self, step: int) -> dict[str, Any] | None:
-    """The `host_state` saved at `step`, None if it was saved without one."""
-    path = self._input_state_prefix(step) + HOST_STATE_SUFFIX
-    if not tf.io.gfile.exists(path):
-      return None
-    with tf.io.gfile.GFile(path) as f:
-      return json.load(f)
+  def restore_host_states(self, step: int, host_states: Mapping[str, HostState]) -> None:
+    """Restores each of `host_states` to what it was when `step` was saved."""
+    prefix = self._host_state_prefix(step)
+    manifest = prefix + HOST_STATES_SUFFIX
+    saved = (json.loads(tf.io.gfile.GFile(manifest).read())
+             if tf.io.gfile.exists(manifest) else [])
+    for name, host_state in host_states.items():
+      if name not in saved:
+        raise UserError(f'{prefix}: checkpoint {step} was saved without {name} state; the run '
+                        'cannot resume it (a run of another kind starts from it with '
+                        'train.init_from)')
+      host_state.read_state(f'{prefix}.{name}')
 
   def _drop_stale_input_states(self) -> None:
     """Input positions of checkpoints Orbax has deleted go too."""
-    root = self.model_dir / INPUT_STATE
+    root = self.layout.input_state
     if jax.process_index() != 0 or not root.is_dir():
       return
     kept = {f'step_{step}' for step in self._manager.all_steps()}

@@ -12,7 +12,6 @@ import math
 from typing import Any
 
 import flax.linen as nn
-import gin
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import numpy as np
@@ -38,7 +37,6 @@ DEFAULT_RULES: LogicalRules = (
 )
 
 
-@gin.configurable
 def logical_axis_rules(rules: LogicalRules = DEFAULT_RULES) -> tuple[tuple[str, str | None], ...]:
   """The logical-to-mesh axis rules of this run (gin: `logical_axis_rules.rules`)."""
   for logical, mesh_axis in rules:

@@ -19,6 +19,7 @@ import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import data_tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt import configurables  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import gin_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -60,6 +61,11 @@ def configure_tiny_run(*args, **overrides) -> None:
   gin_utils.parse_gin(['gin/runs/demo.gin'], tiny_run_bindings(*args, **overrides))
 
 
+def train_configured() -> dict:
+  """Trains the run the parsed gin config describes, as launch/train.py does."""
+  return train_loop.train(configurables.run_spec())
+
+
 def saved_params(run_dir: pathlib.Path, step: int) -> list[np.ndarray]:
   """The parameter arrays a run saved at `step`, as written (no model needed to read them)."""
   run_checkpoints = checkpoints.RunCheckpoints(str(run_dir), read_only=True)
@@ -77,7 +83,7 @@ def trained_run(tmp_path_factory) -> pathlib.Path:
   configure_tiny_run(root / 'run', root / 'vocab' / 'eng_hau.model', 'cldr_eng_Latn.hau_Latn',
                      TINY_RUN_STEPS)
   try:
-    train_loop.train()
+    train_configured()
   finally:
     gin.clear_config()
   return root / 'run'

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import configure_tiny_run
+from conftest import configure_tiny_run, train_configured
 from conftest import saved_params
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
@@ -13,7 +13,6 @@ from test_launch_translate_evaluate import run_in_process
 from t5x_mt import adapters
 from t5x_mt import checkpoints
 from t5x_mt import network
-from t5x_mt import train_loop
 from t5x_mt.data import directions
 from t5x_mt.errors import UserError
 
@@ -97,7 +96,7 @@ def test_bad_adapter_settings_are_named():
     network.TransformerConfig(**TINY, adapter_keys=('xx_Latn',), adapter_bottlenecks=(4,))
   with pytest.raises(UserError, match='one size >= 1 per adapter key'):
     network.TransformerConfig(**TINY, adapter_keys=('hau_Latn',), adapter_bottlenecks=())
-  with pytest.raises(UserError, match="'hau_Latn' is not a direction"):
+  with pytest.raises(UserError, match="adapter_keys: 'hau_Latn' is not <src>-<tgt>"):
     network.TransformerConfig(**TINY, adapter_by='direction', adapter_keys=('hau_Latn',),
                               adapter_bottlenecks=(4,))
 
@@ -114,7 +113,7 @@ def _configure_adapters(trained_run, model_dir, keys: str, trainable: str = "'ad
 def test_adapters_train_on_a_frozen_base_that_stays_bit_identical(trained_run, tmp_path):
   parent_before = saved_params(trained_run, 4)
   _configure_adapters(trained_run, tmp_path / 'adapters', "('hau_Latn',)")
-  train_loop.train()
+  train_configured()
   run_checkpoints = checkpoints.RunCheckpoints(str(tmp_path / 'adapters'), read_only=True)
   shapes = run_checkpoints.saved_shapes(2)
   run_checkpoints.close()
@@ -134,7 +133,7 @@ def test_adapters_train_on_a_frozen_base_that_stays_bit_identical(trained_run, t
 
 def test_joint_training_moves_the_base_too(trained_run, tmp_path):
   _configure_adapters(trained_run, tmp_path / 'joint', "('hau_Latn',)", trainable="'all'")
-  train_loop.train()
+  train_configured()
   moved = [not np.array_equal(got, want) for got, want in
            zip(saved_params(tmp_path / 'joint', 2), saved_params(trained_run, 4))]
   assert any(moved)
@@ -144,9 +143,9 @@ def test_a_direction_without_its_adapter_is_one_clear_error(trained_run, tmp_pat
                                                             monkeypatch, capsys):
   _configure_adapters(trained_run, tmp_path / 'fra', "('fra_Latn',)")
   with pytest.raises(UserError, match="eng_Latn-hau_Latn needs the adapter 'hau_Latn'"):
-    train_loop.train()
+    train_configured()
   _configure_adapters(trained_run, tmp_path / 'hau', "('hau_Latn',)")
-  train_loop.train()
+  train_configured()
   source = tmp_path / 'src.txt'
   source.write_text('Monday\n')
   output = tmp_path / 'out.txt'

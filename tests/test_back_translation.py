@@ -224,7 +224,8 @@ def test_command_refuses_an_empty_monolingual_line_and_writes_nothing(trained_ru
 
 
 def test_direction_trained_on_genuine_and_synthetic_pairs_is_evaluated_once(trained_run):
-  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
+  from t5x_mt import actions  # pylint: disable=g-import-not-at-top
+  from t5x_mt import run_config  # pylint: disable=g-import-not-at-top
   translator = run_loading.load_translator(str(trained_run), beam_size=1, batch_size=4)
   name = 'test_bt_eval'
   corpora.register_corpus(name, lambda: corpus_types.SyntheticCorpus(
@@ -234,9 +235,9 @@ def test_direction_trained_on_genuine_and_synthetic_pairs_is_evaluated_once(trai
                      {name: ['cldr_eng_Latn.hau_Latn', name]})
   data_tasks.register_from_config()
   assert len(data_tasks.mixture_directions(name)) == 2
-  both = train_loop.evaluate_directions(translator, name, 4, max_sentences=4)
-  genuine = train_loop.evaluate_directions(translator, 'cldr_eng_Latn.hau_Latn', 4,
-                                           max_sentences=4)
+  settings = run_config.EvalConfig(max_sentences=4)
+  both = actions.evaluate_directions(translator, name, 4, settings)
+  genuine = actions.evaluate_directions(translator, 'cldr_eng_Latn.hau_Latn', 4, settings)
   assert list(both['directions']) == ['eng_Latn-hau_Latn']
   assert both['directions'] == genuine['directions']
 

@@ -10,14 +10,16 @@ import numpy as np
 import optax
 import pytest
 
-from conftest import tiny_run_bindings
+from conftest import tiny_run_bindings, train_configured
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 
+from t5x_mt import actions
 from t5x_mt import dro
 from t5x_mt import gin_utils
+from t5x_mt import models
 from t5x_mt import network
-from t5x_mt import train_loop
+from t5x_mt import run_vocabulary
 from t5x_mt import trainer
 from t5x_mt.data import directions
 from t5x_mt.data import group_sampler
@@ -52,7 +54,9 @@ def _row_directions(batch: dict[str, np.ndarray]) -> list[str]:
 def sampler_factory(tiny_mixture, tmp_path):
   _configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, 1,
              tmp_path / 'unused.json')
-  train_loop.run_vocabulary(tiny_mixture, tmp_path)
+  run_vocabulary.run_vocabulary(str(tmp_path / 'vocab.model'), tiny_mixture,
+                                run_vocabulary.VocabularyConfig(vocab_size=700),
+                                tmp_path / 'run' / 'vocab.model')
   return lambda: group_sampler.GroupSampler(tiny_mixture, grouping='direction',
                                             global_batch_size=8, inputs_length=16,
                                             targets_length=16, seed=3)
@@ -81,7 +85,7 @@ def test_sampler_draws_at_the_weights_each_dro_update_sets(sampler_factory, tmp_
   sampler.set_weights(robust.weights)
   metrics = {'direction_loss_sums': np.array([10.0, 40.0]),
              'direction_tokens': np.array([10.0, 10.0])}
-  train_loop._update_dro(robust, metrics, 1, sampler)  # pylint: disable=protected-access
+  actions.UpdateDro(robust, sampler).after_step(None, 1, metrics)
   target = robust.weights[1]
   assert target == pytest.approx(0.5 + np.sqrt(2 * 0.1 * 0.25), abs=1e-4)
   drawn = [d for _ in range(40) for d in _row_directions(next(sampler))]
@@ -136,7 +140,7 @@ def test_scaled_loss_equals_the_loss_without_the_zero_scaled_direction():
   config = network.TransformerConfig(vocab_size=64, emb_dim=16, num_heads=2, head_dim=8,
                                      mlp_dim=32, num_encoder_layers=1, num_decoder_layers=1,
                                      dropout_rate=0.0)
-  model = network.Transformer(config)
+  model = models.TranslationModel(config)
   optimizer = optax.sgd(1.0)  # The update is the gradient itself.
   state = trainer.init_train_state(model, optimizer, jax.random.PRNGKey(0), 8, 8)
   rng = np.random.default_rng(0)
@@ -166,11 +170,11 @@ def test_dro_run_moves_weights_and_resumes_exactly(tiny_mixture, tmp_path):
   baselines = _write_baselines(tmp_path / 'b.json', {GROUPS[0]: 6.0, GROUPS[1]: 0.5})
   vocabulary = tmp_path / 'vocab.model'
   _configure(tmp_path / 'straight', vocabulary, tiny_mixture, 6, baselines)
-  train_loop.train()
+  train_configured()
   _configure(tmp_path / 'stopped', vocabulary, tiny_mixture, 3, baselines)
-  train_loop.train()
+  train_configured()
   _configure(tmp_path / 'stopped', vocabulary, tiny_mixture, 6, baselines)
-  train_loop.train()
+  train_configured()
   straight, resumed = _logged(tmp_path / 'straight'), _logged(tmp_path / 'stopped')
   assert [r['step'] for r in resumed] == [1, 2, 3, 4, 5, 6]
   for got, want in zip(resumed, straight):
@@ -186,7 +190,7 @@ def test_reweighting_keeps_plain_sampling_and_moves_weights(tiny_mixture, tmp_pa
   baselines = _write_baselines(tmp_path / 'b.json', {GROUPS[0]: 6.0, GROUPS[1]: 0.5})
   _configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, 3, baselines,
              **{'dro.DroConfig.mode': "'reweighting'"})
-  train_loop.train()
+  train_configured()
   logged = _logged(tmp_path / 'run')
   assert logged[0][f'dro_weight/{GROUPS[1]}'] == pytest.approx(0.5)
   assert logged[2][f'dro_weight/{GROUPS[1]}'] > 0.6
@@ -199,7 +203,7 @@ def test_baselines_missing_a_group_is_one_clear_error(tiny_mixture, tmp_path):
   baselines = _write_baselines(tmp_path / 'b.json', {GROUPS[0]: 1.0})
   _configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, 2, baselines)
   with pytest.raises(UserError, match=r'b\.json.*no baseline for hau_Latn-eng_Latn'):
-    train_loop.train()
+    train_configured()
 
 
 def test_baselines_of_another_grouping_are_refused(tiny_mixture, tmp_path):
@@ -207,7 +211,7 @@ def test_baselines_of_another_grouping_are_refused(tiny_mixture, tmp_path):
                                grouping='target')
   _configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, 2, baselines)
   with pytest.raises(UserError, match="holds 'target' groups, the run groups by 'direction'"):
-    train_loop.train()
+    train_configured()
 
 
 def test_weight_history_and_plot_command(tmp_path, monkeypatch, capsys):

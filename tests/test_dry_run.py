@@ -3,25 +3,27 @@
 import gin
 import pytest
 
+from t5x_mt import configurables
+from t5x_mt import dry_run as dry_runs
 from t5x_mt import gin_utils
+from t5x_mt import models
 from t5x_mt import network
-from t5x_mt import train_loop
+from t5x_mt import run_vocabulary
 
 
 def parse(model_file: str, *bindings: str) -> None:
   gin.clear_config()
-  gin_utils.parse_gin(['gin/runs/demo.gin', model_file],
-                      ['train_loop.dry_run.vocab_size = 128000', *bindings])
+  gin_utils.parse_gin(['gin/runs/demo.gin', model_file], list(bindings))
 
 
 def dry_run(model_file: str, *bindings: str) -> dict:
   parse(model_file, *bindings)
-  return train_loop.dry_run()
+  return dry_runs.run_report(configurables.run_spec(), vocab_size=128000)
 
 
 def test_volctrans_2b_has_2_1b_parameters():
   parse('gin/models/volctrans_2b.gin')
-  parameters = network.count_params(train_loop.model_config(vocab_size=128000))
+  parameters = models.count_params(configurables.model_config(128000))
   assert parameters == pytest.approx(2.1e9, rel=0.05)
 
 
@@ -38,7 +40,7 @@ def test_transf_deep_parameters_follow_the_architecture():
   decoder_layer = 2 * attention + mlp + 3 * 2 * d
   expected = (24 * encoder_layer + 12 * decoder_layer + vocab * d + 2 * 512 * d + 2 * 2 * d)
   parse('gin/models/transf_deep.gin')
-  parameters = network.count_params(train_loop.model_config(vocab_size=128000))
+  parameters = models.count_params(configurables.model_config(128000))
   assert parameters == expected
   assert parameters == pytest.approx(0.636e9, rel=0.005)
 
@@ -61,10 +63,10 @@ def test_without_a_built_vocabulary_the_configured_size_is_used(tmp_path):
   gin.clear_config()
   gin_utils.parse_gin(['gin/runs/adapters/demo.gin'],
                       [f"VOCABULARY_PATH = '{tmp_path / 'missing.model'}'"])
-  report = train_loop.dry_run()
-  assert report['vocab_size'] == train_loop.padded_vocab_size(4000)
+  report = dry_runs.run_report(configurables.run_spec())
+  assert report['vocab_size'] == run_vocabulary.padded_vocab_size(4000)
   # The demo's adapters: 7 targets x 6 layers, bottlenecks 4 x 256 + 2 x 128 + 64.
-  base = network.count_params(network.TransformerConfig(
+  base = models.count_params(network.TransformerConfig(
       vocab_size=report['vocab_size'], emb_dim=256, num_heads=4, head_dim=64, mlp_dim=1024,
       num_encoder_layers=3, num_decoder_layers=3, max_length=256))
   per_adapter = lambda b: 2 * 256 + 256 * b + b + b * 256 + 256

@@ -4,13 +4,22 @@ import json
 import pathlib
 
 import gin
+import jax
+import numpy as np
 import pytest
 
-from conftest import configure_tiny_run
+from conftest import configure_tiny_run, train_configured
 
+from t5x_mt import actions
 from t5x_mt import checkpoints
+from t5x_mt import files
 from t5x_mt import gin_utils
+from t5x_mt import inference
+from t5x_mt import network
+from t5x_mt import run_config
+from t5x_mt import run_vocabulary
 from t5x_mt import train_loop
+from t5x_mt import trainer
 from t5x_mt.data import corpora
 from t5x_mt.data import vocab
 from t5x_mt.data import vocab_merge
@@ -26,13 +35,13 @@ def configure(model_dir: pathlib.Path, vocabulary: pathlib.Path, mixture: str,
 def test_resume_continues_loss_curve(tiny_mixture, tmp_path):
   vocabulary = tmp_path / 'vocab.model'
   configure(tmp_path / 'straight', vocabulary, tiny_mixture, train_steps=6)
-  straight = train_loop.train()
+  straight = train_configured()
   configure(tmp_path / 'stopped', vocabulary, tiny_mixture, train_steps=3)
-  train_loop.train()
+  train_configured()
   with (tmp_path / 'stopped' / 'metrics.jsonl').open('a') as metrics:
     metrics.write('{"step": 4, "loss": 1.2')  # Killed while appending a record.
   configure(tmp_path / 'stopped', vocabulary, tiny_mixture, train_steps=6)
-  resumed = train_loop.train()
+  resumed = train_configured()
   assert resumed['step'] == straight['step'] == 6
   assert resumed['loss'] == pytest.approx(straight['loss'], rel=1e-5)
   # The resumed run's log holds each step once, and equals the uninterrupted log.
@@ -47,9 +56,9 @@ def test_a_damaged_metrics_record_before_the_last_is_named(tmp_path, caplog):
   path = tmp_path / 'metrics.jsonl'
   path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')
   with pytest.raises(UserError, match=r'metrics.jsonl:2: not a JSON record'):
-    train_loop.MetricsLog(tmp_path, resume_step=3)
+    actions.MetricsLog(tmp_path, resume_step=3)
   path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
-  train_loop.MetricsLog(tmp_path, resume_step=3)
+  actions.MetricsLog(tmp_path, resume_step=3)
   assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
   assert 'metrics.jsonl:3: dropping an incomplete last record' in caplog.text
 
@@ -57,17 +66,17 @@ def test_a_damaged_metrics_record_before_the_last_is_named(tmp_path, caplog):
 def test_resume_with_a_grown_vocabulary_keeps_training_the_old_model(tiny_mixture, tmp_path):
   vocabulary = tmp_path / 'vocab.model'
   configure(tmp_path / 'run', vocabulary, tiny_mixture, train_steps=3)
-  before = train_loop.train()
+  before = train_configured()
   amh = corpora.get_corpus('cldr').sentences('train', 'amh_Ethi')
   amh_model = vocab.train_sentencepiece({'amh_Ethi': amh}, str(tmp_path / 'amh.model'),
                                         vocab_size=900, num_sentences=5_000)
   grown = tmp_path / 'grown.model'
   summary = vocab_merge.merge_files(str(vocabulary), amh_model, str(grown))
-  old_rows = train_loop.padded_vocab_size(summary.old_pieces)
-  new_rows = train_loop.padded_vocab_size(summary.old_pieces + summary.appended)
+  old_rows = run_vocabulary.padded_vocab_size(summary.old_pieces)
+  new_rows = run_vocabulary.padded_vocab_size(summary.old_pieces + summary.appended)
   assert new_rows > old_rows
   configure(tmp_path / 'run', grown, tiny_mixture, train_steps=5)
-  after = train_loop.train()
+  after = train_configured()
   assert after['step'] == 5 and before['loss'] > 0 and 0 < after['loss'] < before['loss'] * 2
   assert (tmp_path / 'run' / 'vocab.model').read_bytes() == grown.read_bytes()
   run = checkpoints.RunCheckpoints(str(tmp_path / 'run'), read_only=True)
@@ -77,7 +86,7 @@ def test_resume_with_a_grown_vocabulary_keeps_training_the_old_model(tiny_mixtur
 
 def test_run_writes_its_outputs(tiny_mixture, tmp_path):
   configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, train_steps=3)
-  train_loop.train()
+  train_configured()
   run = tmp_path / 'run'
   assert (run / 'config.gin').read_text().count('MIXTURE_OR_TASK_NAME') >= 1
   assert (run / 'vocab.model').read_bytes() == (tmp_path / 'vocab.model').read_bytes()
@@ -95,13 +104,13 @@ def test_unwritable_model_dir_is_named(tiny_mixture, tmp_path):
   blocker.write_text('')
   configure(blocker / 'run', tmp_path / 'vocab.model', tiny_mixture, train_steps=1)
   with pytest.raises(UserError, match='MODEL_DIR'):
-    train_loop.train()
+    train_configured()
 
 
 def test_unknown_mixture_is_named(tmp_path):
   configure(tmp_path / 'run', tmp_path / 'vocab.model', 'no_such_mixture', train_steps=1)
   with pytest.raises(UserError, match='no_such_mixture'):
-    train_loop.train()
+    train_configured()
 
 
 @pytest.mark.parametrize('binding, value, message', [
@@ -122,19 +131,19 @@ def test_bad_settings_are_named_before_model_dir_exists(tiny_mixture, tmp_path, 
   configure_tiny_run(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, 3,
                      **{binding: value})
   with pytest.raises(UserError, match=message):
-    train_loop.train()
+    train_configured()
   assert not (tmp_path / 'run').exists() and not (tmp_path / 'vocab.model').exists()
 
 
 def test_resuming_with_another_model_shape_leaves_the_run_as_it_was(tiny_mixture, tmp_path):
   configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, train_steps=3)
-  train_loop.train()
+  train_configured()
   config = (tmp_path / 'run' / 'config.gin').read_bytes()
   configure_tiny_run(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, 6,
                      **{'network.TransformerConfig.mlp_dim': '48'})
   with pytest.raises(UserError, match=r"checkpoints/3: params .*\['mlp'\].* was saved with "
                      r"shape \(64,\) but the model has \(48,\)"):
-    train_loop.train()
+    train_configured()
   assert (tmp_path / 'run' / 'config.gin').read_bytes() == config
 
 
@@ -142,3 +151,62 @@ def test_gin_typo_names_the_binding():
   gin.clear_config()
   with pytest.raises(UserError, match='TRAIN_STEPZ|train_stepz'):
     gin_utils.parse_gin(['gin/runs/demo.gin'], ['train_loop.train.train_stepz = 3'])
+
+
+class _StopAfter(actions.Action):
+  """Records each step's mean loss and asks the loop to stop after `steps` steps."""
+
+  def __init__(self, steps: int):
+    self.steps = steps
+    self.losses: dict[int, float] = {}
+
+  def after_step(self, run, step, metrics):
+    self.losses[step] = float(metrics['loss_sum']) / float(metrics['tokens'])
+
+  def stop_requested(self):
+    return len(self.losses) >= self.steps
+
+
+def _tiny_spec(model_dir: pathlib.Path, vocabulary: pathlib.Path,
+               mixture: str) -> run_config.RunSpec:
+  """The tiny run `configure` describes in gin (demo.gin shrunk), built from objects."""
+  return run_config.RunSpec(
+      train=run_config.TrainConfig(
+          model_dir=str(model_dir), train_steps=6, batch_size=8, mixture_or_task_name=mixture,
+          inputs_length=16, targets_length=16, checkpoint_every_steps=3,
+          evaluate_test_split=False, progress_bar=False,
+          learning_rate_schedule=trainer.inverse_sqrt_schedule(3e-3, warmup_steps=5)),
+      model=network.TransformerConfig(vocab_size=1, emb_dim=32, num_heads=2, head_dim=16,
+                                      mlp_dim=64, num_encoder_layers=1, num_decoder_layers=1,
+                                      dropout_rate=0.1, max_length=256),
+      vocabulary_path=str(vocabulary), tag_strategy='t_enc_t_dec',
+      vocabulary=run_vocabulary.VocabularyConfig(vocab_size=700),
+      evaluation=run_config.EvalConfig(max_sentences=4),
+      decode=inference.DecodeSettings(beam_size=1, batch_size=8, max_decode_length=8))
+
+
+def test_a_run_built_from_objects_calls_its_actions_and_resumes_where_they_stopped(
+    tiny_mixture, tmp_path):
+  spec = _tiny_spec(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture)
+  run, update_dro = train_loop.build_run(spec)
+  assert update_dro is None and run.start_step == 0
+  first = _StopAfter(2)
+  assert train_loop.run_steps(run, [first]) == 2
+  assert sorted(first.losses) == [1, 2] and int(run.state.step) == 2
+  run.save(2)
+  run.checkpoints.close()
+  resumed, _ = train_loop.build_run(spec)
+  assert resumed.start_step == 2
+  for got, want in zip(jax.tree_util.tree_leaves(resumed.state.params),
+                       jax.tree_util.tree_leaves(run.state.params)):
+    np.testing.assert_array_equal(got, want)
+  rest = _StopAfter(10)
+  assert train_loop.run_steps(resumed, [rest]) == 6  # TRAIN_STEPS ends it.
+  resumed.checkpoints.close()
+  # The same run from gin, uninterrupted, takes the same losses at steps 3-6.
+  configure(tmp_path / 'straight', tmp_path / 'vocab.model', tiny_mixture, train_steps=6)
+  train_configured()
+  logged = {r['step']: r['loss'] for r in files.read_json_lines(
+      tmp_path / 'straight' / 'metrics.jsonl')}
+  for step, loss in rest.losses.items():
+    assert loss == pytest.approx(logged[step], rel=1e-5), step

@@ -89,12 +89,12 @@ def test_non_unigram_model_is_refused(tmp_path, models):
 
 
 def test_a_resumed_run_takes_a_grown_vocabulary_but_no_other(models, tmp_path):
-  import gin  # pylint: disable=g-import-not-at-top
-  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
+  from t5x_mt import run_vocabulary  # pylint: disable=g-import-not-at-top
   base, new, merged, _, _ = models
-  (tmp_path / train_loop.VOCABULARY_FILE).write_bytes(open(base, 'rb').read())
-  gin.bind_parameter('vocabulary_path.path', merged)
-  assert train_loop.run_vocabulary('cldr_demo', tmp_path) == open(merged, 'rb').read()
-  gin.bind_parameter('vocabulary_path.path', new)
+  run_copy = tmp_path / 'vocab.model'
+  run_copy.write_bytes(open(base, 'rb').read())
+  settings = run_vocabulary.VocabularyConfig()
+  assert (run_vocabulary.run_vocabulary(merged, 'cldr_demo', settings, run_copy) ==
+          open(merged, 'rb').read())
   with pytest.raises(UserError, match='does not extend it'):
-    train_loop.run_vocabulary('cldr_demo', tmp_path)
+    run_vocabulary.run_vocabulary(new, 'cldr_demo', settings, run_copy)

@@ -1,0 +1,262 @@
+"""What the training loop does besides stepping: each job an `Action` it calls after a step.
+
+The loop (`train_loop.run_steps`) only steps and calls its actions in order; logging,
+DRO's weight updates, evaluation, early stopping with its best checkpoint, and periodic
+checkpoints are each one class here that holds its own state. Another program adds its
+own job by passing one more Action.
+"""
+
+import dataclasses
+import json
+import logging
+import pathlib
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import tensorboardX
+
+import data_tasks
+from t5x_mt import dro
+from t5x_mt import evaluation
+from t5x_mt import files
+from t5x_mt import inference
+from t5x_mt import run_config
+from t5x_mt.run import Run
+from t5x_mt import trainer
+from t5x_mt.data import corpora
+from t5x_mt.data import group_sampler
+
+METRICS_FILE = 'metrics.jsonl'
+BEST_FILE = 'best.json'
+
+Metrics = dict[str, jax.Array]
+
+
+class Action:
+  """One job of the loop, called after every step; the default does nothing."""
+
+  def after_step(self, run: Run, step: int, metrics: Metrics) -> None:
+    """Called once the state of `step` (the number of updates so far) exists."""
+
+  def stop_requested(self) -> bool:
+    """True ends the loop before the next step."""
+    return False
+
+
+class MetricsLog:
+  """metrics.jsonl (one object per logged step) and TensorBoard event files."""
+
+  def __init__(self, model_dir: pathlib.Path, resume_step: int):
+    self.path = model_dir / METRICS_FILE
+    self._truncate_after(resume_step)
+    self._tensorboard = tensorboardX.SummaryWriter(str(model_dir / 'tensorboard'))
+
+  def _truncate_after(self, step: int) -> None:
+    """A resumed run rewrites the steps after its checkpoint; drop their old records (and
+    a last one cut short by a kill)."""
+    if not self.path.exists():
+      return
+    kept = [record for record in files.read_json_lines(self.path) if record['step'] <= step]
+    files.write_text_atomically(self.path, ''.join(
+        json.dumps(record, sort_keys=True) + '\n' for record in kept))
+
+  def write(self, record: dict[str, Any]) -> None:
+    with self.path.open('a', encoding='utf-8') as f:
+      f.write(json.dumps(record, sort_keys=True) + '\n')
+    for name, value in record.items():
+      if name != 'step':
+        self._tensorboard.add_scalar(name, value, record['step'])
+    self._tensorboard.flush()
+
+
+class LogMetrics(Action):
+  """Every `every` steps and at the last, one record of the window's token-weighted mean
+  losses, the learning rate, throughput and gradient norm (plus DRO's weights)."""
+
+  def __init__(self, run: Run, every: int, robust: dro.DroTraining | None = None):
+    self._every = every
+    self._robust = robust
+    self._log = MetricsLog(run.model_dir, run.start_step)
+    self._window_sums: Metrics | None = None
+    self._window_start = time.perf_counter()
+    self._paused_at_start = run.paused_seconds
+    self.last_record: dict[str, Any] = {}
+
+  def after_step(self, run: Run, step: int, metrics: Metrics) -> None:
+    # Summed on the device (asynchronously) until the next log: the logged loss is the
+    # token-weighted mean over the window, not one noisy batch.
+    self._window_sums = metrics if self._window_sums is None else jax.tree_util.tree_map(
+        jnp.add, self._window_sums, metrics)
+    if step % self._every and step != run.config.train_steps:
+      return
+    summary = trainer.summarize_metrics(self._window_sums, run.direction_names)
+    # Throughput counts training time only, not evaluations inside the window.
+    elapsed = (time.perf_counter() - self._window_start
+               - (run.paused_seconds - self._paused_at_start))
+    self.last_record = {'step': step, 'loss': summary['loss'],
+                        'learning_rate': float(run.schedule(step - 1)),
+                        'tokens_per_second': summary['tokens'] / max(elapsed, 1e-9),
+                        'grad_norm': float(metrics['grad_norm']),
+                        **{k: v for k, v in summary.items() if k.startswith('loss/')},
+                        **(self._robust.log_record() if self._robust else {})}
+    self._log.write(self.last_record)
+    run.progress.set_postfix(loss=f'{summary["loss"]:.3f}')
+    self._window_sums, self._window_start = None, time.perf_counter()
+    self._paused_at_start = run.paused_seconds
+
+
+class UpdateDro(Action):
+  """DRO: folds each step's per-direction losses into the group averages; at an
+  interval's end, new weights go to the group sampler (the reweighting variant reads
+  them through `direction_scales` at the next step). Saved with each checkpoint."""
+
+  def __init__(self, robust: dro.DroTraining, batches: Any):
+    self.robust = robust
+    self._sampler = batches if isinstance(batches, group_sampler.GroupSampler) else None
+    if self._sampler:
+      self._sampler.set_weights(robust.weights)
+
+  def after_step(self, run: Run, step: int, metrics: Metrics) -> None:
+    loss_sums, tokens = jax.device_get((metrics['direction_loss_sums'],
+                                        metrics['direction_tokens']))
+    self.robust.observe(loss_sums, tokens)
+    if self.robust.after_step(step) and self._sampler:
+      self._sampler.set_weights(self.robust.weights)
+
+  def direction_scales(self) -> jax.Array | None:
+    if self.robust.config.mode == 'reweighting':
+      return jnp.asarray(self.robust.direction_scales())
+    return None
+
+  def write_state(self, prefix: str) -> None:
+    files.write_text_atomically(prefix, json.dumps(self.robust.state(), sort_keys=True) + '\n')
+
+  def read_state(self, prefix: str) -> None:
+    self.robust.restore(json.loads(pathlib.Path(prefix).read_text(encoding='utf-8')))
+
+
+def evaluate_directions(translator: inference.Translator, mixture_or_task_name: str, step: int,
+                        config: run_config.EvalConfig, split: str | None = None
+                        ) -> dict[str, Any]:
+  """Translates each direction's split (`config.split` unless given) and scores it (the
+  eval/step_<N>.json summary). A direction several corpora train is evaluated once."""
+  split = split or config.split
+  scores = {}
+  for direction in data_tasks.mixture_directions(mixture_or_task_name):
+    source = corpora.get_corpus(config.corpus or direction.corpus)
+    if direction.name in scores or (config.corpus is None and split not in source.splits()):
+      continue
+    pairs = source.pairs(split, direction.src_lang, direction.tgt_lang)[:config.max_sentences]
+    if not pairs:
+      continue
+    sources, references = zip(*pairs)
+    hypotheses = translator.translate(list(sources), direction.src_lang, direction.tgt_lang)
+    scores[direction.name] = evaluation.score_direction(hypotheses, list(references),
+                                                        spm_model_path=config.spm_model_path)
+  summary = evaluation.summarize(step, scores)
+  summary['split'] = split
+  return summary
+
+
+def write_evaluation(model_dir: pathlib.Path, summary: dict[str, Any], test: bool) -> None:
+  evaluation.write_eval_json(str(model_dir / 'test') if test else str(model_dir), summary)
+  print(evaluation.format_table(summary), flush=True)
+
+
+class Evaluate(Action):
+  """Every `every` steps before the last, scores the run's directions into
+  eval/step_<N>.json; `latest` holds (step, summary) for the actions after it."""
+
+  def __init__(self, every: int, config: run_config.EvalConfig):
+    self._every = every
+    self.config = config
+    self.latest: tuple[int, dict[str, Any]] | None = None
+
+  def after_step(self, run: Run, step: int, metrics: Metrics) -> None:
+    if not self._every or step % self._every or step == run.config.train_steps:
+      return
+    started = time.perf_counter()
+    run.translator.params = run.state.params
+    summary = evaluate_directions(run.translator, run.config.mixture_or_task_name, step,
+                                  self.config)
+    write_evaluation(run.model_dir, summary, test=False)
+    self.latest = (step, summary)
+    run.paused_seconds += time.perf_counter() - started
+
+
+@dataclasses.dataclass
+class BestRecord:
+  """The best validation average chrF++ so far, its step, and evaluations since; kept in
+  MODEL_DIR/best.json so that a resumed run keeps counting."""
+  path: pathlib.Path
+  best_step: int | None = None
+  best_chrf: float = float('-inf')
+  evaluations_since_best: int = 0
+
+  @classmethod
+  def load(cls, model_dir: pathlib.Path) -> 'BestRecord':
+    path = model_dir / BEST_FILE
+    if not path.exists():
+      return cls(path)
+    record = json.loads(path.read_text(encoding='utf-8'))
+    return cls(path, record['step'], record['chrf'], record['evaluations_since_best'])
+
+  def update(self, step: int, summary: dict[str, Any]) -> bool:
+    """Counts one evaluation; True if it is the best so far."""
+    chrf = summary['average']['chrf']
+    improved = chrf > self.best_chrf
+    if improved:
+      self.best_step, self.best_chrf, self.evaluations_since_best = step, chrf, 0
+    else:
+      self.evaluations_since_best += 1
+    files.write_text_atomically(self.path, json.dumps({
+        'step': self.best_step, 'chrf': self.best_chrf,
+        'evaluations_since_best': self.evaluations_since_best}, indent=2) + '\n')
+    return improved
+
+
+class StopEarly(Action):
+  """Stops after `patience` evaluations without a better average chrF++, and saves each
+  new best step as a checkpoint that outlives the rotation (kept until a better one)."""
+
+  def __init__(self, run: Run, evaluate: Evaluate, patience: int):
+    self._evaluate = evaluate
+    self._patience = patience
+    self.record = BestRecord.load(run.model_dir)
+    run.checkpoints.protect(self.record.best_step)
+
+  def stop_requested(self) -> bool:
+    return (self.record.best_step is not None and
+            self.record.evaluations_since_best >= self._patience)
+
+  def after_step(self, run: Run, step: int, metrics: Metrics) -> None:
+    if not self._evaluate.latest or self._evaluate.latest[0] != step:
+      return
+    new_best = self.record.update(step, self._evaluate.latest[1])
+    run.checkpoints.protect(self.record.best_step)
+    if self.stop_requested():
+      logging.info('Early stopping at step %d: best average chrF++ %.2f at step %d',
+                   step, self.record.best_chrf, self.record.best_step)
+    if new_best or self.stop_requested():
+      run.save(step)
+
+  def report(self, summary: dict[str, Any]) -> None:
+    """Names the best validation step beside the last one in the final summary and log."""
+    summary['best'] = {'step': self.record.best_step, 'chrf': self.record.best_chrf}
+    summary['last'] = {'step': summary['step'], 'chrf': summary['average']['chrf']}
+    print(f'best step {self.record.best_step} (average chrF++ {self.record.best_chrf:.2f}),'
+          f' last step {summary["step"]} (average chrF++ {summary["average"]["chrf"]:.2f})',
+          flush=True)
+
+
+class SaveCheckpoints(Action):
+  """A checkpoint every `every` steps and at the last."""
+
+  def __init__(self, every: int):
+    self._every = every
+
+  def after_step(self, run: Run, step: int, metrics: Metrics) -> None:
+    if step % self._every == 0 or step == run.config.train_steps:
+      run.save(step)

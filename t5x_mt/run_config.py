@@ -1,0 +1,151 @@
+"""The settings of a training run, as plain frozen values.
+
+Library code takes these explicitly; gin fills them in only at the launch layer
+(`t5x_mt/configurables.py`), under the names recipes have always bound
+(`train_loop.train.batch_size = %BATCH_SIZE`, `train_loop.evaluate_directions.split`).
+Each value is checked when the object is made, so a wrong binding fails before any work,
+naming the setting as gin writes it.
+"""
+
+from collections.abc import Callable, Sequence
+import dataclasses
+from typing import Any
+
+import optax
+
+from t5x_mt import partitioning
+from t5x_mt import trainer
+from t5x_mt import validation
+from t5x_mt.errors import UserError
+
+# The stable macros bound to TrainConfig fields in gin/runs/base_run.gin.
+MACROS = {'model_dir': 'MODEL_DIR', 'train_steps': 'TRAIN_STEPS', 'batch_size': 'BATCH_SIZE',
+          'mixture_or_task_name': 'MIXTURE_OR_TASK_NAME', 'mesh_shape': 'MESH_SHAPE',
+          'log_every_steps': 'LOG_EVERY_STEPS', 'eval_every_steps': 'EVAL_EVERY_STEPS',
+          'checkpoint_every_steps': 'CHECKPOINT_EVERY_STEPS', 'seed': 'SEED'}
+# Counts and sizes that must be positive, or may also be 0.
+_POSITIVE = ('train_steps', 'batch_size', 'log_every_steps', 'checkpoint_every_steps',
+             'keep_checkpoints', 'inputs_length', 'targets_length', 'num_microbatches')
+_NON_NEGATIVE = ('eval_every_steps', 'loss_chunk_length', 'early_stopping_patience')
+
+
+def setting_name(field: str, configurable: str = 'train_loop.train') -> str:
+  """How a user names a TrainConfig field: its macro and its gin binding."""
+  binding = f'{configurable}.{field}'
+  return f'{MACROS[field]} ({binding})' if field in MACROS else binding
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """What a training run does, step by step.
+
+  Attributes:
+    model_dir: MODEL_DIR, receives config.gin, vocab.model, metrics.jsonl, tensorboard/,
+      checkpoints/, input_state/ and eval/step_<N>.json.
+    train_steps: TRAIN_STEPS, the step the run ends at (a resumed run counts from its
+      checkpoint).
+    batch_size: BATCH_SIZE, global rows per step; with `pack` each row holds as many
+      sentence pairs as fit in inputs_length/targets_length, without it one pair.
+    mixture_or_task_name: MIXTURE_OR_TASK_NAME, the seqio mixture or task trained on.
+    mesh_shape: MESH_SHAPE, sizes of the mesh axes ('data', 'model').
+    eval_every_steps: EVAL_EVERY_STEPS; 0 evaluates only at the end.
+    evaluate_test_split: after training, also score the 'test' split into
+      MODEL_DIR/test/eval/step_<N>.json.
+    learning_rate_schedule: the schedule, a gin reference such as
+      `@trainer.inverse_sqrt_schedule()` or `@trainer.constant_schedule()` (fine-tuning).
+    optimizer: makes the optimizer from the schedule: `@trainer.make_optimizer`.
+    init_from: fine-tuning: a run folder (or launch/average_checkpoints.py output) whose
+      latest parameters start this run, with a fresh optimizer, at step 0. Its
+      vocab.model must be this run's vocabulary.
+    early_stopping_patience: with EVAL_EVERY_STEPS, stop after this many evaluations
+      without a better average chrF++ than the best so far; the best step is saved as a
+      checkpoint that outlives the rotation of keep_checkpoints, is named in
+      MODEL_DIR/best.json and the final summary beside the last step, and is the one the
+      test split scores. 0 never stops early.
+    dro: distributionally robust optimisation over groups of directions (gin/runs/dro/);
+      None trains on the mixture's fixed rates.
+    loss_chunk_length: > 0 computes the loss that many decoder positions at a time, from
+      the decoder's states, with its gradients in the same pass
+      (fused_loss.chunked_label_smoothed_objective): the same loss and gradients without
+      ever holding the [batch, length, vocab] logits. 0: the plain loss over full logits.
+  """
+  model_dir: str
+  train_steps: int
+  batch_size: int
+  mixture_or_task_name: str
+  mesh_shape: Sequence[int] = (-1, 1)
+  log_every_steps: int = 50
+  eval_every_steps: int = 0
+  checkpoint_every_steps: int = 500
+  keep_checkpoints: int = 3
+  seed: int = 0
+  inputs_length: int = 64
+  targets_length: int = 64
+  pack: bool = True
+  num_microbatches: int = 1
+  label_smoothing: float = 0.1
+  evaluate_test_split: bool = True
+  progress_bar: bool = True
+  learning_rate_schedule: optax.Schedule = dataclasses.field(
+      default_factory=trainer.inverse_sqrt_schedule)
+  optimizer: Callable[..., optax.GradientTransformation] = trainer.make_optimizer
+  init_from: str | None = None
+  early_stopping_patience: int = 0
+  dro: Any = None
+  loss_chunk_length: int = 0
+
+  def __post_init__(self):
+    for field in _POSITIVE:
+      validation.integer(setting_name(field), getattr(self, field), minimum=1)
+    for field in _NON_NEGATIVE:
+      validation.integer(setting_name(field), getattr(self, field), minimum=0)
+    validation.number(setting_name('label_smoothing'), self.label_smoothing,
+                      at_least=0.0, below=1.0)
+    if not callable(self.learning_rate_schedule):
+      raise UserError(f'{setting_name("learning_rate_schedule")}: '
+                      f'{self.learning_rate_schedule!r} is not a schedule (bind a gin '
+                      'reference such as @trainer.constant_schedule())')
+    if self.early_stopping_patience and not self.eval_every_steps:
+      raise UserError(f'{setting_name("early_stopping_patience")}: needs EVAL_EVERY_STEPS > 0')
+
+  def make_optimizer(self) -> optax.GradientTransformation:
+    return self.optimizer(learning_rate=self.learning_rate_schedule)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  """How the run's directions are evaluated during and after training.
+
+  By default each direction is evaluated on the `split` of the first of its training
+  corpora that has one (back-translations have none); `corpus` evaluates the same
+  directions on another registered corpus (e.g. train on NTREX-128, validate on
+  FLORES-200 dev). `spm_model_path` adds spBLEU with that SentencePiece model.
+  """
+  split: str = 'validation'
+  corpus: str | None = None
+  max_sentences: int | None = 200
+  spm_model_path: str | None = None
+
+  def __post_init__(self):
+    if self.max_sentences is not None:
+      validation.integer('train_loop.evaluate_directions.max_sentences', self.max_sentences,
+                         minimum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """Everything `train_loop.build_run` needs, gathered by the launch layer.
+
+  `model` is checked before any data is read; its `vocab_size` is replaced by the
+  embedding rows of the run's vocabulary once that is known. `operative_config` gives
+  the text MODEL_DIR/config.gin records (the gin bindings in force).
+  """
+  train: TrainConfig
+  model: Any  # network.TransformerConfig
+  vocabulary_path: str
+  tag_strategy: str
+  evaluation: EvalConfig = EvalConfig()
+  vocabulary: Any = None  # run_vocabulary.VocabularyConfig; None: its defaults.
+  decode: Any = None  # inference.DecodeSettings of evaluations; None: its defaults.
+  axis_rules: partitioning.LogicalRules = partitioning.DEFAULT_RULES
+  operative_config: Callable[[], str] = lambda: ''
