@@ -32,9 +32,10 @@ import jax.numpy as jnp
 
 from t5x_mt import cli
 from t5x_mt import gin_utils
+from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import trainer
-from t5x_mt.data import directions
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 import train_throughput  # bench/: synthetic packed rows and the directions they use.
@@ -50,17 +51,17 @@ def variant_config(config: network.TransformerConfig, variant: str) -> network.T
 def compile_train_step(config: network.TransformerConfig, batch_size: int,
                        length: int) -> dict[str, float]:
   """Seconds to trace, lower and compile the train step, and its memory in bytes."""
-  model = network.Transformer(config)
+  model = models.TranslationModel(config)
   optimizer = trainer.make_optimizer()
-  direction_ids = sorted(directions.direction_id(src, tgt)
+  direction_ids = sorted(Direction(src, tgt).id
                          for src, tgt in train_throughput.DIRECTIONS)
   start = time.perf_counter()
   state = nn.meta.unbox(jax.eval_shape(
       lambda rng: trainer.init_train_state(model, optimizer, rng, length, length),
       jax.random.key(0)))
   batch = {name: jax.ShapeDtypeStruct((batch_size, length), jnp.int32)
-           for name in trainer.MODEL_INPUTS + ('decoder_loss_weights',
-                                               'decoder_direction_ids')}
+           for name in models.MODEL_INPUTS + ('decoder_loss_weights',
+                                              'decoder_direction_ids')}
   step = jax.jit(trainer.make_train_step(model, optimizer, direction_ids=direction_ids),
                  donate_argnums=(0,))
   compiled = step.lower(state, batch, jax.random.key(1)).compile()
@@ -153,7 +154,7 @@ def main(argv: list[str]) -> int:
   for variant in variants:
     variant_config(base, variant)  # Bad names fail before anything compiles.
   print(f'model: {args.model} ({base.num_encoder_layers}+{base.num_decoder_layers} layers, '
-        f'{network.count_params(base) / 1e9:.2f}B parameters, vocab {base.vocab_size}); '
+        f'{models.count_params(base) / 1e9:.2f}B parameters, vocab {base.vocab_size}); '
         f'batch {args.batch_size} x length {args.length}; jax {jax.__version__} on '
         f'{jax.devices()[0].device_kind} ({os.cpu_count()} CPUs)', flush=True)
   child_argv = [a for a in argv if not a.startswith('--variants')]

@@ -34,6 +34,7 @@ from ctranslate2.specs import transformer_spec
 
 from t5x_mt import cli
 from t5x_mt import layers
+from t5x_mt import models
 from t5x_mt import network
 from t5x_mt.data import tags
 from t5x_mt.errors import UserError
@@ -83,8 +84,7 @@ def ctranslate2_spec(config: network.TransformerConfig, params, pieces: list[str
     raise UserError('--checkpoint_dir: models with adapters have no CTranslate2 layout')
   if not config.logits_via_embedding or not config.share_encoder_embedding:
     raise UserError('--checkpoint_dir: only tied embeddings are converted')
-  if network.is_scanned(params):
-    params = network.unstack_layers(params)
+  params = models.convert_layout(params, scanned=False)
   params = jax.tree.map(np.asarray, params)
   activation = {'relu': common_spec.Activation.RELU,
                 'gelu': common_spec.Activation.GELU}[config.mlp_activation]
@@ -163,7 +163,7 @@ def ctranslate2_fn(model, translator, sentences, src_lang, tgt_lang, batch_size,
       pending.append((rows, model.translate_batch(
           [[tokenizer.id_to_piece(i) for i in encoded[row]] for row in rows],
           target_prefix=[[prefix]] * len(rows) if prefix else None,
-          max_batch_size=batch_size, beam_size=beam_size, length_penalty=translator.alpha,
+          max_batch_size=batch_size, beam_size=beam_size, length_penalty=translator.settings.alpha,
           max_decoding_length=decode_length, asynchronous=True)))
     outputs = [''] * len(sentences)
     for rows, results in pending:
@@ -217,7 +217,7 @@ def main(argv: list[str]) -> int:
   # CTranslate2 runs on one thread, on every core for each batch (intra_threads) and on
   # every core with a batch per core (inter_threads, as our parallel_batches); the peer is
   # its fastest setting. On some 2-core machines its intra-op threads slow each other down
-  # (seen: 3x slower at 2 threads than at 1).
+  # (bench/README.md, decode_throughput).
   cores = os.cpu_count() or 1
   settings = sorted({(1, 1), (cores, 1), (1, cores)})
   with tempfile.TemporaryDirectory() as export_dir:
@@ -226,7 +226,7 @@ def main(argv: list[str]) -> int:
     spec.save(export_dir)
     print(f'model: {args.checkpoint_dir} ({config.num_encoder_layers}+'
           f'{config.num_decoder_layers} layers, d {config.emb_dim}, '
-          f'{network.count_params(config) / 1e6:.1f}M parameters, vocab {len(pieces)}); '
+          f'{models.count_params(config) / 1e6:.1f}M parameters, vocab {len(pieces)}); '
           f'{len(sentences)} {args.corpus} {args.split} sentences {args.src_lang}->'
           f'{args.tgt_lang}; beam {args.beam_size}, batch {args.batch_size}, float32; '
           f'ours on {cores} cores ({translator.parallel_batches} batches at once), '

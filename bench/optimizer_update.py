@@ -26,7 +26,7 @@ import optax
 
 from t5x_mt import cli
 from t5x_mt import gin_utils
-from t5x_mt import network
+from t5x_mt import models
 from t5x_mt import optimizers
 
 SETTINGS = dict(b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.1,
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
   from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top  (TF after cli setup)
   gin_utils.parse_gin([args.model], bindings)
   config = train_loop.model_config(vocab_size=args.vocab_size)
-  abstract = nn.meta.unbox(network.abstract_variables(config)['params'])
+  abstract = nn.meta.unbox(models.abstract_variables(config)['params'])
   params = jax.tree.map(lambda p: jnp.full(p.shape, 0.01, p.dtype), abstract)
   count = sum(p.size for p in jax.tree.leaves(params))
   print(f'model: {args.model} ({count / 1e6:.1f}M parameters in '

@@ -17,7 +17,7 @@ The two alternate in `--rounds` blocks of `--steps` steps, each side's median st
 Model FLOPs come from `t5x_mt.flops` for both; the peak is the best of NumPy, PyTorch and
 jitted JAX, with and without XLA's oneDNN option (a subprocess each), on a 4096 x 4096
 float32 matmul. XLA_FLAGS in the environment apply to our model and the in-process JAX
-matmul. Ends with the figure lines of DESIGN.md.
+matmul. Ends with the figure lines bench/README.md describes.
 """
 
 import argparse
@@ -34,10 +34,11 @@ import tqdm
 from t5x_mt import cli
 from t5x_mt import flops
 from t5x_mt import gin_utils
+from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt import trainer
-from t5x_mt.data import directions
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 # Directions of the synthetic sentence pairs (only their ids matter to the step's cost).
@@ -107,9 +108,9 @@ def our_train_steps(config: network.TransformerConfig, batch_size: int, length: 
   """
   mesh = partitioning.create_mesh((1, 1), jax.devices()[:1])
   rules = partitioning.logical_axis_rules()
-  model = network.Transformer(config)
+  model = models.TranslationModel(config)
   optimizer = trainer.make_optimizer()
-  direction_ids = sorted(directions.direction_id(src, tgt) for src, tgt in DIRECTIONS)
+  direction_ids = sorted(Direction(src, tgt).id for src, tgt in DIRECTIONS)
   state, state_shardings = partitioning.shard_init(
       lambda rng: trainer.init_train_state(model, optimizer, rng, length, length),
       mesh, rules, jax.random.PRNGKey(seed))
@@ -288,7 +289,7 @@ def main(argv: list[str]) -> int:
                     f'{config.max_length} ({args.model})')
 
   flops_per_token = flops.train_flops_per_target_token(config, args.length, args.length)
-  print(f'model: {args.model} ({network.count_params(config) / 1e6:.1f}M parameters, '
+  print(f'model: {args.model} ({models.count_params(config) / 1e6:.1f}M parameters, '
         f'vocab {config.vocab_size}); batch {args.batch_size} x length {args.length}; '
         f'{flops_per_token / 1e6:.1f} MFLOP per target token')
   print(f'device: {jax.devices()[0].device_kind} ({os.cpu_count()} CPUs); '

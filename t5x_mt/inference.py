@@ -11,20 +11,19 @@ import dataclasses
 import os
 from typing import Any
 
-import gin
 import jax
-import jax.numpy as jnp
 import numpy as np
 import sentencepiece as spm
 
 from t5x_mt import adapters
 from t5x_mt import decoding
-from t5x_mt import network
+from t5x_mt import models
 from t5x_mt import partitioning
-from t5x_mt.data import directions
+from t5x_mt import validation
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
 from t5x_mt.data import wmt22
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 # The beam search's inputs are padded up to one of these lengths, so a corpus compiles few
@@ -32,22 +31,6 @@ from t5x_mt.errors import UserError
 # program has no loop and compiles in a fraction of the search's time). Steps of at most
 # 1.5x keep the cross-attention's padding under a third.
 LENGTH_BUCKETS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-
-
-# Decoding starts on a cache of this many steps and doubles it while hypotheses are alive.
-# Every step reorders and reads the whole cache, so a short first stage pays off on short
-# outputs; longer ones grow into the next stage after a copy of a few steps' keys.
-FIRST_CACHE_LENGTH = 8
-
-
-def decode_cache_lengths(max_decode_length: int) -> tuple[int, ...]:
-  """The cache lengths a search grows through (`decoding.beam_search`'s cache_lengths):
-  FIRST_CACHE_LENGTH, doubled while short of max_decode_length, then max_decode_length.
-  Doubling keeps the steps' cache at most twice what they need, in few compiled stages."""
-  lengths = [min(FIRST_CACHE_LENGTH, max_decode_length)]
-  while lengths[-1] < max_decode_length:
-    lengths.append(min(2 * lengths[-1], max_decode_length))
-  return tuple(lengths)
 
 
 def bucket_length(length: int, limit: int) -> int:
@@ -69,47 +52,68 @@ def translation_legs(src_lang: str, tgt_lang: str, pivot_language: str,
   return [(src_lang, pivot_language), (pivot_language, tgt_lang)]
 
 
-@gin.configurable
-class Translator:
-  """Translates sentences with a model's parameters and the run's vocabulary.
+@dataclasses.dataclass(frozen=True)
+class DecodeSettings:
+  """How a Translator decodes; bound in gin as `inference.Translator.<field>`.
 
   Attributes:
     beam_size: beam width; 1 decodes greedily.
     alpha: length penalty: hypotheses are ranked by sum log p / length^alpha, length
       counting generated tokens up to and including EOS (fairseq's --lenpen).
-    batch_size: sentences per decoding batch.
+    batch_size: sentences per decoding batch (rounded up to the data-parallel devices).
     max_input_length: source tokens kept (tag and EOS included); longer input is cut.
     max_decode_length: generated tokens at most; each batch allows twice its bucketed
       input length plus 16, up to this limit.
-    stop: when beam search ends early (decoding.beam_search): 'beam_full' (default, as
-      fairseq: once beam_size hypotheses have finished), 'best' or 'exact'.
-    pivot_language: the language pivoted directions go through (METHODS.md section 4).
+    stop: when beam search ends early (decoding.beam_search): 'beam_full' (as fairseq:
+      once beam_size hypotheses have finished), 'best' or 'exact'.
+    pivot_language: the language pivoted directions go through.
     pivot_directions: directions ('hau_Latn-zul_Latn') translated X -> pivot -> Y instead
       of directly; '*' pivots every direction that does not involve the pivot language.
-    target_languages: the languages the model was trained to translate into; any other
-      target is refused (None: not known, nothing refused).
     parallel_batches: batches decoded at once, each by its own thread (CTranslate2's
       `inter_threads`). A beam step's products are too small to keep several CPU cores
-      busy (two cores decode one batch only ~8% faster than one), while independent
-      batches use them fully. None: the number of CPU cores when decoding on one CPU
-      device, else 1 (a mesh's devices already share every batch).
+      busy, while independent batches use them fully. None: the number of CPU cores when
+      decoding on one CPU device, else 1 (a mesh's devices already share every batch).
+  """
+  beam_size: int = 4
+  alpha: float = 1.0
+  batch_size: int = 64
+  max_input_length: int = 256
+  max_decode_length: int = 256
+  stop: str = 'beam_full'
+  pivot_language: str = 'eng_Latn'
+  pivot_directions: Sequence[str] = ()
+  parallel_batches: int | None = None
+
+  def __post_init__(self):
+    # gin may give a list; the settings are hashable values.
+    object.__setattr__(self, 'pivot_directions', tuple(self.pivot_directions))
+    name = lambda field: f'inference.Translator.{field}'
+    for field in ('beam_size', 'batch_size', 'max_input_length', 'max_decode_length'):
+      validation.integer(name(field), getattr(self, field), minimum=1)
+    validation.number(name('alpha'), self.alpha)
+    validation.choice(name('stop'), self.stop, decoding.STOP_CRITERIA)
+    if self.parallel_batches is not None:
+      validation.integer(name('parallel_batches'), self.parallel_batches, minimum=1)
+
+
+class Translator:
+  """Translates sentences with a model's parameters and the run's vocabulary: text to
+  tagged ids, ids to length-bucketed batches, batches through the model's beam search
+  (`models.TranslationModel.predict_batch`), ids back to text; pivoted directions leg by
+  leg.
+
+  `target_languages`: the languages the model was trained to translate into; any other
+  target is refused (None: not known, nothing refused).
   """
 
-  def __init__(self, model: network.Transformer, params: Any, vocabulary_file: str,
-               tag_strategy: str, *, mesh: jax.sharding.Mesh | None = None,
-               rules: partitioning.LogicalRules | None = None, beam_size: int = 4,
-               alpha: float = 1.0, batch_size: int = 64, max_input_length: int = 256,
-               max_decode_length: int = 256, stop: str = 'beam_full',
-               pivot_language: str = 'eng_Latn', pivot_directions: Sequence[str] = (),
-               parallel_batches: int | None = None,
+  def __init__(self, model: models.TranslationModel, params: Any, vocabulary_file: str,
+               tag_strategy: str, settings: DecodeSettings, *,
+               mesh: jax.sharding.Mesh | None = None,
+               rules: partitioning.LogicalRules | None = None,
                target_languages: Collection[str] | None = None):
     self.model = model
     self.params = params  # In the model's layout (scanned layers stay stacked).
-    # Decoding caches keys and values per layer: it runs the unrolled stack.
-    self._decoding_model = model
-    if model.config.scan_layers:
-      self._decoding_model = network.Transformer(
-          dataclasses.replace(model.config, scan_layers=False))
+    self.settings = settings
     self.vocabulary_file = str(vocabulary_file)
     self.tokenizer = spm.SentencePieceProcessor(model_file=self.vocabulary_file)
     self.tag_strategy = tags.check_tag_strategy(tag_strategy)
@@ -119,25 +123,16 @@ class Translator:
                                for tag in (tags.BT_TAG, tags.DA_TAG)} - {self.tokenizer.unk_id()}
     self.mesh = mesh
     self.rules = rules if rules is not None else partitioning.logical_axis_rules()
-    self.beam_size = beam_size
-    self.alpha = alpha
-    self.stop = stop
-    self.pivot_language = pivot_language
-    self.pivot_directions = tuple(pivot_directions)
     self.target_languages = None if target_languages is None else frozenset(target_languages)
-    self.max_input_length = min(max_input_length, model.config.max_length)
-    self.max_decode_length = min(max_decode_length, model.config.max_length)
+    self.max_input_length = min(settings.max_input_length, model.config.max_length)
+    self.max_decode_length = min(settings.max_decode_length, model.config.max_length)
     self._data_parallel = mesh.shape['data'] if mesh is not None else 1
+    parallel_batches = settings.parallel_batches
     if parallel_batches is None:
       on_cpu = (mesh is None or mesh.size == 1) and jax.default_backend() == 'cpu'
       parallel_batches = (os.cpu_count() or 1) if on_cpu else 1
-    if parallel_batches < 1:
-      raise UserError(f'Translator.parallel_batches must be >= 1, got {parallel_batches}')
     self.parallel_batches = parallel_batches
-    self.batch_size = -(-batch_size // self._data_parallel) * self._data_parallel
-    self._encode = jax.jit(self._encode_batch, static_argnames=('padded_length',))
-    self._decode = jax.jit(self._decode_batch,
-                           static_argnames=('max_decode_length', 'beam_size', 'alpha'))
+    self.batch_size = -(-settings.batch_size // self._data_parallel) * self._data_parallel
 
   def _tag_id(self, tag: str) -> int:
     return tags.tag_piece_id(self.tokenizer, tag, self.vocabulary_file)
@@ -173,52 +168,6 @@ class Translator:
       ids = ids[:ids.index(vocab.EOS_ID)]
     return self.tokenizer.decode([i for i in ids if i > 0 and i not in self._synthetic_tag_ids])
 
-  def _encode_batch(self, params, encoder_tokens, direction, *, padded_length: int):
-    """The encoder's output for a batch of tokens cut to its longest input, zero-padded
-    to `padded_length` positions (the search's bucket; padding is masked there). The
-    model runs in its own layout, so scanned layers compile once whatever the depth.
-
-    Padding the batch to its bucket instead cost the CLDR decode benchmark's encoder 30%
-    more positions (4800 against 3680), and the encoder was a third of the work there."""
-    encoded = self.model.apply({'params': params}, encoder_tokens,
-                               encoder_direction_ids=jnp.full(
-                                   (encoder_tokens.shape[0], 1), direction, jnp.int32),
-                               method=network.Transformer.encode)
-    return jnp.pad(encoded, ((0, 0), (0, padded_length - encoder_tokens.shape[1]), (0, 0)))
-
-  def _decode_batch(self, params, encoded, encoder_tokens, prefix, direction, *,
-                    max_decode_length: int, beam_size: int, alpha: float):
-    """Beam search over one direction's encoded batch; `direction` (its id, traced, so
-    directions share one compilation) chooses the model's adapters, if it has any."""
-    if self.model.config.scan_layers:
-      params = network.unstack_layers(params)
-    model = self._decoding_model
-    cache_lengths = decode_cache_lengths(max_decode_length)
-    cross_attention, cache = network.split_fixed_cache(network.init_decode_cache(
-        model, params, encoded, encoder_tokens, cache_lengths[0]))
-
-    def tokens_to_logits(tokens, model_cache):
-      logits, variables = model.apply(
-          {'params': params, 'cache': network.merge_cache(cross_attention, model_cache)},
-          encoded, encoder_tokens, tokens, tokens, decode=True, mutable=['cache'],
-          decoder_direction_ids=jnp.full(tokens.shape, direction, jnp.int32),
-          method=network.Transformer.decode)
-      # The embedding is padded past the vocabulary (train_loop.padded_vocab_size); those
-      # rows are no pieces, so they are never generated, however little the model trained.
-      next_logits = logits[:, -1, :]
-      is_piece = jnp.arange(next_logits.shape[-1]) < self.tokenizer.get_piece_size()
-      return (jnp.where(is_piece, next_logits, decoding.NEG_INF),
-              network.split_fixed_cache(variables['cache'])[1])
-
-    search = dict(prefix=prefix, max_decode_length=max_decode_length,
-                  cache_lengths=cache_lengths, extend_cache=network.extend_decode_cache)
-    if beam_size == 1:
-      return decoding.greedy_search(tokens_to_logits, cache, **search)
-    sequences, _ = decoding.beam_search(tokens_to_logits, cache, beam_size=beam_size,
-                                        alpha=alpha, stop=self.stop,
-                                        expand_cache=network.expand_decode_cache, **search)
-    return sequences[:, 0, :]
-
   def _batch_rows(self, num_sentences: int) -> int:
     """Rows to decode: a power of two (few shapes to compile), no more than needed."""
     rows = max(self._data_parallel, 8)
@@ -242,15 +191,14 @@ class Translator:
       # instead of holding the batch's beam search to its length limit.
       ids = encoder_ids[min(row, len(encoder_ids) - 1)]
       tokens[row, :len(ids)] = ids
-    longest = max(len(ids) for ids in encoder_ids)
-    prefix = None if prefix_id is None else jnp.full((rows,), prefix_id, jnp.int32)
-    kwargs = dict(max_decode_length=decode_length, beam_size=self.beam_size, alpha=self.alpha)
-    direction = jnp.int32(direction)
     with contextlib.ExitStack() as stack:
       if self.mesh is not None:
         stack.enter_context(partitioning.activation_sharding(self.mesh, self.rules))
-      encoded = self._encode(self.params, tokens[:, :longest], direction, padded_length=length)
-      return np.asarray(self._decode(self.params, encoded, tokens, prefix, direction, **kwargs))
+      return np.asarray(self.model.predict_batch(
+          self.params, tokens, input_length=max(len(ids) for ids in encoder_ids),
+          direction=direction, prefix_id=prefix_id, max_decode_length=decode_length,
+          beam_size=self.settings.beam_size, alpha=self.settings.alpha,
+          stop=self.settings.stop, num_pieces=self.tokenizer.get_piece_size()))
 
   def pivots(self, src_lang: str, tgt_lang: str) -> bool:
     """Whether src_lang -> tgt_lang goes through the pivot language."""
@@ -258,7 +206,8 @@ class Translator:
 
   def legs(self, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
     """The direct translations src_lang -> tgt_lang is made of (see `translation_legs`)."""
-    return translation_legs(src_lang, tgt_lang, self.pivot_language, self.pivot_directions)
+    return translation_legs(src_lang, tgt_lang, self.settings.pivot_language,
+                            self.settings.pivot_directions)
 
   def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[str]:
     """Translations of `sentences` from src_lang into tgt_lang, in input order; through
@@ -280,9 +229,9 @@ class Translator:
     self.check_target(tgt_lang)
     config = self.model.config
     if config.adapter_keys:
-      adapters.check_directions([directions.direction_name(src_lang, tgt_lang)],
+      adapters.check_directions([Direction(src_lang, tgt_lang)],
                                 config.adapter_by, config.adapter_keys, 'translate')
-    direction = directions.direction_id(src_lang, tgt_lang)
+    direction = Direction(src_lang, tgt_lang).id
     direction_tags = tags.tags_for(self.tag_strategy, src_lang, tgt_lang)
     prefix_id = (self._tag_id(direction_tags.decoder_tag)
                  if direction_tags.decoder_tag else None)
@@ -339,7 +288,8 @@ class FamilyTranslator:
       self.model_for(leg_tgt)
 
   def _legs(self, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
-    return translation_legs(src_lang, tgt_lang, self.pivot_language, self.pivot_directions)
+    return translation_legs(src_lang, tgt_lang, self.settings.pivot_language,
+                            self.settings.pivot_directions)
 
   def overlong(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[int]:
     """Indices of the sentences too long for the model that reads them first."""

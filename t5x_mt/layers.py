@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t5x_mt import decode_cache
 from t5x_mt import kernels
 
 Array = jax.Array
@@ -103,23 +104,6 @@ class DenseGeneral(nn.Module):
     return y
 
 
-# Names of the decoding cache's keys and values: cross-attention's, projected once, and
-# self-attention's, one position per step (`network.split_fixed_cache`,
-# `extend_decode_cache`). Keys are kept as [batch, heads, head_dim, length] and values as
-# [batch, heads, length, head_dim], the layout `kernels.decoding_step_attention` reads
-# without a copy. Self-attention keeps them per beam slot and never reorders them: its
-# length axis holds length * slots entries, position t of slot s at t * slots + s, and
-# `cached_ancestry` [batch * slots, length] holds, for each hypothesis, the slot its
-# ancestor wrote each position from. Beam search reorders only the ancestry (its rows
-# follow the hypotheses), so a step no longer copies every layer's whole cache.
-FIXED_KV_CACHE = ('cached_fixed_key', 'cached_fixed_value')
-STEP_KV_CACHE = ('cached_key', 'cached_value')
-ANCESTRY_CACHE = 'cached_ancestry'
-# The length axis of each cached array, the one a step writes into and a cache grows along.
-KV_CACHE_LENGTH_AXIS = {'cached_key': 3, 'cached_value': 2, ANCESTRY_CACHE: 1,
-                        'cached_fixed_key': 3, 'cached_fixed_value': 2}
-
-
 def _to_cache_layout(key: Array, value: Array) -> tuple[Array, Array]:
   """Keys and values [batch, length, heads, head_dim] in the cache's layout."""
   return key.transpose(0, 2, 3, 1), value.transpose(0, 2, 1, 3)
@@ -129,15 +113,15 @@ class MultiHeadAttention(nn.Module):
   """Multi-head attention (self or cross) with an optional autoregressive KV cache.
 
   With `decode=True` the module keeps its keys and values in the 'cache' collection
-  (layout: see `KV_CACHE_LENGTH_AXIS`). The first call (inside `init` or
-  `network.init_decode_cache`, when the cache does not exist yet) creates it and
+  (layout: see `decode_cache`). The first call (inside `init` or
+  `decode_cache.init`, when the cache does not exist yet) creates it and
   otherwise attends normally:
   - cross-attention (`fixed_kv`) caches the projected keys and values of `inputs_kv`
     (`cached_fixed_key`, `cached_fixed_value`), which never change while decoding, so
     later steps read them instead of projecting the encoder output again;
   - self-attention creates empty `cached_key`, `cached_value` of max_length =
     `max_decode_length` or the input length and one beam slot (beam search widens it:
-    `network.expand_decode_cache`), `cached_ancestry`, and a scalar int32 `cache_index`.
+    `decode_cache.expand`), `cached_ancestry`, and a scalar int32 `cache_index`.
   Every later call takes exactly one token per hypothesis; self-attention writes its key
   and value into its slot at `cache_index`, attends to its own history (positions
   0..cache_index of the slots its ancestry names) and advances the index. Both kinds
@@ -168,7 +152,7 @@ class MultiHeadAttention(nn.Module):
                deterministic: bool = True) -> Array:
     """Attends from `inputs_q` [B, Lq, E] to `inputs_kv` [B, Lk, E]; returns [B, Lq, E]."""
     query = self._project(inputs_q, 'query')
-    cache_names = FIXED_KV_CACHE if self.fixed_kv else STEP_KV_CACHE
+    cache_names = decode_cache.FIXED_KV_CACHE if self.fixed_kv else decode_cache.STEP_KV_CACHE
     if decode and self.has_variable('cache', cache_names[0]):
       out = self._decoding_step(query, inputs_kv, kv_segment_ids)
     else:
@@ -192,15 +176,16 @@ class MultiHeadAttention(nn.Module):
     """The cache of the first decoding call: the projected keys and values themselves
     (cross-attention), or an empty cache of max_decode_length steps (self-attention)."""
     if self.fixed_kv:
-      for name, cached in zip(FIXED_KV_CACHE, _to_cache_layout(key, value)):
+      for name, cached in zip(decode_cache.FIXED_KV_CACHE, _to_cache_layout(key, value)):
         self.put_variable('cache', name, cached)
       return
     batch, length, heads, head_dim = key.shape
     max_length = max_decode_length or length
     empty = jnp.zeros((batch, max_length, heads, head_dim), key.dtype)
-    for name, cached in zip(STEP_KV_CACHE, _to_cache_layout(empty, empty)):
+    for name, cached in zip(decode_cache.STEP_KV_CACHE, _to_cache_layout(empty, empty)):
       self.put_variable('cache', name, cached)
-    self.put_variable('cache', ANCESTRY_CACHE, jnp.zeros((batch, max_length), jnp.int32))
+    self.put_variable('cache', decode_cache.ANCESTRY_CACHE,
+                      jnp.zeros((batch, max_length), jnp.int32))
     self.put_variable('cache', 'cache_index', jnp.array(0, jnp.int32))
 
   def _decoding_step(self, query: Array, inputs_kv: Array,
@@ -211,7 +196,8 @@ class MultiHeadAttention(nn.Module):
       raise ValueError(f'autoregressive decoding takes one token per call, got '
                        f'{query.shape[1]}')
     if self.fixed_kv:
-      key_cache, value_cache = (self.get_variable('cache', name) for name in FIXED_KV_CACHE)
+      key_cache, value_cache = (self.get_variable('cache', name)
+                                for name in decode_cache.FIXED_KV_CACHE)
       kv_valid = jnp.ones(key_cache.shape[:1] + key_cache.shape[3:], jnp.bool_)
       if kv_segment_ids is not None:
         kv_valid = kv_segment_ids != 0
@@ -227,8 +213,9 @@ class MultiHeadAttention(nn.Module):
     and advances the index; returns the keys and values and, per hypothesis [batch,
     slots, length * slots], the entries of its own history: position p of the slot its
     ancestry names."""
-    key_cache, value_cache = (self.get_variable('cache', name) for name in STEP_KV_CACHE)
-    ancestry = self.get_variable('cache', ANCESTRY_CACHE)
+    key_cache, value_cache = (self.get_variable('cache', name)
+                              for name in decode_cache.STEP_KV_CACHE)
+    ancestry = self.get_variable('cache', decode_cache.ANCESTRY_CACHE)
     batch, heads, head_dim, _ = key_cache.shape
     slots, max_length = ancestry.shape[0] // batch, ancestry.shape[1]
     key, value = (self._project(inputs_kv, name).reshape(batch, slots, heads, head_dim)
@@ -240,7 +227,7 @@ class MultiHeadAttention(nn.Module):
         value_cache, value.transpose(0, 2, 1, 3), index * slots, axis=2)
     own_slot = jnp.arange(batch * slots, dtype=jnp.int32) % slots
     ancestry = jax.lax.dynamic_update_slice_in_dim(ancestry, own_slot[:, None], index, axis=1)
-    for name, cached in zip(STEP_KV_CACHE + (ANCESTRY_CACHE,),
+    for name, cached in zip(decode_cache.STEP_KV_CACHE + (decode_cache.ANCESTRY_CACHE,),
                             (key_cache, value_cache, ancestry)):
       self.put_variable('cache', name, cached)
     self.put_variable('cache', 'cache_index', index + 1)

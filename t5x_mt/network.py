@@ -1,6 +1,6 @@
 """Pre-LN Transformer encoder-decoder for multilingual translation.
 
-Choices (the systems in METHODS.md section 8 are fairseq pre-LN transformers):
+Choices (the WMT systems of docs/methods.md#model are fairseq pre-LN transformers):
 - Pre-LN blocks, x + Dropout(Sublayer(LN(x))), with a final LayerNorm after each stack.
 - LayerNorm with scale and bias; dense layers with biases; ReLU MLP (GELU selectable).
 - Token embeddings ~ N(0, 1) and not multiplied by sqrt(d); learned positions ~ N(0, 0.02),
@@ -11,7 +11,7 @@ Choices (the systems in METHODS.md section 8 are fairseq pre-LN transformers):
   parameters (one layer to compile, whatever the depth) and `remat_policy` recomputes
   activations in the backward pass instead of storing them (`REMAT_POLICIES`). Scanned
   parameters are [layers, ...] arrays under `encoder/layers` and `decoder/layers`
-  (`stack_layers`/`unstack_layers` convert); decoding always runs the unrolled stack.
+  (`models.to_scanned`/`to_unrolled` convert); decoding always runs the unrolled stack.
 - Masks: token 0 is padding. Unpacked inputs derive segment ids from `tokens > 0` (the decoder
   from `decoder_target_tokens`, since its inputs may start with token 0); packed inputs use
   the given segment ids, still zeroed where the token is padding.
@@ -21,10 +21,8 @@ import dataclasses
 from typing import Any, Optional
 
 import flax.linen as nn
-from flax import traverse_util
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from t5x_mt import adapters
 from t5x_mt import kernels
@@ -251,7 +249,7 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
   """Embeds target tokens, runs the decoder stack and returns float32 logits [B, L, vocab]
   (or, with `return_hidden`, the final normalised states [B, L, embed] the logits are
-  projected from: `output_projection` gives the projection)."""
+  projected from)."""
   config: TransformerConfig
   embedding: layers.Embed
 
@@ -268,7 +266,7 @@ class Decoder(nn.Module):
     if cfg.scan_layers:
       if decode:
         raise ValueError('decoding runs the unrolled stack: build the model with '
-                         'scan_layers=False and pass unstack_layers(params)')
+                         'scan_layers=False and pass models.to_unrolled(params)')
       stack = _scanned(DecoderBlock, cfg, cfg.num_decoder_layers)
       x, _ = stack(cfg, deterministic, name=SCANNED_LAYERS)(
           x, encoded, segment_ids, encoder_segment_ids, adapter_index)
@@ -330,7 +328,7 @@ class Transformer(nn.Module):
              decoder_direction_ids: Optional[Array] = None,
              return_hidden: bool = False) -> Array:
     """Float32 logits [B, Ld, vocab] for the next token at every decoder position (with
-    `return_hidden`, the states they are projected from; see `output_projection`).
+    `return_hidden`, the states they are projected from).
 
     With `decode=True` (autoregressive decoding) `decoder_input_tokens` is [B, 1], positions
     and self-attention masks come from the 'cache' collection (which must be mutable), and
@@ -372,143 +370,3 @@ class Transformer(nn.Module):
                        decoder_positions, enable_dropout=enable_dropout,
                        decoder_direction_ids=decoder_direction_ids,
                        return_hidden=return_hidden)
-
-
-def output_projection(config: TransformerConfig, params: Any) -> tuple[Array, float, bool]:
-  """(projection, logits scale, vocab-major) with logits = hidden . projection * scale:
-  the tied embedding [vocab, embed] scaled by 1/sqrt(emb_dim), or `logits_dense`'s kernel
-  [embed, vocab] unscaled. What `Decoder` applies to the states `return_hidden` gives."""
-  if config.logits_via_embedding:
-    return (params['shared_embedding']['embedding'], 1.0 / float(np.sqrt(config.emb_dim)),
-            True)
-  return params['decoder']['logits_dense']['kernel'], 1.0, False
-
-
-def _dummy_tokens(batch_size: int, length: int) -> jax.ShapeDtypeStruct:
-  return jax.ShapeDtypeStruct((batch_size, length), jnp.int32)
-
-
-def abstract_variables(config: TransformerConfig) -> dict[str, Any]:
-  """Shapes and dtypes (jax.ShapeDtypeStruct, boxed with logical axis names) of all
-  variables of `Transformer(config)`, computed with `jax.eval_shape`: nothing is allocated."""
-  model = Transformer(config)
-  tokens = _dummy_tokens(1, 1)
-  return jax.eval_shape(lambda rng, t: model.init(rng, t, t, t), jax.random.key(0), tokens)
-
-
-def count_params(config: TransformerConfig) -> int:
-  """Number of trainable parameters of `Transformer(config)`, without allocating any."""
-  params = nn.meta.unbox(abstract_variables(config)['params'])
-  return int(sum(np.prod(leaf.shape, dtype=np.int64) for leaf in jax.tree.leaves(params)))
-
-
-def init_decode_cache(model: Transformer, params: Any, encoded: Array,
-                      encoder_input_tokens: Array, max_decode_length: int) -> dict[str, Any]:
-  """The 'cache' collection for decoding `encoded` [B, Le, E] autoregressively.
-
-  Self-attention caches (`cached_key`/`cached_value` of max_decode_length steps and one
-  beam slot, `cached_ancestry`, scalar `cache_index`es) start empty; cross-attention keys
-  and values (`cached_fixed_key`/`cached_fixed_value` of Le positions) are projected from
-  `encoded` here, once, instead of at every step. Leaves are scalars or batch-leading
-  (layouts: `layers.KV_CACHE_LENGTH_AXIS`).
-  """
-  first_token = jnp.zeros((encoded.shape[0], 1), jnp.int32)
-  _, variables = model.apply(
-      {'params': params}, encoded, encoder_input_tokens, first_token, first_token,
-      decode=True, max_decode_length=max_decode_length, mutable=['cache'],
-      method=Transformer.decode)
-  return variables['cache']
-
-
-def split_fixed_cache(cache: Any) -> tuple[Any, Any]:
-  """(cross-attention keys and values, the rest) of a decoding cache.
-
-  The first part never changes while decoding and is the same for every hypothesis of an
-  example; beam search keeps it out of its loop state (see `decoding`), and the
-  cross-attention folds an example's hypotheses into one query against it.
-  """
-  parts = ({}, {})
-  for path, leaf in traverse_util.flatten_dict(cache).items():
-    parts[path[-1] not in layers.FIXED_KV_CACHE][path] = leaf
-  return tuple(traverse_util.unflatten_dict(part) for part in parts)
-
-
-def merge_cache(fixed: Any, rest: Any) -> Any:
-  """The decoding cache that `split_fixed_cache` split."""
-  return traverse_util.unflatten_dict(
-      {**traverse_util.flatten_dict(fixed), **traverse_util.flatten_dict(rest)})
-
-
-def expand_decode_cache(cache: Any, beam_size: int) -> Any:
-  """The cache of one hypothesis per example made the cache of beam_size (beam search's
-  `expand_cache`): self-attention's keys and values get beam_size slots at every
-  position (each a copy of the one there was), every other batch-leading leaf beam_size
-  rows per example."""
-  def expand(path, leaf):
-    if jnp.ndim(leaf) == 0:
-      return leaf
-    axis = layers.KV_CACHE_LENGTH_AXIS[path[-1]] if path[-1] in layers.STEP_KV_CACHE else 0
-    return jnp.repeat(leaf, beam_size, axis=axis)
-
-  return traverse_util.path_aware_map(expand, cache)
-
-
-def extend_decode_cache(cache: Any, max_decode_length: int) -> Any:
-  """The cache with its self-attention keys, values and ancestry zero-padded to hold
-  `max_decode_length` steps; what the cache holds and its step index are unchanged."""
-  leaves = traverse_util.flatten_dict(cache)
-
-  def extend(path, leaf):
-    if path[-1] not in layers.STEP_KV_CACHE + (layers.ANCESTRY_CACHE,):
-      return leaf
-    axis = layers.KV_CACHE_LENGTH_AXIS[path[-1]]
-    # Keys and values hold every position once per beam slot (layers.STEP_KV_CACHE).
-    length = leaves[path[:-1] + (layers.ANCESTRY_CACHE,)].shape[1]
-    entries_per_position = leaf.shape[axis] // length
-    padding = [(0, 0)] * leaf.ndim
-    padding[axis] = (0, (max_decode_length - length) * entries_per_position)
-    return jnp.pad(leaf, padding)
-
-  return traverse_util.unflatten_dict({path: extend(path, leaf)
-                                       for path, leaf in leaves.items()})
-
-
-STACKS = ('encoder', 'decoder')
-
-
-def is_scanned(params: Any) -> bool:
-  """Whether `params` are in the scanned layout (`stack_layers`)."""
-  return SCANNED_LAYERS in params['encoder']
-
-
-def stack_layers(params: Any) -> Any:
-  """Unrolled parameters (`layers_<i>`, `adapters_<i>`) in the layout of scan_layers=True:
-  each stack's layers (and adapters) stacked on a leading axis."""
-  params = dict(params)
-  for stack in STACKS:
-    side = dict(params[stack])
-    depth = sum(1 for name in side if name.startswith('layers_'))
-    scanned = {SCANNED_LAYER: [side.pop(f'layers_{i}') for i in range(depth)]}
-    if f'{adapters.MODULE_PREFIX}0' in side:
-      scanned[SCANNED_ADAPTERS] = [side.pop(f'{adapters.MODULE_PREFIX}{i}')
-                                   for i in range(depth)]
-    side[SCANNED_LAYERS] = {name: jax.tree.map(lambda *leaves: jnp.stack(leaves), *layers)
-                            for name, layers in scanned.items()}
-    params[stack] = side
-  return params
-
-
-def unstack_layers(params: Any) -> Any:
-  """The inverse of `stack_layers`: scanned parameters in the unrolled layout."""
-  params = dict(params)
-  for stack in STACKS:
-    side = dict(params[stack])
-    scanned = side.pop(SCANNED_LAYERS)
-    depth = jax.tree.leaves(scanned[SCANNED_LAYER])[0].shape[0]
-    for i in range(depth):
-      for name, prefix in ((SCANNED_LAYER, 'layers_'),
-                           (SCANNED_ADAPTERS, adapters.MODULE_PREFIX)):
-        if name in scanned:
-          side[f'{prefix}{i}'] = jax.tree.map(lambda leaf, i=i: leaf[i], scanned[name])
-    params[stack] = side
-  return params

@@ -11,28 +11,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import flax
-import flax.linen as nn
-import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 from t5x_mt import adapters
-from t5x_mt import losses
-from t5x_mt import network
+from t5x_mt import models
 from t5x_mt import optimizers
 from t5x_mt import partitioning
 from t5x_mt import validation
 from t5x_mt.errors import UserError
-from t5x_mt.kernels import fused_loss
 
-Batch = dict[str, jax.Array]
-
-# Model inputs that a packed batch from DirectionEncDecFeatureConverter carries.
-MODEL_INPUTS = ('encoder_input_tokens', 'decoder_input_tokens', 'decoder_target_tokens',
-                'encoder_segment_ids', 'decoder_segment_ids', 'encoder_positions',
-                'decoder_positions', 'decoder_direction_ids')
+Batch = models.Batch
 
 
 @flax.struct.dataclass
@@ -43,7 +34,6 @@ class TrainState:
   opt_state: Any
 
 
-@gin.configurable
 def inverse_sqrt_schedule(peak_learning_rate: float = 1e-3,
                           warmup_steps: int = 4000) -> optax.Schedule:
   """Linear warmup to the peak, then decay with 1/sqrt(step) (Vaswani et al.).
@@ -64,9 +54,8 @@ def inverse_sqrt_schedule(peak_learning_rate: float = 1e-3,
   return schedule
 
 
-@gin.configurable
 def constant_schedule(learning_rate: float = 1e-5) -> optax.Schedule:
-  """A fixed learning rate: fine-tuning on small clean data (METHODS.md section 9: 1e-5)."""
+  """A fixed learning rate: fine-tuning on small clean data (docs/methods.md#fine-tuning)."""
   validation.number('trainer.constant_schedule.learning_rate', learning_rate, at_least=0.0)
   return optax.constant_schedule(learning_rate)
 
@@ -79,12 +68,11 @@ def _decay_mask(params: Any) -> Any:
 TRAINABLE = ('all', 'adapters')
 
 
-@gin.configurable
 def make_optimizer(learning_rate: optax.Schedule | None = None, b1: float = 0.9,
                    b2: float = 0.98, eps: float = 1e-9, weight_decay: float = 0.0,
                    clip_norm: float | None = 1.0,
                    trainable: str = 'all') -> optax.GradientTransformation:
-  """AdamW with betas (0.9, 0.98) and global-norm clipping (METHODS.md section 9).
+  """AdamW with betas (0.9, 0.98) and global-norm clipping (docs/methods.md#training).
 
   `trainable='adapters'` updates only adapter parameters: every other update is exactly
   zero (and clipping sees the adapters' gradients only), so the base stays bit-identical.
@@ -103,24 +91,10 @@ def make_optimizer(learning_rate: optax.Schedule | None = None, b1: float = 0.9,
                                adapters.trainable_labels)
 
 
-def dummy_batch(batch_size: int, encoder_length: int, decoder_length: int) -> Batch:
-  """An all-padding batch with the shapes and dtypes of real ones, for initialisation."""
-  shapes = {name: (batch_size, decoder_length if name.startswith('decoder') else encoder_length)
-            for name in MODEL_INPUTS}
-  return {name: jnp.ones(shape, jnp.int32) for name, shape in shapes.items()}
-
-
-def model_kwargs(batch: Batch) -> dict[str, jax.Array]:
-  """The subset of a batch the model takes, tolerating unpacked batches."""
-  return {name: batch[name] for name in MODEL_INPUTS if name in batch}
-
-
-def init_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
+def init_train_state(model: models.TranslationModel, optimizer: optax.GradientTransformation,
                      rng: jax.Array, encoder_length: int, decoder_length: int) -> TrainState:
   """Initialises a TrainState (boxed with logical axis names; see partitioning.shard_init)."""
-  batch = dummy_batch(1, encoder_length, decoder_length)
-  variables = model.init(rng, **model_kwargs(batch), enable_dropout=False)
-  params = variables['params']
+  params = model.init(rng, encoder_length, decoder_length)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                     opt_state=optimizer.init(params))
 
@@ -136,66 +110,19 @@ def _direction_id_array(direction_ids: Sequence[int]) -> jax.Array:
   return jnp.asarray(sorted(direction_ids) or [0], jnp.int32)
 
 
-def _objective_scales(batch: Batch, ids: jax.Array, direction_scales: jax.Array | None
-                      ) -> tuple[jax.Array, jax.Array | None, jax.Array]:
-  """(loss weights, direction scales per token or None, their product): each token's
-  weight in the objective the gradient follows."""
-  weights = batch['decoder_loss_weights'].astype(jnp.float32)
-  if direction_scales is None:
-    return weights, None, weights
-  token_scales = losses.direction_token_scales(batch['decoder_direction_ids'], ids,
-                                               direction_scales)
-  return weights, token_scales, weights * token_scales
-
-
-def _loss_sums(model: nn.Module, params: Any, batch: Batch, ids: jax.Array,
-               label_smoothing: float, dropout_rng: jax.Array | None,
-               direction_scales: jax.Array | None = None,
-               loss_chunk_length: int = 0) -> dict[str, jax.Array]:
-  """Loss sum, token count and per-direction sums of a batch; dropout iff a key is given.
-
-  The objective the gradient follows is the loss sum, or with `direction_scales` (one per
-  id in `ids`) each token's loss times its direction's scale, normalised by the equally
-  scaled token count (`objective_sum` / `objective_weight`). The reported sums stay
-  unscaled, so logged losses mean the same with and without scales. With
-  `loss_chunk_length` the loss comes from the decoder's states through
-  `fused_loss.chunked_label_smoothed_objective`, never holding all the logits.
-  """
-  weights, token_scales, objective_scales = _objective_scales(batch, ids, direction_scales)
-  kwargs = dict(enable_dropout=dropout_rng is not None,
-                rngs={} if dropout_rng is None else {'dropout': dropout_rng})
-  targets = batch['decoder_target_tokens']
-  if loss_chunk_length:
-    hidden = model.apply({'params': params}, **model_kwargs(batch), return_hidden=True,
-                         **kwargs)
-    projection, scale, vocab_major = network.output_projection(model.config, params)
-    objective_sum, raw_loss = fused_loss.chunked_label_smoothed_objective(
-        hidden, projection, targets, objective_scales, label_smoothing, scale, vocab_major,
-        loss_chunk_length)
-    token_loss = raw_loss * weights
-  else:
-    logits = model.apply({'params': params}, **model_kwargs(batch), **kwargs)
-    token_loss = losses.label_smoothed_cross_entropy(logits, targets, weights, label_smoothing)
-    objective_sum = jnp.sum(token_loss if token_scales is None else token_loss * token_scales)
-  direction_loss, direction_tokens = losses.direction_sums(
-      token_loss, weights, batch['decoder_direction_ids'], ids)
-  return {'loss_sum': token_loss.sum(), 'tokens': weights.sum(),
-          'direction_loss_sums': direction_loss, 'direction_tokens': direction_tokens,
-          'objective_sum': objective_sum, 'objective_weight': objective_scales.sum()}
-
-
-def make_eval_step(model: nn.Module, *, direction_ids: Sequence[int],
+def make_eval_step(model: models.TranslationModel, *, direction_ids: Sequence[int],
                    label_smoothing: float = 0.1,
                    loss_chunk_length: int = 0) -> Callable[[Any, Batch], dict]:
   """The jitted loss of a batch without dropout or updates: the sums `make_train_step`
   reports, so that a plain model's per-direction losses (DRO baselines) are in the units
   of the training losses they are compared with."""
   ids = _direction_id_array(direction_ids)
-  return jax.jit(lambda params, batch: _loss_sums(model, params, batch, ids, label_smoothing,
-                                                  None, loss_chunk_length=loss_chunk_length))
+  return jax.jit(lambda params, batch: model.loss_fn(
+      params, batch, None, direction_ids=ids, label_smoothing=label_smoothing,
+      loss_chunk_length=loss_chunk_length))
 
 
-def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *,
+def make_train_step(model: models.TranslationModel, optimizer: optax.GradientTransformation, *,
                     direction_ids: Sequence[int], label_smoothing: float = 0.1,
                     num_microbatches: int = 1,
                     loss_chunk_length: int = 0) -> Callable[[TrainState, Batch, jax.Array],
@@ -211,8 +138,9 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *
   ids = _direction_id_array(direction_ids)
 
   def loss_and_sums(params, microbatch, dropout_rng, direction_scales, objective_weight):
-    sums = _loss_sums(model, params, microbatch, ids, label_smoothing, dropout_rng,
-                      direction_scales, loss_chunk_length)
+    sums = model.loss_fn(params, microbatch, dropout_rng, direction_ids=ids,
+                         label_smoothing=label_smoothing, direction_scales=direction_scales,
+                         loss_chunk_length=loss_chunk_length)
     return sums['objective_sum'] / objective_weight, sums
 
   grad_fn = jax.grad(loss_and_sums, has_aux=True)
@@ -225,7 +153,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *
     # The whole batch's weight, known before any microbatch runs: the loss is normalised
     # by it before differentiation, so the gradients need no pass of their own for it.
     objective_weight = jnp.maximum(
-        _objective_scales(batch, ids, direction_scales)[2].sum(), 1e-9)
+        models.objective_scales(batch, ids, direction_scales)[2].sum(), 1e-9)
 
     def microbatch_grads(index, microbatch):
       return grad_fn(state.params, microbatch, jax.random.fold_in(dropout_rng, index),

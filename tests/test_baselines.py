@@ -10,8 +10,8 @@ import pytest
 
 import data_tasks
 from t5x_mt import losses
+from t5x_mt import models
 from t5x_mt import run_loading
-from t5x_mt import trainer
 from t5x_mt.data import input_pipeline
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
@@ -23,8 +23,8 @@ def _first_batch_loss(translator, task: str) -> tuple[float, float]:
   """Label-smoothed loss sum and tokens of a task's first packed batch, computed directly."""
   batch = next(input_pipeline.one_pass_batches(task, batch_size=8, inputs_length=32,
                                                targets_length=32))
-  logits = translator.model.apply({'params': translator.params},
-                                  **trainer.model_kwargs(batch), enable_dropout=False)
+  logits = translator.model.module.apply({'params': translator.params},
+                                         **models.model_kwargs(batch), enable_dropout=False)
   weights = batch['decoder_loss_weights'].astype(np.float32)
   token_loss = losses.label_smoothed_cross_entropy(logits, batch['decoder_target_tokens'],
                                                    weights, 0.1)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from t5x_mt import checkpoints
+from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt import trainer
@@ -18,7 +19,7 @@ CONFIG = network.TransformerConfig(vocab_size=128, emb_dim=16, num_heads=2, head
 
 def _state(config, seed):
   mesh = partitioning.create_mesh((1, 1), jax.devices()[:1])
-  model = network.Transformer(config)
+  model = models.TranslationModel(config)
   optimizer = trainer.make_optimizer()
   state, _ = partitioning.shard_init(
       lambda rng: trainer.init_train_state(model, optimizer, rng, 8, 8), mesh,

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5x_mt import flops
+from t5x_mt import models
 from t5x_mt import network
 
 TINY = network.TransformerConfig(
@@ -38,7 +39,7 @@ def test_tiny_config_matches_hand_count():
 def test_dense_flops_are_two_per_weight_matrix_entry_per_token():
   # With one source and one target token every weight matrix of the model (kernels and the
   # shared embedding, used once as the output projection) meets exactly one token.
-  params = nn.meta.unbox(network.abstract_variables(SMALL))['params']
+  params = nn.meta.unbox(models.abstract_variables(SMALL))['params']
   matrix_weights = sum(np.prod(leaf.shape) for path, leaf in
                        jax.tree_util.tree_leaves_with_path(params)
                        if jax.tree_util.keystr(path).endswith(("['kernel']", "['embedding']"))
@@ -57,7 +58,7 @@ def test_xla_cost_analysis_agrees_within_three_percent():
   # XLA also counts norms, softmax and other elementwise ops, so it is a little above ours.
   batch_size, inputs_length, targets_length = 2, 24, 16
   model = network.Transformer(SMALL)
-  params = nn.meta.unbox(network.abstract_variables(SMALL))['params']
+  params = nn.meta.unbox(models.abstract_variables(SMALL))['params']
   inputs = jax.ShapeDtypeStruct((batch_size, inputs_length), jnp.int32)
   targets = jax.ShapeDtypeStruct((batch_size, targets_length), jnp.int32)
 

@@ -1,11 +1,13 @@
 """Translator batching: length buckets, the decoding cache's stages, parallel batches."""
 
+import dataclasses
 import os
 
 import jax
 import numpy as np
 import pytest
 
+from t5x_mt import decode_cache
 from t5x_mt import inference
 from t5x_mt import partitioning
 from t5x_mt import run_loading
@@ -27,14 +29,14 @@ def test_inputs_pad_to_the_smallest_bucket_that_holds_them(length, limit, bucket
     (5, (5,)), (8, (8,)), (32, (8, 16, 32)), (48, (8, 16, 32, 48)), (272, (8, 16, 32, 64,
                                                                          128, 256, 272))])
 def test_decoding_cache_doubles_from_its_first_stage_to_the_limit(max_decode_length, stages):
-  assert inference.decode_cache_lengths(max_decode_length) == stages
+  assert decode_cache.stage_lengths(max_decode_length) == stages
 
 
 def _unsharded_translator(trained_run, **overrides) -> inference.Translator:
   loaded = run_loading.load_translator(str(trained_run), batch_size=2, beam_size=2)
   return inference.Translator(loaded.model, jax.device_get(loaded.params),
-                              loaded.vocabulary_file, loaded.tag_strategy, batch_size=2,
-                              beam_size=2, **overrides)
+                              loaded.vocabulary_file, loaded.tag_strategy,
+                              dataclasses.replace(loaded.settings, **overrides))
 
 
 def test_parallel_batches_translate_as_one_batch_at_a_time_in_input_order(trained_run):
@@ -53,18 +55,19 @@ def test_parallel_batches_default_to_the_cores_of_one_cpu_device_only(trained_ru
   assert loaded.mesh.size == 8 and loaded.parallel_batches == 1
   one_device = inference.Translator(
       loaded.model, loaded.params, loaded.vocabulary_file, loaded.tag_strategy,
-      mesh=partitioning.create_mesh((1, 1), jax.devices()[:1]))
+      loaded.settings, mesh=partitioning.create_mesh((1, 1), jax.devices()[:1]))
   assert one_device.parallel_batches == (os.cpu_count() or 1)
 
 
-def test_parallel_batches_below_one_are_rejected(trained_run):
-  with pytest.raises(UserError, match='parallel_batches must be >= 1, got 0'):
-    _unsharded_translator(trained_run, parallel_batches=0)
+def test_parallel_batches_below_one_are_rejected():
+  with pytest.raises(UserError, match='inference.Translator.parallel_batches: must be >= 1, got 0'):
+    inference.DecodeSettings(parallel_batches=0)
 
 
 def test_the_encoder_runs_at_the_longest_input_and_the_search_at_its_bucket(trained_run):
   translator = _unsharded_translator(trained_run, parallel_batches=1)
-  encode = translator._encode  # pylint: disable=protected-access
+  model = translator.model
+  encode = model._encode  # pylint: disable=protected-access
   calls = []
 
   def recording_encode(params, tokens, direction, *, padded_length):
@@ -75,7 +78,7 @@ def test_the_encoder_runs_at_the_longest_input_and_the_search_at_its_bucket(trai
     padded = np.pad(tokens, ((0, 0), (0, padded_length - tokens.shape[1])))
     return encode(params, padded, direction, padded_length=padded_length)
 
-  translator._encode = recording_encode  # pylint: disable=protected-access
+  model._encode = recording_encode  # pylint: disable=protected-access
   exact = translator.translate(SENTENCES, 'eng_Latn', 'hau_Latn')
   tags_of = tags.tags_for(translator.tag_strategy, 'eng_Latn', 'hau_Latn')
   lengths = sorted(len(translator.encode_source(s, tags_of)) for s in SENTENCES)
@@ -83,5 +86,5 @@ def test_the_encoder_runs_at_the_longest_input_and_the_search_at_its_bucket(trai
   assert calls == [(n, inference.bucket_length(n, translator.max_input_length))
                    for n in longest]
   # Padding is masked: encoding every batch at its bucket length translates the same.
-  translator._encode = bucket_padded_encode  # pylint: disable=protected-access
+  model._encode = bucket_padded_encode  # pylint: disable=protected-access
   assert translator.translate(SENTENCES, 'eng_Latn', 'hau_Latn') == exact

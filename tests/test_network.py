@@ -9,7 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t5x_mt import decode_cache
 from t5x_mt import decoding
+from t5x_mt import models
 from t5x_mt import network
 
 TINY = network.TransformerConfig(
@@ -26,7 +28,7 @@ def random_params(config=TINY, seed=0):
 
   Built from `abstract_variables`, so no initialiser is compiled: tests stay fast.
   """
-  shapes = nn.meta.unbox(network.abstract_variables(config))['params']
+  shapes = nn.meta.unbox(models.abstract_variables(config))['params']
   leaves, treedef = jax.tree.flatten(shapes)
   rng = np.random.default_rng(seed)
   values = [jnp.asarray(rng.normal(scale=0.5, size=leaf.shape), leaf.dtype) for leaf in leaves]
@@ -102,7 +104,7 @@ def test_incremental_decoding_matches_teacher_forced_logits():
   encode = jax.jit(functools.partial(model.apply, method=network.Transformer.encode))
   encoded = encode({'params': params}, encoder_tokens)
   length = decoder_inputs.shape[1]
-  cache = network.init_decode_cache(model, params, encoded, encoder_tokens, length)
+  cache = decode_cache.init(model, params, encoded, encoder_tokens, length)
   step = jax.jit(lambda cache, token: model.apply(
       {'params': params, 'cache': cache}, encoded, encoder_tokens, token, token, decode=True,
       method=network.Transformer.decode, mutable=['cache']))
@@ -124,21 +126,21 @@ def test_grown_cache_and_shared_cross_attention_decode_like_teacher_forcing():
   encoder_tokens, decoder_inputs, decoder_targets = padded_batch(PAIRS)
   full = jitted_forward()({'params': params}, encoder_tokens, decoder_inputs, decoder_targets)
   encoded = model.apply({'params': params}, encoder_tokens, method=network.Transformer.encode)
-  cross_attention, cache = network.split_fixed_cache(
-      network.init_decode_cache(model, params, encoded, encoder_tokens, 2))
+  cross_attention, cache = decode_cache.split_fixed(
+      decode_cache.init(model, params, encoded, encoder_tokens, 2))
   assert not any('cached_fixed' in str(path) for path in jax.tree_util.tree_leaves_with_path(
       cache))
-  cache = network.expand_decode_cache(cache, 2)
+  cache = decode_cache.expand(cache, 2)
   step = jax.jit(lambda cache, token: model.apply(
-      {'params': params, 'cache': network.merge_cache(cross_attention, cache)}, encoded,
+      {'params': params, 'cache': decode_cache.merge(cross_attention, cache)}, encoded,
       encoder_tokens, token, token, decode=True, method=network.Transformer.decode,
       mutable=['cache']))
   steps = []
   for i in range(decoder_inputs.shape[1]):
     if i == 2:
-      cache = network.extend_decode_cache(cache, decoder_inputs.shape[1])
+      cache = decode_cache.extend(cache, decoder_inputs.shape[1])
     logits, mutated = step(cache, jnp.repeat(decoder_inputs[:, i:i + 1], 2, axis=0))
-    cache = network.split_fixed_cache(mutated['cache'])[1]
+    cache = decode_cache.split_fixed(mutated['cache'])[1]
     steps.append(logits)
   incremental = np.asarray(jnp.concatenate(steps, axis=1))
   valid = np.asarray(decoder_targets) > 0
@@ -162,20 +164,20 @@ def test_beam_search_scores_are_the_teacher_forced_scores_of_its_outputs(cache_l
   def search(params, encoder_tokens):
     encoded = model.apply({'params': params}, encoder_tokens,
                           method=network.Transformer.encode)
-    cross_attention, cache = network.split_fixed_cache(network.init_decode_cache(
+    cross_attention, cache = decode_cache.split_fixed(decode_cache.init(
         model, params, encoded, encoder_tokens, (cache_lengths or (max_decode_length,))[0]))
 
     def tokens_to_logits(tokens, model_cache):
       logits, variables = model.apply(
-          {'params': params, 'cache': network.merge_cache(cross_attention, model_cache)},
+          {'params': params, 'cache': decode_cache.merge(cross_attention, model_cache)},
           encoded, encoder_tokens, tokens, tokens, decode=True, mutable=['cache'],
           method=network.Transformer.decode)
-      return logits[:, -1], network.split_fixed_cache(variables['cache'])[1]
+      return logits[:, -1], decode_cache.split_fixed(variables['cache'])[1]
 
     return decoding.beam_search(
         tokens_to_logits, cache, prefix=None, beam_size=beam_size, alpha=alpha,
         max_decode_length=max_decode_length, cache_lengths=cache_lengths,
-        extend_cache=network.extend_decode_cache, expand_cache=network.expand_decode_cache)
+        extend_cache=decode_cache.extend, expand_cache=decode_cache.expand)
 
   sequences, scores = search(params, encoder_tokens)
   rows = sequences.reshape(-1, max_decode_length)
@@ -196,8 +198,8 @@ def test_beam_search_scores_are_the_teacher_forced_scores_of_its_outputs(cache_l
 
 def test_decode_cache_layout_is_batch_leading_or_scalar():
   encoded = jnp.ones((3, 5, TINY.emb_dim))
-  cache = network.init_decode_cache(network.Transformer(TINY), random_params(), encoded,
-                                    jnp.ones((3, 5), jnp.int32), max_decode_length=7)
+  cache = decode_cache.init(network.Transformer(TINY), random_params(), encoded,
+                            jnp.ones((3, 5), jnp.int32), max_decode_length=7)
   cross = cache['decoder']['layers_1']['encoder_decoder_attention']
   # Keys [batch, heads, head_dim, length], values [batch, heads, length, head_dim].
   assert cross['cached_fixed_key'].shape == (3, TINY.num_heads, TINY.head_dim, 5)
@@ -233,14 +235,14 @@ def test_count_params_of_tiny_config_equals_hand_formula():
   # attention 3*(16*16+16) + 16*16 + 16 = 1088; mlp 16*32+32+32*16+16 = 1072; norm 32.
   # encoder layer 1088+1072+64 = 2224; decoder layer 2*1088+1072+96 = 3344.
   # 2*2224 + 2*3344 + 2*32 (final norms) + 20*16 (embedding) + 2*16*16 (positions) = 12032.
-  assert network.count_params(TINY) == 12032
+  assert models.count_params(TINY) == 12032
   separate = dataclasses.replace(TINY, share_encoder_embedding=False)
-  assert network.count_params(separate) == 12032 + 20 * 16
+  assert models.count_params(separate) == 12032 + 20 * 16
   untied = dataclasses.replace(TINY, logits_via_embedding=False)
-  assert network.count_params(untied) == 12032 + 16 * 20
+  assert models.count_params(untied) == 12032 + 16 * 20
   sinusoidal = dataclasses.replace(TINY, position_embedding='sinusoidal')
-  assert network.count_params(sinusoidal) == 12032 - 2 * 16 * 16
-  assert network.count_params(sinusoidal) == hand_count(sinusoidal, position_tables=0)
+  assert models.count_params(sinusoidal) == 12032 - 2 * 16 * 16
+  assert models.count_params(sinusoidal) == hand_count(sinusoidal, position_tables=0)
 
 
 def test_paper_configs_parameter_counts():
@@ -249,13 +251,13 @@ def test_paper_configs_parameter_counts():
   volctrans_2b = network.TransformerConfig(num_encoder_layers=64, num_decoder_layers=64,
                                            share_encoder_embedding=False, **big)
   # 24 * 12,596,224 + 12 * 16,796,672 + 131,072,000 (one table) + 2 * 512 * 1024 + 4096.
-  assert network.count_params(transf_deep) == hand_count(transf_deep) == 635_994_112
+  assert models.count_params(transf_deep) == hand_count(transf_deep) == 635_994_112
   # 64 * 12,596,224 + 64 * 16,796,672 + 2 * 131,072,000 + 2 * 512 * 1024 + 4096.
-  assert network.count_params(volctrans_2b) == hand_count(volctrans_2b) == 2_144_342_016
+  assert models.count_params(volctrans_2b) == hand_count(volctrans_2b) == 2_144_342_016
 
 
 def test_abstract_variables_allocate_nothing_and_carry_logical_axes():
-  variables = network.abstract_variables(dataclasses.replace(TINY, logits_via_embedding=False))
+  variables = models.abstract_variables(dataclasses.replace(TINY, logits_via_embedding=False))
   for leaf in jax.tree.leaves(nn.meta.unbox(variables)):
     assert isinstance(leaf, jax.ShapeDtypeStruct) and leaf.dtype == jnp.float32
   spec = nn.get_partition_spec(variables)['params']
@@ -318,7 +320,7 @@ def test_decoding_more_than_one_token_per_step_is_an_error():
   params = random_params()
   encoded = jnp.zeros((1, 2, TINY.emb_dim))
   tokens = jnp.ones((1, 2), jnp.int32)
-  cache = network.init_decode_cache(model, params, encoded, tokens, max_decode_length=4)
+  cache = decode_cache.init(model, params, encoded, tokens, max_decode_length=4)
   with pytest.raises(ValueError, match='one token per call'):
     model.apply({'params': params, 'cache': cache}, encoded, tokens, tokens, tokens, decode=True,
                 method=network.Transformer.decode, mutable=['cache'])

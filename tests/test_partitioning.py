@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt import trainer
@@ -19,7 +20,7 @@ def packed_batch(seed: int, batch_size: int = 16, length: int = 24) -> dict[str,
   """Rows of two packed sentence pairs each, followed by padding, as seqio packs them."""
   rng = np.random.default_rng(seed)
   batch = {name: np.zeros((batch_size, length), np.int32)
-           for name in trainer.MODEL_INPUTS + ('decoder_loss_weights', 'decoder_direction_ids')}
+           for name in models.MODEL_INPUTS + ('decoder_loss_weights', 'decoder_direction_ids')}
   for row in range(batch_size):
     start = {'encoder': 0, 'decoder': 0}
     for segment in (1, 2):
@@ -43,7 +44,7 @@ def packed_batch(seed: int, batch_size: int = 16, length: int = 24) -> dict[str,
 def first_losses(mesh_shape, devices, steps: int = 5) -> list[float]:
   mesh = partitioning.create_mesh(mesh_shape, devices)
   rules = partitioning.DEFAULT_RULES
-  model = network.Transformer(TINY)
+  model = models.TranslationModel(TINY)
   optimizer = trainer.make_optimizer(trainer.inverse_sqrt_schedule(1e-3, 10))
   state, shardings = partitioning.shard_init(
       lambda rng: trainer.init_train_state(model, optimizer, rng, 24, 24), mesh, rules,
@@ -71,7 +72,7 @@ def test_losses_agree_across_meshes():
 
 def test_parameters_are_sharded_over_model_axis():
   mesh = partitioning.create_mesh((4, 2))
-  model = network.Transformer(TINY)
+  model = models.TranslationModel(TINY)
   optimizer = trainer.make_optimizer()
   state, _ = partitioning.shard_init(
       lambda rng: trainer.init_train_state(model, optimizer, rng, 8, 8), mesh,

@@ -5,6 +5,7 @@ through gin/runs/demo.gin on one CLDR direction, once per session; the launch te
 the same run.
 """
 
+import dataclasses
 import pathlib
 import re
 import shutil
@@ -16,8 +17,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from t5x_mt import run_loading
-from t5x_mt.data import directions
 from t5x_mt.data import tags
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 from conftest import TINY_RUN_CHECKPOINT_EVERY
@@ -59,13 +60,13 @@ def test_load_translator_restores_the_step_asked_for(trained_run):
 def test_run_config_applies_and_decoding_overrides_win(trained_run):
   gin.bind_parameter('inference.Translator.alpha', 0.25)  # Replaced by the run's config.
   translator = run_loading.load_translator(str(trained_run), batch_size=16)
-  assert translator.beam_size == 1  # config.gin
-  assert translator.alpha == 1.0  # config.gin, not the binding made before loading
+  assert translator.settings.beam_size == 1  # config.gin
+  assert translator.settings.alpha == 1.0  # config.gin, not the binding made before loading
   assert translator.max_decode_length == 8  # config.gin
   assert translator.batch_size == 16  # override
   assert translator.tag_strategy == 't_enc_t_dec'
   overridden = run_loading.load_translator(str(trained_run), beam_size=3, alpha=0.5)
-  assert (overridden.beam_size, overridden.alpha) == (3, 0.5)
+  assert (overridden.settings.beam_size, overridden.settings.alpha) == (3, 0.5)
 
 
 def test_checkpoint_step_is_latest_unless_given(trained_run):
@@ -173,11 +174,12 @@ def test_pivoted_direction_goes_through_the_pivot_language(trained_run):
     legs.append((src_lang, tgt_lang))
     return translate_directly(batch, src_lang, tgt_lang)
   translator.translate_directly = recording
-  translator.pivot_directions = ('hau_Latn-fra_Latn',)
+  translator.settings = dataclasses.replace(translator.settings,
+                                            pivot_directions=('hau_Latn-fra_Latn',))
   assert translator.translate(sentences, 'hau_Latn', 'fra_Latn') == expected
   assert translator.translate(sentences, 'fra_Latn', 'hau_Latn') is not None
   assert legs == [('hau_Latn', 'eng_Latn'), ('eng_Latn', 'fra_Latn'), ('fra_Latn', 'hau_Latn')]
-  translator.pivot_directions = ('*',)
+  translator.settings = dataclasses.replace(translator.settings, pivot_directions=('*',))
   assert translator.pivots('zul_Latn', 'hau_Latn') and not translator.pivots('eng_Latn',
                                                                               'hau_Latn')
 
@@ -197,7 +199,7 @@ def test_padded_embedding_rows_are_never_generated(trained_run):
       translator.tag_strategy, 'eng_Latn', 'hau_Latn'))]
   prefix = translator._tag_id('<2hau_Latn>')  # pylint: disable=protected-access
   generated = translator._run_batch(  # pylint: disable=protected-access
-      encoder_ids, prefix, directions.direction_id('eng_Latn', 'hau_Latn'))
+      encoder_ids, prefix, Direction('eng_Latn', 'hau_Latn').id)
   assert generated.max() < pieces
   assert isinstance(translator.translate(['Monday'], 'eng_Latn', 'hau_Latn')[0], str)
 
@@ -223,7 +225,7 @@ def test_a_cut_checkpoint_is_one_line_naming_it(trained_run, tmp_path):
                                     str(tmp_path / 'averaged'))
   assert not (tmp_path / 'averaged').exists()
   # The step before it is whole and still loads.
-  assert run_loading.load_translator(str(run), step=TRAIN_STEPS - 2).beam_size >= 1
+  assert run_loading.load_translator(str(run), step=TRAIN_STEPS - 2).settings.beam_size >= 1
 
 
 def test_translating_with_a_cut_checkpoint_prints_one_line(trained_run, tmp_path):

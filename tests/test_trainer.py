@@ -10,7 +10,7 @@ import optax
 import pytest
 
 from t5x_mt import losses
-from t5x_mt import network
+from t5x_mt import models
 from t5x_mt import partitioning
 from t5x_mt import trainer
 from t5x_mt.errors import UserError
@@ -52,7 +52,7 @@ def _one_step(num_microbatches: int, loss_chunk_length: int = 0, direction_scale
   """One SGD step: parameters move by the gradient itself (Adam's first step would move
   every parameter by about +-lr whatever its gradient, hiding differences)."""
   config = dataclasses.replace(TINY, dropout_rate=0.0, **config_overrides)
-  model = network.Transformer(config)
+  model = models.TranslationModel(config)
   optimizer = optax.sgd(1.0)
   mesh = partitioning.create_mesh((1, 1), jax.devices()[:1])
   state, shardings = partitioning.shard_init(

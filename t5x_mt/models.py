@@ -1,0 +1,262 @@
+"""`TranslationModel`: what training, scoring and translation need of the Transformer.
+
+The Flax modules (`network`) compute; this class knows how they are used: the batch's
+model inputs, the label-smoothed loss and its per-direction sums, a sentence's
+log-likelihood, the encoder and beam search over the decoding cache (`decode_cache`), and
+the two parameter layouts (unrolled `layers_<i>`, or scanned stacks under
+`encoder/layers` and `decoder/layers`). Its users (the train step, DRO baselines, the
+Translator) see parameters and batches of arrays, never parameter paths or the cache.
+"""
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t5x_mt import adapters
+from t5x_mt import decode_cache
+from t5x_mt import decoding
+from t5x_mt import losses
+from t5x_mt import network
+from t5x_mt.kernels import fused_loss
+
+Array = jax.Array
+Batch = dict[str, Array]
+
+# Model inputs that a packed batch from DirectionEncDecFeatureConverter carries.
+MODEL_INPUTS = ('encoder_input_tokens', 'decoder_input_tokens', 'decoder_target_tokens',
+                'encoder_segment_ids', 'decoder_segment_ids', 'encoder_positions',
+                'decoder_positions', 'decoder_direction_ids')
+
+STACKS = ('encoder', 'decoder')
+
+
+def dummy_batch(batch_size: int, encoder_length: int, decoder_length: int) -> Batch:
+  """An all-padding batch with the shapes and dtypes of real ones, for initialisation."""
+  shapes = {name: (batch_size, decoder_length if name.startswith('decoder') else encoder_length)
+            for name in MODEL_INPUTS}
+  return {name: jnp.ones(shape, jnp.int32) for name, shape in shapes.items()}
+
+
+def model_kwargs(batch: Batch) -> dict[str, Array]:
+  """The subset of a batch the model takes, tolerating unpacked batches."""
+  return {name: batch[name] for name in MODEL_INPUTS if name in batch}
+
+
+def abstract_variables(config: network.TransformerConfig) -> dict[str, Any]:
+  """Shapes and dtypes (jax.ShapeDtypeStruct, boxed with logical axis names) of all
+  variables of `Transformer(config)`, computed with `jax.eval_shape`: nothing is allocated."""
+  module = network.Transformer(config)
+  tokens = jax.ShapeDtypeStruct((1, 1), jnp.int32)
+  return jax.eval_shape(lambda rng, t: module.init(rng, t, t, t), jax.random.key(0), tokens)
+
+
+def count_params(config: network.TransformerConfig) -> int:
+  """Number of trainable parameters of `Transformer(config)`, without allocating any."""
+  params = nn.meta.unbox(abstract_variables(config)['params'])
+  return int(sum(np.prod(leaf.shape, dtype=np.int64) for leaf in jax.tree.leaves(params)))
+
+
+def objective_scales(batch: Batch, direction_ids: Array, direction_scales: Array | None
+                     ) -> tuple[Array, Array | None, Array]:
+  """(loss weights, direction scales per token or None, their product): each token's
+  weight in the objective the gradient follows."""
+  weights = batch['decoder_loss_weights'].astype(jnp.float32)
+  if direction_scales is None:
+    return weights, None, weights
+  token_scales = losses.direction_token_scales(batch['decoder_direction_ids'], direction_ids,
+                                               direction_scales)
+  return weights, token_scales, weights * token_scales
+
+
+def is_scanned(params: Any) -> bool:
+  """Whether `params` are in the scanned layout (`to_scanned`)."""
+  return network.SCANNED_LAYERS in params['encoder']
+
+
+def to_scanned(params: Any) -> Any:
+  """Unrolled parameters (`layers_<i>`, `adapters_<i>`) in the layout of scan_layers=True:
+  each stack's layers (and adapters) stacked on a leading axis."""
+  params = dict(params)
+  for stack in STACKS:
+    side = dict(params[stack])
+    depth = sum(1 for name in side if name.startswith('layers_'))
+    scanned = {network.SCANNED_LAYER: [side.pop(f'layers_{i}') for i in range(depth)]}
+    if f'{adapters.MODULE_PREFIX}0' in side:
+      scanned[network.SCANNED_ADAPTERS] = [side.pop(f'{adapters.MODULE_PREFIX}{i}')
+                                           for i in range(depth)]
+    side[network.SCANNED_LAYERS] = {
+        name: jax.tree.map(lambda *leaves: jnp.stack(leaves), *layers)
+        for name, layers in scanned.items()}
+    params[stack] = side
+  return params
+
+
+def to_unrolled(params: Any) -> Any:
+  """The inverse of `to_scanned`: scanned parameters in the unrolled layout."""
+  params = dict(params)
+  for stack in STACKS:
+    side = dict(params[stack])
+    scanned = side.pop(network.SCANNED_LAYERS)
+    depth = jax.tree.leaves(scanned[network.SCANNED_LAYER])[0].shape[0]
+    for i in range(depth):
+      for name, prefix in ((network.SCANNED_LAYER, 'layers_'),
+                           (network.SCANNED_ADAPTERS, adapters.MODULE_PREFIX)):
+        if name in scanned:
+          side[f'{prefix}{i}'] = jax.tree.map(lambda leaf, i=i: leaf[i], scanned[name])
+    params[stack] = side
+  return params
+
+
+def convert_layout(params: Any, scanned: bool) -> Any:
+  """`params` in the scanned (True) or unrolled layout, whichever they are in now."""
+  if is_scanned(params) == scanned:
+    return params
+  return to_scanned(params) if scanned else to_unrolled(params)
+
+
+class TranslationModel:
+  """A `network.Transformer` of `config` with its loss, scores and beam search.
+
+  Parameters are in the layout of `config.scan_layers`; decoding caches keys and values
+  per layer, so it runs the unrolled stack on parameters converted inside its program.
+  """
+
+  def __init__(self, config: network.TransformerConfig):
+    self.config = config
+    self.module = network.Transformer(config)
+    self._decoding_module = self.module
+    if config.scan_layers:
+      self._decoding_module = network.Transformer(
+          dataclasses.replace(config, scan_layers=False))
+    self._encode = jax.jit(self._encode_batch, static_argnames=('padded_length',))
+    self._decode = jax.jit(self._decode_batch, static_argnames=(
+        'max_decode_length', 'beam_size', 'alpha', 'stop', 'num_pieces'))
+
+  def init(self, rng: Array, encoder_length: int, decoder_length: int) -> Any:
+    """Fresh parameters (boxed with logical axis names; see partitioning.shard_init)."""
+    batch = dummy_batch(1, encoder_length, decoder_length)
+    return self.module.init(rng, **model_kwargs(batch), enable_dropout=False)['params']
+
+  def loss_fn(self, params: Any, batch: Batch, dropout_rng: Array | None, *,
+              direction_ids: Array, label_smoothing: float,
+              direction_scales: Array | None = None,
+              loss_chunk_length: int = 0) -> dict[str, Array]:
+    """Loss sum, token count and per-direction sums of a batch; dropout iff a key is given.
+
+    The objective the gradient follows is the loss sum, or with `direction_scales` (one
+    per id in `direction_ids`, sorted) each token's loss times its direction's scale,
+    normalised by the equally scaled token count (`objective_sum` / `objective_weight`).
+    The reported sums stay unscaled, so logged losses mean the same with and without
+    scales. With `loss_chunk_length` the loss comes from the decoder's states through
+    `fused_loss.chunked_label_smoothed_objective`, never holding all the logits.
+    """
+    weights, token_scales, scales = objective_scales(batch, direction_ids, direction_scales)
+    kwargs = dict(enable_dropout=dropout_rng is not None,
+                  rngs={} if dropout_rng is None else {'dropout': dropout_rng})
+    targets = batch['decoder_target_tokens']
+    if loss_chunk_length:
+      hidden = self.module.apply({'params': params}, **model_kwargs(batch),
+                                 return_hidden=True, **kwargs)
+      projection, scale, vocab_major = self._output_projection(params)
+      objective_sum, raw_loss = fused_loss.chunked_label_smoothed_objective(
+          hidden, projection, targets, scales, label_smoothing, scale, vocab_major,
+          loss_chunk_length)
+      token_loss = raw_loss * weights
+    else:
+      logits = self.module.apply({'params': params}, **model_kwargs(batch), **kwargs)
+      token_loss = losses.label_smoothed_cross_entropy(logits, targets, weights,
+                                                       label_smoothing)
+      objective_sum = jnp.sum(token_loss if token_scales is None else token_loss * token_scales)
+    direction_loss, direction_tokens = losses.direction_sums(
+        token_loss, weights, batch['decoder_direction_ids'], direction_ids)
+    return {'loss_sum': token_loss.sum(), 'tokens': weights.sum(),
+            'direction_loss_sums': direction_loss, 'direction_tokens': direction_tokens,
+            'objective_sum': objective_sum, 'objective_weight': scales.sum()}
+
+  def _output_projection(self, params: Any) -> tuple[Array, float, bool]:
+    """(projection, logits scale, vocab-major) with logits = hidden . projection * scale:
+    the tied embedding [vocab, embed] scaled by 1/sqrt(emb_dim), or `logits_dense`'s
+    kernel [embed, vocab] unscaled. What the decoder applies to the states it returns
+    with `return_hidden`."""
+    if self.config.logits_via_embedding:
+      return (params['shared_embedding']['embedding'],
+              1.0 / float(np.sqrt(self.config.emb_dim)), True)
+    return params['decoder']['logits_dense']['kernel'], 1.0, False
+
+  def score_batch(self, params: Any, batch: Batch) -> Array:
+    """Each row's log-likelihood [B] of its targets, teacher-forced without dropout: the
+    sum of log p(token) over the targets' weighted tokens (`decoder_loss_weights`, or
+    every non-padding token without them)."""
+    targets = batch['decoder_target_tokens']
+    weights = batch.get('decoder_loss_weights', targets > 0).astype(jnp.float32)
+    logits = self.module.apply({'params': params}, **model_kwargs(batch))
+    token_loss = losses.label_smoothed_cross_entropy(logits, targets, weights, 0.0)
+    return -token_loss.sum(axis=-1)
+
+  def predict_batch(self, params: Any, encoder_tokens: np.ndarray, *, input_length: int,
+                    direction: int, prefix_id: int | None, max_decode_length: int,
+                    beam_size: int, alpha: float, stop: str, num_pieces: int) -> Array:
+    """The best output ids [B, max_decode_length] for a batch of encoder tokens.
+
+    `encoder_tokens` [B, bucket] is padded to the search's bucket length, and
+    `input_length` is its longest row: the encoder runs at that length (its program has
+    no loop, so a length of its own costs little to compile) and the search at the
+    bucket. `direction` (its id, traced, so directions share one compilation) chooses
+    the model's adapters, if it has any; `prefix_id` forces the first output token;
+    only ids below `num_pieces` are generated. beam_size 1 searches greedily.
+    """
+    direction = jnp.int32(direction)
+    prefix = None if prefix_id is None else jnp.full((encoder_tokens.shape[0],), prefix_id,
+                                                     jnp.int32)
+    encoded = self._encode(params, encoder_tokens[:, :input_length], direction,
+                           padded_length=encoder_tokens.shape[1])
+    return self._decode(params, encoded, encoder_tokens, prefix, direction,
+                        max_decode_length=max_decode_length, beam_size=beam_size,
+                        alpha=alpha, stop=stop, num_pieces=num_pieces)
+
+  def _encode_batch(self, params, encoder_tokens, direction, *, padded_length: int):
+    """The encoder's output for a batch of tokens cut to its longest input, zero-padded
+    to `padded_length` positions (the search's bucket; padding is masked there). The
+    model runs in its own layout, so scanned layers compile once whatever the depth."""
+    encoded = self.module.apply({'params': params}, encoder_tokens,
+                                encoder_direction_ids=jnp.full(
+                                    (encoder_tokens.shape[0], 1), direction, jnp.int32),
+                                method=network.Transformer.encode)
+    return jnp.pad(encoded, ((0, 0), (0, padded_length - encoder_tokens.shape[1]), (0, 0)))
+
+  def _decode_batch(self, params, encoded, encoder_tokens, prefix, direction, *,
+                    max_decode_length: int, beam_size: int, alpha: float, stop: str,
+                    num_pieces: int):
+    """Beam (or greedy) search over one direction's encoded batch."""
+    if self.config.scan_layers:
+      params = to_unrolled(params)
+    module = self._decoding_module
+    cache_lengths = decode_cache.stage_lengths(max_decode_length)
+    cross_attention, cache = decode_cache.split_fixed(decode_cache.init(
+        module, params, encoded, encoder_tokens, cache_lengths[0]))
+
+    def tokens_to_logits(tokens, model_cache):
+      logits, variables = module.apply(
+          {'params': params, 'cache': decode_cache.merge(cross_attention, model_cache)},
+          encoded, encoder_tokens, tokens, tokens, decode=True, mutable=['cache'],
+          decoder_direction_ids=jnp.full(tokens.shape, direction, jnp.int32),
+          method=network.Transformer.decode)
+      # The embedding is padded past the vocabulary (train_loop.padded_vocab_size); those
+      # rows are no pieces, so they are never generated, however little the model trained.
+      next_logits = logits[:, -1, :]
+      is_piece = jnp.arange(next_logits.shape[-1]) < num_pieces
+      return (jnp.where(is_piece, next_logits, decoding.NEG_INF),
+              decode_cache.split_fixed(variables['cache'])[1])
+
+    search = dict(prefix=prefix, max_decode_length=max_decode_length,
+                  cache_lengths=cache_lengths, extend_cache=decode_cache.extend)
+    if beam_size == 1:
+      return decoding.greedy_search(tokens_to_logits, cache, **search)
+    sequences, _ = decoding.beam_search(tokens_to_logits, cache, beam_size=beam_size,
+                                        alpha=alpha, stop=stop,
+                                        expand_cache=decode_cache.expand, **search)
+    return sequences[:, 0, :]
