@@ -8,10 +8,13 @@ are registered by `get_mixture_or_task` when first named, since listing their la
 means reading their folders. Other projects import this module to reuse the registry, and
 register mixtures over their own corpora with `register_mixture`.
 
-Three run-level choices are read from gin when a dataset is built, not when tasks are
-registered, so that one registry serves every run:
+A program that reuses the registry chooses the vocabulary of every task with
+`use_vocabulary(path)`; nothing else needs choosing, since the other run-level settings
+have defaults. t5x_mt's launch scripts make these choices through gin bindings, taken
+when a dataset is built, not when tasks are registered, so that one registry serves
+every run:
   * the vocabulary file (`vocabulary_path.path`, macro VOCABULARY_PATH in gin/runs),
-  * the tag strategy (`tag_strategy.strategy`, METHODS.md section 4),
+  * the tag strategy (`tag_strategy.strategy`, docs/methods.md#language-tags),
   * the sampling temperature tau of mixtures (`temperature_rate.temperature`).
 """
 
@@ -23,6 +26,7 @@ import functools
 import itertools
 import os
 import re
+from typing import NamedTuple
 
 import gin
 import seqio
@@ -33,9 +37,11 @@ from t5x_mt import languages
 from t5x_mt.data import cldr
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
-from t5x_mt.data import directions
 from t5x_mt.data import tags
 from t5x_mt.data import wmt22
+from t5x_mt.data.directions import Direction
+from t5x_mt.data.mixtures import MixtureMember
+from t5x_mt.data.mixtures import MixtureView
 from t5x_mt.errors import UserError
 
 DEFAULT_VOCABULARY_PATH = os.path.join(
@@ -61,20 +67,14 @@ NTREX_DIRECTIONS = tuple(
     for x, y in (('eng_Latn', lang), (lang, 'eng_Latn')))
 
 
-@dataclasses.dataclass(frozen=True)
-class Direction:
+class TaskSource(NamedTuple):
   """What a registered translation Task reads: one direction of one corpus."""
   corpus: str
-  src_lang: str
-  tgt_lang: str
-
-  @property
-  def name(self) -> str:
-    return directions.direction_name(self.src_lang, self.tgt_lang)
+  direction: Direction
 
 
-# Registry: Task name -> the corpus direction it reads.
-TASK_DIRECTIONS: dict[str, Direction] = {}
+# Registry: Task name -> what it reads.
+TASK_SOURCES: dict[str, TaskSource] = {}
 
 
 @gin.configurable
@@ -92,24 +92,19 @@ def tag_strategy(strategy: str = tags.DEFAULT_TAG_STRATEGY) -> str:
 DEFAULT_TEMPERATURE = 5.0
 
 
-def sampling_temperature() -> float:
-  """The tau `temperature_rate` samples with under the current gin config."""
-  return gin.get_bindings(temperature_rate).get('temperature', DEFAULT_TEMPERATURE)
-
-
 @gin.configurable
 def temperature_rate(task: seqio.Task, temperature: float = DEFAULT_TEMPERATURE,
                      mixture_tasks: Sequence[str] = ()) -> float:
-  """Mixing rate of a task: p_i = |D_i|^(1/tau) / sum_j |D_j|^(1/tau) (METHODS.md 5).
+  """Mixing rate of a task: p_i = |D_i|^(1/tau) / sum_j |D_j|^(1/tau).
 
-  D_i is the task's direction, summed over the mixture's tasks of that direction (the
+  Temperature sampling (docs/methods.md#temperature-sampling): D_i is the task's direction, summed over the mixture's tasks of that direction (the
   same language pair from several corpora, genuine and back-translated), which share
   the direction's rate in proportion to their sizes.
   """
   if temperature <= 0:
     raise UserError(f'temperature_rate.temperature: must be > 0, got {temperature}')
-  direction = TASK_DIRECTIONS[task.name].name
-  siblings = [name for name in mixture_tasks if TASK_DIRECTIONS[name].name == direction]
+  direction = TASK_SOURCES[task.name].direction
+  siblings = [name for name in mixture_tasks if TASK_SOURCES[name].direction == direction]
   direction_pairs = sum(num_train_pairs(name) for name in siblings or [task.name])
   if not direction_pairs:
     return 0.0
@@ -119,12 +114,22 @@ def temperature_rate(task: seqio.Task, temperature: float = DEFAULT_TEMPERATURE,
 SAMPLING_SIDES = ('none', 'source', 'both')
 
 
+@dataclasses.dataclass(frozen=True)
+class SubwordSampling:
+  """How a direction's training examples are segmented: whether each side samples, and
+  SentencePiece's smoothing `alpha` and `nbest_size` where it does."""
+  source: bool
+  target: bool
+  alpha: float
+  nbest_size: int
+
+
 @gin.configurable
 def subword_sampling(direction: str, sides: Mapping[str, str] | None = None,
-                     alpha: float = 0.1, nbest_size: int = -1) -> tuple[bool, bool]:
-  """(sample the source?, sample the target?) for a direction's training examples.
+                     alpha: float = 0.1, nbest_size: int = -1) -> SubwordSampling:
+  """Which sides of a direction's training examples sample their segmentation, and how.
 
-  Subword regularisation (Lan-Bridge, METHODS.md section 3): SentencePiece samples a
+  Subword regularisation (docs/methods.md#subword-regularisation): SentencePiece samples a
   segmentation of each training sentence (`nbest_size` candidates, -1 for all, smoothed
   by `alpha`) instead of always taking the best one. `sides` maps a direction
   ('eng_Latn-hau_Latn') or '*' (every other direction) to 'none', 'source' (the usual
@@ -132,49 +137,96 @@ def subword_sampling(direction: str, sides: Mapping[str, str] | None = None,
   Validation, test and inference always segment deterministically. SentencePiece draws
   from its own random source, so a run that samples does not resume bit for bit.
   """
-  del alpha, nbest_size  # Read by `_subword_sampler` through gin.
   side = (sides or {}).get(direction, (sides or {}).get('*', 'none'))
   if side not in SAMPLING_SIDES:
     raise UserError(f'subword_sampling.sides: {side!r} for {direction} is not one of '
                     f'{", ".join(SAMPLING_SIDES)}')
-  return side in ('source', 'both'), side == 'both'
+  return SubwordSampling(side in ('source', 'both'), side == 'both', alpha, nbest_size)
 
 
-def _subword_sampler():
-  """A TF SentencePiece tokenizer that samples with the gin-bound alpha and n-best size."""
-  bindings = gin.get_bindings(subword_sampling)
+def _subword_sampler(sampling: SubwordSampling):
+  """A TF SentencePiece tokenizer that samples as `sampling` says."""
   return tf_text.SentencepieceTokenizer(
-      model=VOCABULARY.sp_model, out_type=tf.int32,
-      nbest_size=bindings.get('nbest_size', -1), alpha=bindings.get('alpha', 0.1))
+      model=VOCABULARY.sentencepiece.sp_model, out_type=tf.int32,
+      nbest_size=sampling.nbest_size, alpha=sampling.alpha)
 
 
-class RunVocabulary(seqio.SentencePieceVocabulary):
-  """The SentencePiece vocabulary of the current run, resolved on first use.
+class SharedVocabulary(seqio.Vocabulary):
+  """The SentencePiece vocabulary of every registered task, resolved when first used.
 
-  Tasks are registered at import, before a run's gin config is parsed; resolving the file
-  through `vocabulary_path()` when the vocabulary is first used lets one registry serve
-  runs with different vocabularies.
+  Tasks are registered at import, before a program says which vocabulary it uses, so
+  they share this one object: it reads the file chosen with `use_vocabulary`, or, where
+  the program chose none, the launch layer's gin binding `vocabulary_path.path`
+  (VOCABULARY_PATH). seqio's interface is answered by that file's
+  `seqio.SentencePieceVocabulary`.
   """
 
   def __init__(self):
-    super().__init__(sentencepiece_model_file=DEFAULT_VOCABULARY_PATH)
+    super().__init__(extra_ids=0)
+    self._chosen_path: str | None = None
+    self._loaded: seqio.SentencePieceVocabulary | None = None
+
+  def choose(self, path: str) -> None:
+    if not tf.io.gfile.exists(path):
+      raise UserError(f'{path}: vocabulary file not found (build it with '
+                      'launch/build_vocab.py)')
+    self._chosen_path = path
 
   @property
   def sentencepiece_model_file(self) -> str:
-    return vocabulary_path()
+    return self._chosen_path or vocabulary_path()
 
-  def _model_context(self):
-    path = vocabulary_path()
-    if path != self._sentencepiece_model_file:
-      self._sentencepiece_model_file = path
-      self._model = None
-    if self._model is None and not tf.io.gfile.exists(path):
-      raise UserError(f'{path}: vocabulary file not found (build it with '
-                      'launch/build_vocab.py, or let launch/train.py build it)')
-    return super()._model_context()
+  @property
+  def sentencepiece(self) -> seqio.SentencePieceVocabulary:
+    """The seqio vocabulary of the file in use."""
+    path = self.sentencepiece_model_file
+    if self._loaded is None or self._loaded.sentencepiece_model_file != path:
+      if not tf.io.gfile.exists(path):
+        raise UserError(f'{path}: vocabulary file not found (build it with '
+                        'launch/build_vocab.py, let launch/train.py build it, or choose '
+                        'one with data_tasks.use_vocabulary)')
+      self._loaded = seqio.SentencePieceVocabulary(path)
+    return self._loaded
+
+  @property
+  def eos_id(self) -> int | None:
+    return self.sentencepiece.eos_id
+
+  @property
+  def unk_id(self) -> int | None:
+    return self.sentencepiece.unk_id
+
+  @property
+  def _base_vocab_size(self) -> int:
+    return self.sentencepiece.vocab_size
+
+  def _encode(self, s):
+    return self.sentencepiece.encode(s)
+
+  def _decode(self, ids):
+    return self.sentencepiece.decode(ids)
+
+  def _encode_tf(self, s):
+    return self.sentencepiece.encode_tf(s)
+
+  def _decode_tf(self, ids):
+    return self.sentencepiece.decode_tf(ids)
+
+  def __str__(self) -> str:
+    return str(self.sentencepiece)
 
 
-VOCABULARY = RunVocabulary()
+VOCABULARY = SharedVocabulary()
+
+
+def use_vocabulary(path: str | os.PathLike[str]) -> None:
+  """Makes the SentencePiece model at `path` the vocabulary of every registered task.
+
+  This is how a program that reuses the registry chooses its vocabulary without gin; the
+  choice holds for the rest of the process and takes precedence over the gin binding
+  `vocabulary_path.path` through which t5x_mt's own launch scripts choose it.
+  """
+  VOCABULARY.choose(os.path.expanduser(os.fspath(path)))
 
 
 def output_features() -> dict[str, seqio.Feature]:
@@ -189,9 +241,8 @@ def output_features() -> dict[str, seqio.Feature]:
 
 def num_train_pairs(task_name: str) -> int:
   """Training pairs of a registered translation Task's direction."""
-  direction = TASK_DIRECTIONS[task_name]
-  corpus = corpora.get_corpus(direction.corpus)
-  return len(corpus.pairs('train', direction.src_lang, direction.tgt_lang))
+  corpus, direction = TASK_SOURCES[task_name]
+  return len(corpora.get_corpus(corpus).pairs('train', *direction))
 
 
 def task_name(corpus: str, src_lang: str, tgt_lang: str) -> str:
@@ -199,14 +250,13 @@ def task_name(corpus: str, src_lang: str, tgt_lang: str) -> str:
   return f'{corpus}_{src_lang}.{tgt_lang}'
 
 
-def _pairs_dataset(direction: Direction, split: str, shuffle_files: bool,
+def _pairs_dataset(source: TaskSource, split: str, shuffle_files: bool,
                    seed: int | None = None) -> tf.data.Dataset:
   """The direction's pairs as an in-memory, checkpointable tf.data source."""
   del shuffle_files, seed  # One in-memory shard; examples are shuffled by seqio.
-  pairs = corpora.get_corpus(direction.corpus).pairs(split, direction.src_lang,
-                                                     direction.tgt_lang)
+  pairs = corpora.get_corpus(source.corpus).pairs(split, *source.direction)
   if not pairs:
-    raise UserError(f'{direction.corpus}: no {split} pairs for {direction.name}')
+    raise UserError(f'{source.corpus}: no {split} pairs for {source.direction.name}')
   sources, targets = zip(*pairs)
   return tf.data.Dataset.from_tensor_slices({
       'source': list(sources), 'target': list(targets),
@@ -222,12 +272,12 @@ def _to_inputs_targets(dataset: tf.data.Dataset) -> tf.data.Dataset:
 def _tokenize(dataset: tf.data.Dataset, direction: str) -> tf.data.Dataset:
   """Text to ids (keeping the text as `<feature>_pretokenized`, as seqio does); the sides
   `subword_sampling` names are sampled in training examples."""
-  sample_inputs, sample_targets = subword_sampling(direction)
-  sampler = _subword_sampler() if sample_inputs or sample_targets else None
+  sampling = subword_sampling(direction)
+  sampler = _subword_sampler(sampling) if sampling.source or sampling.target else None
 
   def tokenize(example):
     tokenized = {}
-    for feature, sample in (('inputs', sample_inputs), ('targets', sample_targets)):
+    for feature, sample in (('inputs', sampling.source), ('targets', sampling.target)):
       text = example[feature]
       tokenized[f'{feature}_pretokenized'] = text
       best = VOCABULARY.encode_tf(text)
@@ -243,7 +293,8 @@ def _tokenize(dataset: tf.data.Dataset, direction: str) -> tf.data.Dataset:
 
 
 def _tag_id(tag: str) -> int:
-  return tags.tag_piece_id(VOCABULARY.tokenizer, tag, vocabulary_path())
+  return tags.tag_piece_id(VOCABULARY.sentencepiece.tokenizer, tag,
+                           VOCABULARY.sentencepiece_model_file)
 
 
 def _tag_ids(*pieces: str | None) -> tf.Tensor:
@@ -251,16 +302,17 @@ def _tag_ids(*pieces: str | None) -> tf.Tensor:
   return tf.constant([_tag_id(piece) for piece in pieces if piece], tf.int32)
 
 
-def _add_tags(dataset: tf.data.Dataset, direction: Direction) -> tf.data.Dataset:
+def _add_tags(dataset: tf.data.Dataset, source: TaskSource) -> tf.data.Dataset:
   """Prepends the tag ids of the run's tag strategy to inputs and (if any) targets, and
   adds the synthetic-data tags of a back-translated corpus (`tags.synthetic_tags`).
 
   Tags are added as ids, not text, so the tag is one piece whatever SentencePiece
   would do with the text around it.
   """
-  src_lang, tgt_lang = direction.src_lang, direction.tgt_lang
+  src_lang, tgt_lang = source.direction
   direction_tags = tags.tags_for(tag_strategy(), src_lang, tgt_lang)
-  synthetic = corpus_types.synthetic_tags(corpora.get_corpus(direction.corpus), src_lang, tgt_lang)
+  synthetic = corpus_types.synthetic_tags(corpora.get_corpus(source.corpus), src_lang,
+                                          tgt_lang)
   encoder_prefix = _tag_ids(direction_tags.encoder_tag, synthetic.source_prefix)
   encoder_suffix = _tag_ids(synthetic.source_suffix)
   decoder_prefix = _tag_ids(direction_tags.decoder_tag)
@@ -290,27 +342,26 @@ def _add_direction(dataset: tf.data.Dataset, direction: int) -> tf.data.Dataset:
 def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
   """Registers (once) the Task reading one direction of a registered corpus."""
   name = task_name(corpus, src_lang, tgt_lang)
-  if name in TASK_DIRECTIONS:
+  if name in TASK_SOURCES:
     return name
   languages.check_language(src_lang, f'{name}: source language')
   languages.check_language(tgt_lang, f'{name}: target language')
-  direction = Direction(corpus, src_lang, tgt_lang)
+  source = TaskSource(corpus, Direction(src_lang, tgt_lang))
   seqio.TaskRegistry.add(
       name,
       source=seqio.FunctionDataSource(
-          functools.partial(_pairs_dataset, direction),
+          functools.partial(_pairs_dataset, source),
           splits=('train', 'validation', 'test')),
       preprocessors=[
           _to_inputs_targets,
-          functools.partial(_tokenize, direction=direction.name),
-          functools.partial(_add_tags, direction=direction),
+          functools.partial(_tokenize, direction=source.direction.name),
+          functools.partial(_add_tags, source=source),
           seqio.preprocessors.append_eos_after_trim,
-          functools.partial(_add_direction,
-                            direction=directions.direction_id(src_lang, tgt_lang)),
+          functools.partial(_add_direction, direction=source.direction.id),
       ],
       output_features=output_features(),
       metric_fns=[])
-  TASK_DIRECTIONS[name] = direction
+  TASK_SOURCES[name] = source
   return name
 
 
@@ -367,21 +418,25 @@ def register_from_config(corpora_dirs: Mapping[str, str] | None = None,
 
 def check_train_examples(mixture_or_task_name: str) -> int:
   """Training pairs of a mixture or task; a UserError if it has none to sample from."""
-  found = {direction: num_train_pairs(task_name(direction.corpus, direction.src_lang,
-                                                direction.tgt_lang))
-           for direction in mixture_directions(mixture_or_task_name)}
-  if not sum(found.values()):
+  mixture = mixture_view(mixture_or_task_name)
+  if not mixture.total_pairs():
     raise UserError(f'MIXTURE_OR_TASK_NAME: {mixture_or_task_name!r} has no training '
                     'examples (its tasks: ' + ', '.join(
-                        f'{d.corpus} {d.name}' for d in found) + ')')
-  return sum(found.values())
+                        f'{m.corpus} {m.direction.name}' for m in mixture.members) + ')')
+  return mixture.total_pairs()
 
 
-def mixture_directions(mixture_or_task_name: str) -> list[Direction]:
-  """The corpus directions a registered mixture or translation Task reads."""
+def mixture_view(mixture_or_task_name: str) -> MixtureView:
+  """A registered mixture's (or translation Task's) members with their directions,
+  sampling rates (1 for a Task) and training pairs, as the plain value samplers take."""
   provider = get_mixture_or_task(mixture_or_task_name)
-  tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
-  return [TASK_DIRECTIONS[task.name] for task in tasks]
+  if isinstance(provider, seqio.Mixture):
+    rated = [(task.name, float(provider.get_rate(task))) for task in provider.tasks]
+  else:
+    rated = [(provider.name, 1.0)]
+  return MixtureView(mixture_or_task_name, tuple(
+      MixtureMember(task, *TASK_SOURCES[task], rate=rate, pairs=num_train_pairs(task))
+      for task, rate in rated))
 
 
 _TASK_NAME = re.compile(r'^(?P<corpus>\w+?)_(?P<src>[a-z]{3}_[A-Z][a-z]{3})'
@@ -404,7 +459,7 @@ def wmt22_mixture_names() -> tuple[str, ...]:
           + tuple(f'wmt22_lfg{group}' for group in wmt22.FAMILY_GROUPS))
 
 
-def _wmt22_candidates(name: str) -> tuple[tuple[str, str], ...]:
+def _wmt22_candidates(name: str) -> tuple[Direction, ...]:
   """The directions a WMT22 mixture may hold (those with data make it)."""
   groups = {f'wmt22_{group.lower()}': d for group, d in wmt22.pair_groups().items()}
   if name in groups:
@@ -468,12 +523,11 @@ def get_mixture_or_task(name: str) -> seqio.Task | seqio.Mixture:
 def training_sentences(mixture_or_task_name: str) -> dict[str, list[str]]:
   """Every distinct training sentence per language on either side of the mixture."""
   per_language: dict[str, dict[str, None]] = {}
-  for direction in mixture_directions(mixture_or_task_name):
-    pairs = corpora.get_corpus(direction.corpus).pairs(
-        'train', direction.src_lang, direction.tgt_lang)
-    for src, tgt in pairs:
-      per_language.setdefault(direction.src_lang, {})[src] = None
-      per_language.setdefault(direction.tgt_lang, {})[tgt] = None
+  for member in mixture_view(mixture_or_task_name).members:
+    src_lang, tgt_lang = member.direction
+    for src, tgt in corpora.get_corpus(member.corpus).pairs('train', src_lang, tgt_lang):
+      per_language.setdefault(src_lang, {})[src] = None
+      per_language.setdefault(tgt_lang, {})[tgt] = None
   return {lang: list(lines) for lang, lines in per_language.items()}
 
 

@@ -21,6 +21,7 @@ from t5x_mt import gin_utils
 from t5x_mt.data.cleaning import io as cleaning_io
 from t5x_mt.data.cleaning import pipeline
 from t5x_mt.data.cleaning import steps as cleaning_steps
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 from t5x_mt.languages import check_language
 
@@ -71,12 +72,7 @@ def _sources(args) -> list[cleaning_io.Source]:
   if args.corpus:
     directions = None
     if args.directions:
-      directions = []
-      for direction in args.directions.split(','):
-        src, sep, tgt = direction.strip().partition('-')
-        if not sep:
-          raise UserError(f'--directions: {direction!r} is not <src>-<tgt>')
-        directions.append((src, tgt))
+      directions = [Direction.parse(d, '--directions') for d in args.directions.split(',')]
     return list(cleaning_io.corpus_sources(args.corpus, args.split, directions))
   for flag, value in (('--src_lang', args.src_lang), ('--tgt_lang', args.tgt_lang)):
     if not value:

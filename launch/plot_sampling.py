@@ -8,6 +8,8 @@ Prints the table the chart draws. --temperature overrides the run's tau
 corpora it registers (register_from_config, wmt22_corpora) can be plotted.
 """
 
+import gin
+
 from t5x_mt import cli
 from t5x_mt import files
 from t5x_mt import gin_utils
@@ -38,9 +40,10 @@ def main(argv: list[str]) -> int:
   data_tasks.register_from_config()
   with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--mixture'):
     data_tasks.check_train_examples(args.mixture)
-  shares = sampling.mixture_shares(args.mixture, args.by)
-  title = (f'{args.mixture}: {len(shares)} {args.by}s, temperature '
-           f'{data_tasks.sampling_temperature():g}')
+  shares = sampling.mixture_shares(data_tasks.mixture_view(args.mixture), args.by)
+  temperature = gin.get_bindings(data_tasks.temperature_rate).get(
+      'temperature', data_tasks.DEFAULT_TEMPERATURE)
+  title = f'{args.mixture}: {len(shares)} {args.by}s, temperature {temperature:g}'
   files.write_bytes_atomically(args.output, sampling.shares_chart(shares, title))
   print(sampling.format_shares(shares))
   print(f'wrote {args.output}')

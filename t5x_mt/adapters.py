@@ -1,4 +1,4 @@
-"""Language-specific adapters (Bapna & Firat 2019; Lan-Bridge WMT22, METHODS.md section 8).
+"""Language-specific adapters (Bapna & Firat 2019; Lan-Bridge WMT22; docs/methods.md#adapters).
 
 A small residual block z + W_up ReLU(W_down LN(z)) after every encoder and decoder layer,
 one per target language or per direction, with a bottleneck sized by the key's resource
@@ -21,9 +21,9 @@ import numpy as np
 from t5x_mt import languages
 from t5x_mt import layers
 from t5x_mt.data import directions
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
-ADAPTER_BY = ('target', 'direction')
 # Parameters whose path has a part starting with this are adapters (network.py names them).
 MODULE_PREFIX = 'adapters_'
 
@@ -33,45 +33,34 @@ def check_config(by: str, keys: Sequence[str], bottlenecks: Sequence[int]) -> No
   positive bottleneck."""
   if not keys:
     return
-  if by not in ADAPTER_BY:
-    raise UserError(f'network.TransformerConfig.adapter_by: {by!r} is not one of '
-                    f'{", ".join(ADAPTER_BY)}')
+  directions.check_grouping(by, 'network.TransformerConfig.adapter_by')
   if len(bottlenecks) != len(keys) or any(b < 1 for b in bottlenecks):
     raise UserError('network.TransformerConfig.adapter_bottlenecks: one size >= 1 per '
                     f'adapter key ({len(keys)} keys, got {tuple(bottlenecks)})')
   if len(set(keys)) != len(keys):
     raise UserError(f'network.TransformerConfig.adapter_keys: repeated keys in {tuple(keys)}')
   for key in keys:
-    parts = directions.split_direction(key) if by == 'direction' else (key,)
-    if by == 'direction' and not all(parts):
-      raise UserError(f'network.TransformerConfig.adapter_keys: {key!r} is not a direction '
-                      '(<src>-<tgt>, e.g. eng_Latn-hau_Latn)')
-    for language in parts:
-      if language not in languages.FLORES200_CODES:
-        raise UserError(f'network.TransformerConfig.adapter_keys: {key!r}: {language!r} is '
-                        'not a FLORES-200 language code')
+    if by == 'direction':
+      Direction.parse(key, 'network.TransformerConfig.adapter_keys')
+    else:
+      languages.check_language(key, 'network.TransformerConfig.adapter_keys')
 
 
-def key_of(direction: str, by: str) -> str:
-  """The adapter key of a direction ('eng_Latn-hau_Latn'): its target, or itself."""
-  return directions.split_direction(direction)[1] if by == 'target' else direction
-
-
-def check_directions(direction_names: Sequence[str], by: str, keys: Sequence[str],
+def check_directions(run_directions: Sequence[Direction], by: str, keys: Sequence[str],
                      where: str) -> None:
   """UserError naming the first direction whose adapter the model was not built with."""
-  for name in direction_names:
-    if key_of(name, by) not in keys:
-      raise UserError(f'{where}: direction {name} needs the adapter {key_of(name, by)!r}, '
-                      f'which the model was not built with (adapters: {", ".join(keys)})')
+  for direction in run_directions:
+    if direction.key(by) not in keys:
+      raise UserError(f'{where}: direction {direction.name} needs the adapter '
+                      f'{direction.key(by)!r}, which the model was not built with '
+                      f'(adapters: {", ".join(keys)})')
 
 
 def _key_values(by: str, keys: Sequence[str]) -> np.ndarray:
   """What a token's direction id is compared with: target-language indices or direction ids."""
   if by == 'target':
     return np.array([languages.language_index(k) for k in keys], np.int32)
-  return np.array([directions.direction_id(*directions.split_direction(k)) for k in keys],
-                  np.int32)
+  return np.array([Direction.parse(k, 'adapter key').id for k in keys], np.int32)
 
 
 def adapter_index(direction_ids: jax.Array, by: str, keys: Sequence[str]) -> jax.Array:

@@ -1,4 +1,4 @@
-"""Distributionally robust optimisation over groups (chi-square ball; METHODS.md section 6).
+"""Distributionally robust optimisation over groups (chi-square ball; docs/methods.md#dro).
 
 Plain training minimises the loss averaged over the data's mix of groups (directions or
 target languages), so large groups dominate. DRO instead trains on the worst mix inside a
@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from t5x_mt.data import directions
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 BISECTION_TOLERANCE = 1e-4
@@ -157,16 +159,6 @@ def worst_case_weights(losses, baselines, proportions, rho: float = 0.1,
   return weights
 
 
-GROUPINGS = ('direction', 'target')
-
-
-def group_of(direction: str, grouping: str) -> str:
-  """The DRO group of a direction ('eng_Latn-hau_Latn'): itself, or its target language."""
-  if grouping not in GROUPINGS:
-    raise UserError(f'DRO grouping: {grouping!r} is not one of {", ".join(GROUPINGS)}')
-  return direction if grouping == 'direction' else direction.partition('-')[2]
-
-
 @dataclasses.dataclass
 class GroupLosses:
   """The per-group state DRO keeps during training, saved with every checkpoint.
@@ -244,7 +236,7 @@ class DroConfig:
     rho, min_ratio: the ball's radius and the q/p floor of `worst_case_weights`.
     ema_decay: a in l_g <- (1 - a) l_g + a loss_g(batch).
     proportions: p_g, the ball's centre: each group's share of the training 'pairs'
-      (METHODS.md), or of the plain mixture's sampling 'rates'.
+      (docs/methods.md#dro), or of the plain mixture's sampling 'rates'.
     mode: 'sampling' draws batch rows from group g with probability q_g; 'reweighting'
       keeps the plain mixture's sampling and scales each token's loss by q_g / s_g (s_g the
       group's sampling share), which has the same expected objective.
@@ -259,9 +251,7 @@ class DroConfig:
   mode: str = 'sampling'
 
   def check(self) -> None:
-    if self.grouping not in GROUPINGS:
-      raise UserError(f'DroConfig.grouping: {self.grouping!r} is not one of '
-                      f'{", ".join(GROUPINGS)}')
+    directions.check_grouping(self.grouping, 'DroConfig.grouping')
     if self.mode not in MODES:
       raise UserError(f'DroConfig.mode: {self.mode!r} is not one of {", ".join(MODES)}')
     if self.interval < 1:
@@ -301,7 +291,8 @@ class DroTraining:
                proportions: Mapping[str, float], sampling_shares: Mapping[str, float]):
     config.check()
     self.config = config
-    self.direction_groups = [group_of(name, config.grouping) for name in direction_names]
+    self.direction_groups = [Direction.parse(name, 'DRO direction').key(config.grouping)
+                             for name in direction_names]
     groups = sorted(proportions)
     baselines = load_baselines(config.baselines, config.grouping)
     try:

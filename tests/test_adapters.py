@@ -13,14 +13,14 @@ from test_launch_translate_evaluate import run_in_process
 from t5x_mt import adapters
 from t5x_mt import checkpoints
 from t5x_mt import network
-from t5x_mt.data import directions
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 TASK = 'cldr_eng_Latn.hau_Latn'
 TINY = dict(vocab_size=64, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
             num_encoder_layers=2, num_decoder_layers=2, dropout_rate=0.0)
-ENG_HAU = directions.direction_id('eng_Latn', 'hau_Latn')
-ENG_FRA = directions.direction_id('eng_Latn', 'fra_Latn')
+ENG_HAU = Direction('eng_Latn', 'hau_Latn').id
+ENG_FRA = Direction('eng_Latn', 'fra_Latn').id
 
 
 def _packed_batch() -> dict[str, jnp.ndarray]:
@@ -52,7 +52,7 @@ def test_encoder_tokens_take_the_direction_of_their_segment():
 
 
 def test_adapter_index_by_target_and_by_direction():
-  ids = jnp.asarray([ENG_HAU, ENG_FRA, directions.direction_id('fra_Latn', 'hau_Latn'), 0])
+  ids = jnp.asarray([ENG_HAU, ENG_FRA, Direction('fra_Latn', 'hau_Latn').id, 0])
   assert adapters.adapter_index(ids, 'target', ('fra_Latn', 'hau_Latn')).tolist() == [
       1, 0, 1, -1]
   assert adapters.adapter_index(ids, 'direction', ('eng_Latn-hau_Latn',)).tolist() == [

@@ -13,8 +13,9 @@ import tensorflow as tf
 import data_tasks
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
-from t5x_mt.data import directions
+from t5x_mt.data.directions import Direction
 from t5x_mt.data import input_pipeline
+from t5x_mt.data import mixtures
 from t5x_mt.data import vocab
 from t5x_mt.errors import UserError
 
@@ -27,7 +28,7 @@ ROWS = [{'eng_Latn': f'the report {i} is ready', 'fra_Latn': f'le rapport {i} es
          'swh_Latn': f'ripoti {i} iko tayari' if i < 4 else ''} for i in range(100)]
 MIXTURE_DIRECTIONS = (('eng_Latn', 'fra_Latn'), ('eng_Latn', 'hau_Latn'),
                       ('eng_Latn', 'swh_Latn'))
-SIZES = {directions.direction_id(*pair): n for pair, n in zip(MIXTURE_DIRECTIONS, (100, 20, 4))}
+SIZES = {Direction(*pair).id: n for pair, n in zip(MIXTURE_DIRECTIONS, (100, 20, 4))}
 LENGTHS = {'inputs': 32, 'targets': 32}
 
 
@@ -49,12 +50,13 @@ def run_config(model_path):
 
 
 def test_registry_names_tasks_by_corpus_and_direction():
-  assert [d.name for d in data_tasks.mixture_directions(MIXTURE)] == [
+  assert [m.direction.name for m in data_tasks.mixture_view(MIXTURE).members] == [
       'eng_Latn-fra_Latn', 'eng_Latn-hau_Latn', 'eng_Latn-swh_Latn']
   task = data_tasks.task_name(CORPUS, 'eng_Latn', 'hau_Latn')
   assert task == 'test_data_tasks_eng_Latn.hau_Latn'
   assert data_tasks.num_train_pairs(task) == 20
-  assert [d.name for d in data_tasks.mixture_directions(task)] == ['eng_Latn-hau_Latn']
+  assert data_tasks.mixture_view(task).members == (mixtures.MixtureMember(
+      task, CORPUS, Direction('eng_Latn', 'hau_Latn'), rate=1.0, pairs=20),)
   # Registering the same direction again returns the existing task.
   assert data_tasks.register_direction_task(CORPUS, 'eng_Latn', 'hau_Latn') == task
 
@@ -81,7 +83,7 @@ def test_missing_vocabulary_file_is_named(tmp_path):
 
 def test_vocabulary_follows_gin_binding(model_path):
   assert data_tasks.VOCABULARY.sentencepiece_model_file == model_path
-  assert data_tasks.VOCABULARY.tokenizer.piece_to_id('<2hau_Latn>') == 70
+  assert data_tasks.VOCABULARY.sentencepiece.tokenizer.piece_to_id('<2hau_Latn>') == 70
 
 
 def _observed_shares(num_examples: int) -> dict[int, float]:
@@ -102,7 +104,7 @@ def _observed_shares(num_examples: int) -> dict[int, float]:
 def test_temperature_sampling_rates_and_frequencies(tau, expected):
   gin.bind_parameter('temperature_rate.temperature', tau)
   mixture = seqio.get_mixture_or_task(MIXTURE)
-  rates = {directions.direction_id(*pair): mixture.get_rate(seqio.get_mixture_or_task(
+  rates = {Direction(*pair).id: mixture.get_rate(seqio.get_mixture_or_task(
       data_tasks.task_name(CORPUS, *pair))) for pair in MIXTURE_DIRECTIONS}
   assert rates == pytest.approx({d: n ** (1 / tau) for d, n in SIZES.items()})
   total = sum(rates.values())
@@ -260,5 +262,5 @@ def test_every_cldr_direction_is_registered_and_other_corpora_on_demand():
   count = len(cldr.CLDR_LANGUAGES)
   assert sum(name.startswith('cldr_') for name in names) == count * (count - 1)
   task = data_tasks.get_mixture_or_task('flores200_eng_Latn.zul_Latn')
-  assert data_tasks.TASK_DIRECTIONS[task.name] == data_tasks.Direction(
-      'flores200', 'eng_Latn', 'zul_Latn')
+  assert data_tasks.TASK_SOURCES[task.name] == data_tasks.TaskSource(
+      'flores200', Direction('eng_Latn', 'zul_Latn'))

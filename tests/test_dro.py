@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from t5x_mt import dro
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 
@@ -159,10 +160,13 @@ def test_config_refuses_a_ball_it_cannot_use():
 
 
 def test_group_of_direction_or_target():
-  assert dro.group_of('eng_Latn-hau_Latn', 'direction') == 'eng_Latn-hau_Latn'
-  assert dro.group_of('eng_Latn-hau_Latn', 'target') == 'hau_Latn'
+  direction = Direction('eng_Latn', 'hau_Latn')
+  assert direction.key('direction') == 'eng_Latn-hau_Latn'
+  assert direction.key('target') == 'hau_Latn'
   with pytest.raises(UserError, match="'source' is not one of direction, target"):
-    dro.group_of('eng_Latn-hau_Latn', 'source')
+    direction.key('source')
+  with pytest.raises(UserError, match="DroConfig.grouping: 'source' is not one of direction"):
+    dro.DroConfig('b.json', grouping='source').check()
 
 
 def test_ema_weights_and_state_round_trip():

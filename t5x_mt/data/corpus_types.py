@@ -16,6 +16,7 @@ from typing import Mapping, Protocol, Sequence
 
 from t5x_mt.data import readers
 from t5x_mt.data import tags
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 from t5x_mt.languages import check_language
 
@@ -224,10 +225,8 @@ def synthetic_dir_corpus(name: str, directory: str | os.PathLike[str],
   manifest = _read_manifest(manifest_path)
   pairs, synthetic = {}, {}
   for direction, entry in manifest['directions'].items():
-    src, _, tgt = direction.partition('-')
     where = f'{manifest_path}: direction {direction!r}'
-    check_language(src, where)
-    check_language(tgt, where)
+    src, tgt = Direction.parse(direction, where)
     if entry.get('synthetic_lang') not in (src, tgt):
       raise UserError(f'{where}: synthetic_lang must be {src} or {tgt}')
     scheme = tags.check_synthetic_tag_scheme(entry.get('tag'), f'{where}: tag')

@@ -1,36 +1,70 @@
-"""Translation directions: names (`eng_Latn-hau_Latn`) and compact integer ids.
+"""Translation directions: one value type, its name (`eng_Latn-hau_Latn`) and its id.
 
 An id travels with every target token through packing (see feature_converters), so it
 must be a small integer that is the same in every process: it is derived from the
 languages' positions in the fixed FLORES-200 code list, never from registration order.
 """
 
+from typing import NamedTuple
+
 from t5x_mt import languages
+from t5x_mt.errors import UserError
 
 _STRIDE = 256  # > number of FLORES-200 codes, so src and tgt indices never collide.
+# How directions are grouped (DRO's groups, adapters' keys): each direction on its own, or
+# every direction into one target language together.
+GROUPINGS = ('direction', 'target')
 
 
-def direction_name(src_lang: str, tgt_lang: str) -> str:
-  """`<src>-<tgt>`, the name used in task names, metrics and eval files."""
-  return f'{src_lang}-{tgt_lang}'
+def check_grouping(grouping: str, setting: str) -> str:
+  """`grouping` if it is one of GROUPINGS; a UserError naming `setting` otherwise."""
+  if grouping not in GROUPINGS:
+    raise UserError(f'{setting}: {grouping!r} is not one of {", ".join(GROUPINGS)}')
+  return grouping
 
 
-def split_direction(name: str) -> tuple[str, str]:
-  """Inverse of direction_name."""
-  src_lang, _, tgt_lang = name.partition('-')
-  return src_lang, tgt_lang
+class Direction(NamedTuple):
+  """A translation direction: source and target FLORES-200 codes.
 
+  A (src, tgt) tuple, so it unpacks and keys dicts as pairs do. `name` is what task names,
+  metrics, adapter keys and files use and `id` what travels with tokens; `parse` and
+  `from_id` convert them back.
+  """
+  src_lang: str
+  tgt_lang: str
 
-def direction_id(src_lang: str, tgt_lang: str) -> int:
-  """A positive id (0 is reserved for padding) unique to the ordered language pair."""
-  return languages.language_index(src_lang) * _STRIDE + languages.language_index(tgt_lang) + 1
+  @classmethod
+  def parse(cls, name: str, where: str) -> 'Direction':
+    """The direction `<src>-<tgt>` names, both codes checked; a UserError naming `where`."""
+    src_lang, sep, tgt_lang = name.strip().partition('-')
+    if not sep:
+      raise UserError(f'{where}: {name!r} is not <src>-<tgt>')
+    return cls(languages.check_language(src_lang, where),
+               languages.check_language(tgt_lang, where))
 
+  @classmethod
+  def from_id(cls, direction_id: int) -> 'Direction':
+    """The direction whose `id` is `direction_id`."""
+    src_index, tgt_index = divmod(int(direction_id) - 1, _STRIDE)
+    codes = sorted(languages.FLORES200_CODES)
+    return cls(codes[src_index], codes[tgt_index])
 
-def direction_from_id(direction: int) -> str:
-  """Inverse of direction_id: the direction's name."""
-  src_index, tgt_index = divmod(direction - 1, _STRIDE)
-  codes = sorted(languages.FLORES200_CODES)
-  return direction_name(codes[src_index], codes[tgt_index])
+  @property
+  def name(self) -> str:
+    """`<src>-<tgt>`."""
+    return f'{self.src_lang}-{self.tgt_lang}'
+
+  @property
+  def id(self) -> int:
+    """A positive id (0 is reserved for padding) unique to the ordered language pair."""
+    return (languages.language_index(self.src_lang) * _STRIDE
+            + languages.language_index(self.tgt_lang) + 1)
+
+  def key(self, grouping: str) -> str:
+    """The group this direction falls in under `grouping` (one of GROUPINGS): its own name,
+    or its target language."""
+    check_grouping(grouping, 'direction grouping')
+    return self.name if grouping == 'direction' else self.tgt_lang
 
 
 def target_index(direction_ids):

@@ -1,6 +1,6 @@
 """Training batches drawn from groups of directions with weights that change during training.
 
-seqio fixes a mixture's rates when it is built, but DRO (METHODS.md section 6) re-weights
+seqio fixes a mixture's rates when it is built, but DRO (docs/methods.md#dro) re-weights
 groups every few hundred steps. `GroupSampler` therefore keeps one endless, shuffled,
 packed seqio pipeline per group (the group's tasks mixed at the run mixture's own rates)
 and draws each row of a batch from group g with probability q_g, the weights in force.
@@ -22,38 +22,22 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-import data_tasks
-from t5x_mt import dro
 from t5x_mt import files
 from t5x_mt.data import input_pipeline
 from t5x_mt.data.feature_converters import DirectionEncDecFeatureConverter
+from t5x_mt.data.mixtures import MixtureView
 from t5x_mt.errors import UserError
 
 SAMPLER_STATE_SUFFIX = '.sampler.json'
 
 
-def task_groups(mixture_or_task_name: str, grouping: str) -> dict[str, list[tuple[str, float]]]:
-  """{group: [(task name, mixture rate), ...]} in sorted group order."""
-  provider = data_tasks.get_mixture_or_task(mixture_or_task_name)
-  if isinstance(provider, seqio.Mixture):
-    tasks = [(task.name, float(provider.get_rate(task))) for task in provider.tasks]
-  else:
-    tasks = [(provider.name, 1.0)]
-  groups: dict[str, list[tuple[str, float]]] = {}
-  for name, rate in tasks:
-    group = dro.group_of(data_tasks.TASK_DIRECTIONS[name].name, grouping)
-    groups.setdefault(group, []).append((name, rate))
-  return dict(sorted(groups.items()))
-
-
-def group_shares(mixture_or_task_name: str, grouping: str, by: str) -> dict[str, float]:
-  """Each group's share of the training data: of its pairs (`by='pairs'`, METHODS.md's
-  p_g), or of the plain mixture's sampling rates (`by='rates'`)."""
+def group_shares(mixture: MixtureView, grouping: str, by: str) -> dict[str, float]:
+  """Each group's share of the training data: of its pairs (`by='pairs'`, the p_g
+  of docs/methods.md#dro), or of the plain mixture's sampling rates (`by='rates'`)."""
   if by not in ('pairs', 'rates'):
     raise UserError(f'DRO proportions: {by!r} is not pairs or rates')
-  sizes = {group: sum(data_tasks.num_train_pairs(name) if by == 'pairs' else rate
-                      for name, rate in tasks)
-           for group, tasks in task_groups(mixture_or_task_name, grouping).items()}
+  sizes = {group: sum(member.pairs if by == 'pairs' else member.rate for member in members)
+           for group, members in mixture.groups(grouping).items()}
   total = sum(sizes.values())
   return {group: size / total for group, size in sizes.items()}
 
@@ -61,21 +45,22 @@ def group_shares(mixture_or_task_name: str, grouping: str, by: str) -> dict[str,
 class GroupSampler:
   """An iterator of this process's NumPy batches, each row drawn from a group by weight."""
 
-  def __init__(self, mixture_or_task_name: str, *, grouping: str, global_batch_size: int,
+  def __init__(self, mixture: MixtureView, *, grouping: str, global_batch_size: int,
                inputs_length: int, targets_length: int, seed: int, pack: bool = True):
     if global_batch_size % jax.process_count():
       raise UserError(f'BATCH_SIZE: {global_batch_size} does not split over '
                       f'{jax.process_count()} processes')
     self.rows = global_batch_size // jax.process_count()
-    groups = task_groups(mixture_or_task_name, grouping)
+    groups = mixture.groups(grouping)
     self.groups = list(groups)
     self.weights = np.full(len(self.groups), 1.0 / len(self.groups))
     self._rng = np.random.Generator(np.random.PCG64([seed, jax.process_index()]))
     lengths = input_pipeline.task_feature_lengths(inputs_length, targets_length)
     shard = seqio.ShardInfo(index=jax.process_index(), num_shards=jax.process_count())
     self._iterators = []
-    for index, (group, tasks) in enumerate(groups.items()):
-      source = seqio.Mixture(f'{mixture_or_task_name}/{group}', tasks)
+    for index, (group, members) in enumerate(groups.items()):
+      source = seqio.Mixture(f'{mixture.name}/{group}',
+                             [(member.task, member.rate) for member in members])
       dataset = seqio.get_dataset(
           source, task_feature_lengths=lengths, dataset_split='train', shuffle=True,
           num_epochs=None, seed=seed + index, shard_info=shard, verbose=False,

@@ -2,7 +2,7 @@
 
 With tau = 1 a mixture samples each direction in proportion to its pairs; larger tau
 flattens the distribution towards uniform, so low-resource languages are seen more often
-than their share of the data (METHODS.md section 5). This module computes both
+than their share of the data (docs/methods.md#temperature-sampling). This module computes both
 distributions from a registered mixture's own rates and draws them side by side, as the
 data figure of Tencent's WMT22 paper does.
 """
@@ -10,9 +10,7 @@ data figure of Tencent's WMT22 paper does.
 import dataclasses
 import io
 
-import seqio
-
-import data_tasks
+from t5x_mt.data.mixtures import MixtureView
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,26 +31,22 @@ def _shares(counts: dict[str, tuple[float, float]]) -> list[Share]:
   return sorted(shares, key=lambda share: (-share.original, share.name))
 
 
-def mixture_shares(mixture_name: str, by: str = 'language') -> list[Share]:
+def mixture_shares(mixture: MixtureView, by: str = 'language') -> list[Share]:
   """Original and sampled shares of a mixture's directions, or of its languages.
 
   A language's share counts the pairs (and sampling rate) of every direction it is the
   source or the target of, halved, so that the shares of all languages sum to one.
   """
-  mixture = data_tasks.get_mixture_or_task(mixture_name)
-  tasks = mixture.tasks if isinstance(mixture, seqio.Mixture) else [mixture]
   counts: dict[str, tuple[float, float]] = {}
-  for task in tasks:
-    pairs = data_tasks.num_train_pairs(task.name)
-    rate = mixture.get_rate(task) if isinstance(mixture, seqio.Mixture) else 1.0
-    direction = data_tasks.TASK_DIRECTIONS[task.name]
+  for member in mixture.members:
+    direction = member.direction
     if by == 'direction':
       keys = [(direction.name, 1.0)]
     else:
       keys = [(direction.src_lang, 0.5), (direction.tgt_lang, 0.5)]
     for key, weight in keys:
       old_pairs, old_rate = counts.get(key, (0.0, 0.0))
-      counts[key] = (old_pairs + weight * pairs, old_rate + weight * rate)
+      counts[key] = (old_pairs + weight * member.pairs, old_rate + weight * member.rate)
   return _shares(counts)
 
 

@@ -1,7 +1,7 @@
-"""The WMT22 large-scale African task's direction sets (METHODS.md sections 5 and 7).
+"""The WMT22 large-scale African task's direction sets (docs/methods.md#language-family-grouping).
 
 English, French and 24 African languages (`languages.WMT22_AFRICAN`). Directions are
-`(src, tgt)` FLORES-200 codes. What is here:
+`directions.Direction`s of FLORES-200 codes. What is here:
 
   * pair groups of evaluated directions, as Tencent names them: ENGC (English-centric,
     eng <-> all 24), FRAC (French-centric, fra <-> kin, lin, swh, wol) and SSEA
@@ -22,16 +22,14 @@ from collections.abc import Mapping, Sequence
 import gin
 
 from t5x_mt import languages
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 ENGLISH, FRENCH = 'eng_Latn', 'fra_Latn'
 AFRICAN = tuple(lang for lang in languages.WMT22_AFRICAN if lang not in (ENGLISH, FRENCH))
 
-Direction = tuple[str, str]
-
-
-def _both_ways(pairs: Sequence[Direction]) -> tuple[Direction, ...]:
-  return tuple(d for a, b in pairs for d in ((a, b), (b, a)))
+def _both_ways(pairs: Sequence[tuple[str, str]]) -> tuple[Direction, ...]:
+  return tuple(d for a, b in pairs for d in (Direction(a, b), Direction(b, a)))
 
 
 _SSEA_RING = ('xho_Latn', 'zul_Latn', 'sna_Latn', 'afr_Latn', 'ssw_Latn', 'tsn_Latn',
@@ -71,7 +69,7 @@ def pair_groups(extra: Mapping[str, Sequence[str]] | None = None
   """PAIR_GROUPS plus the `extra` groups a user names ({'HCEA': ['amh_Ethi-swh_Latn', ...]})."""
   groups = dict(PAIR_GROUPS)
   for name, directions in (extra or {}).items():
-    groups[name] = tuple(languages.parse_direction(d, f'pair_groups.extra[{name!r}]')
+    groups[name] = tuple(Direction.parse(d, f'pair_groups.extra[{name!r}]')
                          for d in directions)
   return groups
 
@@ -87,12 +85,12 @@ def english_centric() -> tuple[Direction, ...]:
 
 def all_directions() -> tuple[Direction, ...]:
   """Every ordered pair of two WMT22 languages: the candidates for Base."""
-  return tuple((a, b) for a in languages.WMT22_AFRICAN for b in languages.WMT22_AFRICAN
-               if a != b)
+  return tuple(Direction(a, b) for a in languages.WMT22_AFRICAN
+               for b in languages.WMT22_AFRICAN if a != b)
 
 
 def family_directions(group: int, candidates: Sequence[Direction]) -> tuple[Direction, ...]:
   """The candidates whose target is in family group `group` (one LFG model's data)."""
   if group not in FAMILY_GROUPS:
     raise UserError(f'family group {group}: choose one of {", ".join(map(str, FAMILY_GROUPS))}')
-  return tuple(d for d in candidates if d[1] in FAMILY_GROUPS[group])
+  return tuple(d for d in candidates if d.tgt_lang in FAMILY_GROUPS[group])

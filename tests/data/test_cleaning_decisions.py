@@ -24,6 +24,7 @@ from t5x_mt.data import readers
 from t5x_mt.data.cleaning import io as cleaning_io
 from t5x_mt.data.cleaning import pipeline
 from t5x_mt.data.cleaning.steps import STEPS
+from t5x_mt.data.directions import Direction
 
 FIXTURE = Path(__file__).with_name('cleaning_decisions.json')
 CORPORA = ('gettext_l10n', 'ntrex128')  # Also their folders in the shared data.
@@ -62,7 +63,7 @@ def decisions(corpus: str, config: str, output_dir: Path) -> dict:
   digests, rewritten = {}, Counter()
   for direction, entry in report['directions'].items():
     rewritten.update(entry['rewritten'])
-    src_lang, tgt_lang = direction.split('-')
+    src_lang, tgt_lang = Direction.parse(direction, 'report')
     digests[direction] = _digest(output_dir / f'{direction}.{src_lang}',
                                  output_dir / f'{direction}.{tgt_lang}',
                                  output_dir / 'dropped' / f'{direction}.tsv')

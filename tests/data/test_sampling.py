@@ -28,7 +28,7 @@ def mixture():
 
 
 def test_language_shares_at_temperature_five():
-  shares = {s.name: s for s in sampling.mixture_shares(MIXTURE)}
+  shares = {s.name: s for s in sampling.mixture_shares(data_tasks.mixture_view(MIXTURE))}
   fra_rate, hau_rate = 100 ** 0.2, 20 ** 0.2  # 2.5119 and 1.8206.
   # English is one side of every pair: half of everything, sampled or not.
   assert shares['eng_Latn'].original == pytest.approx(0.5)
@@ -40,7 +40,7 @@ def test_language_shares_at_temperature_five():
 
 def test_direction_shares_at_temperature_one_follow_the_data():
   gin.bind_parameter('temperature_rate.temperature', 1.0)
-  shares = sampling.mixture_shares(MIXTURE, by='direction')
+  shares = sampling.mixture_shares(data_tasks.mixture_view(MIXTURE), by='direction')
   assert [(s.name, s.pairs) for s in shares] == [('eng_Latn-fra_Latn', 100),
                                                  ('eng_Latn-hau_Latn', 20)]
   assert [s.sampled for s in shares] == pytest.approx([s.original for s in shares])

@@ -55,7 +55,7 @@ def test_family_groups_route_swahili_to_group_three():
 
 def _directions(mixture: str) -> set[str]:
   data_tasks.register_wmt22_mixture(mixture)
-  return {d.name for d in data_tasks.mixture_directions(mixture)}
+  return {d.name for d in data_tasks.mixture_view(mixture).directions()}
 
 
 def _both_ways(a: str, others: tuple[str, ...]) -> set[str]:

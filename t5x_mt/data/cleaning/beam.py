@@ -29,6 +29,7 @@ from t5x_mt.data.cleaning import io as cleaning_io
 from t5x_mt.data.cleaning import pipeline as cleaning
 from t5x_mt.data.cleaning.pipeline import StepSpec
 from t5x_mt.data.cleaning.steps import Pair
+from t5x_mt.data.directions import Direction
 
 KEPT, DROPPED, COUNTS = 'kept', 'dropped', 'counts'
 
@@ -43,7 +44,7 @@ class CleanChunk(beam.DoFn):
 
   def _cleaner(self, direction: str) -> cleaning.PairCleaner:
     if direction not in self._cleaners:
-      src_lang, tgt_lang = direction.split('-')
+      src_lang, tgt_lang = Direction.parse(direction, 'cleaned direction')
       self._cleaners[direction] = cleaning.PairCleaner(self._specs, src_lang, tgt_lang)
     return self._cleaners[direction]
 

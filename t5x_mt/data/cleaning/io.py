@@ -22,12 +22,12 @@ import gzip
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Sequence
 
 from t5x_mt.data import corpora
 from t5x_mt.data.cleaning.steps import Pair
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
-from t5x_mt.languages import check_language
 
 DEFAULT_CHUNK_LINES = 50_000
 INVALID_UTF8 = 'invalid_utf8'
@@ -48,10 +48,6 @@ class Chunk:
   first_index: int
   count: int
   offsets: tuple[int, ...] = ()  # Byte offsets into the source's files, where seekable.
-
-
-def direction_name(src_lang: str, tgt_lang: str) -> str:
-  return f'{src_lang}-{tgt_lang}'
 
 
 def _decode(raw: bytes) -> tuple[str | None, str]:
@@ -100,7 +96,7 @@ class ParallelFiles:
                       f'{tgt_count}: parallel files must have one line per segment')
     if src_count == 0:
       raise UserError(f'{self.src_file} and {self.tgt_file} are empty')
-    direction = direction_name(self.src_lang, self.tgt_lang)
+    direction = Direction(self.src_lang, self.tgt_lang).name
     return [Chunk(direction, self, first, min(chunk_lines, src_count - first),
                   (src_offsets[number], tgt_offsets[number]))
             for number, first in enumerate(range(0, src_count, chunk_lines))]
@@ -131,7 +127,7 @@ class TsvFile:
     count, offsets = _line_offsets(Path(self.path), chunk_lines)
     if count == 0:
       raise UserError(f'{self.path} is empty')
-    direction = direction_name(self.src_lang, self.tgt_lang)
+    direction = Direction(self.src_lang, self.tgt_lang).name
     return [Chunk(direction, self, first, min(chunk_lines, count - first), (offsets[number],))
             for number, first in enumerate(range(0, count, chunk_lines))]
 
@@ -178,7 +174,7 @@ class CorpusDirection:
     if count == 0:
       raise UserError(f'corpus {self.corpus!r} has no {self.src_lang}-{self.tgt_lang} '
                       f'pairs in split {self.split!r}')
-    direction = direction_name(self.src_lang, self.tgt_lang)
+    direction = Direction(self.src_lang, self.tgt_lang).name
     return [Chunk(direction, self, first, min(chunk_lines, count - first))
             for first in range(0, count, chunk_lines)]
 
@@ -192,17 +188,14 @@ Source = ParallelFiles | TsvFile | CorpusDirection
 
 
 def corpus_sources(name: str, split: str = 'train',
-                   directions: list[tuple[str, str]] | None = None) -> list[CorpusDirection]:
+                   directions: Sequence[Direction] | None = None) -> list[CorpusDirection]:
   """The directions of a registered corpus to clean: those given, or every
   English-to-X pair where the corpus has English, else every pair of its first language."""
   corpus = corpora.get_corpus(name)
   if directions is None:
     languages = corpus.languages()
     pivot = 'eng_Latn' if 'eng_Latn' in languages else languages[0]
-    directions = [(pivot, lang) for lang in languages if lang != pivot]
-  for src, tgt in directions:
-    check_language(src, '--directions')
-    check_language(tgt, '--directions')
+    directions = [Direction(pivot, lang) for lang in languages if lang != pivot]
   return [CorpusDirection(name, split, src, tgt) for src, tgt in directions]
 
 
@@ -218,7 +211,7 @@ class CorpusWriter:
   """
 
   def __init__(self, folder: Path, direction: str, write_dropped: bool):
-    src_lang, tgt_lang = direction.split('-')
+    src_lang, tgt_lang = Direction.parse(direction, 'cleaned direction')
     self._folder, self._direction = folder, direction
     self._src = open(folder / f'{direction}.{src_lang}', 'w', encoding='utf-8')
     self._tgt = open(folder / f'{direction}.{tgt_lang}', 'w', encoding='utf-8')

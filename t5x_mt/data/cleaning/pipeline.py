@@ -45,6 +45,7 @@ from t5x_mt.data.cleaning.io import Record
 from t5x_mt.data.cleaning.steps import Pair
 from t5x_mt.data.cleaning.steps import STEPS
 from t5x_mt.data.cleaning.steps import build_step
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 from t5x_mt.gin_utils import REPO_ROOT
 
@@ -262,7 +263,7 @@ def _drop_conflicts(survivors: Iterable[Survivor], tally: DirectionTally,
 def _clean_direction(chunks: Sequence[cleaning_io.Chunk], specs: Sequence[StepSpec],
                      tally: DirectionTally, writer: cleaning_io.CorpusWriter,
                      spill_dir: Path, progress: tqdm) -> None:
-  src_lang, tgt_lang = chunks[0].direction.split('-')
+  src_lang, tgt_lang = Direction.parse(chunks[0].direction, 'cleaned direction')
   cleaner = PairCleaner(specs, src_lang, tgt_lang)
 
   def survivors() -> Iterator[Survivor]:
