@@ -1,0 +1,103 @@
+"""The seqio registry reused by another program: vocabulary chosen without gin, seqio's own
+feature converter, the same ids as t5x_mt's input pipeline."""
+
+import json
+import os
+import subprocess
+import sys
+
+import gin
+import numpy as np
+import pytest
+
+import data_tasks
+from t5x_mt.data import input_pipeline
+from t5x_mt.data import vocab
+
+MIXTURE = 'cldr_demo'
+TASK = 'cldr_eng_Latn.hau_Latn'  # One of the mixture's tasks.
+LENGTHS = {'inputs': 64, 'targets': 64}
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Runs in a fresh interpreter: imports only the registry (never launch code or a gin file),
+# chooses the vocabulary with the documented call, and reads the mixture through seqio.
+_OTHER_PROGRAM = """
+import json, sys
+import seqio
+import data_tasks
+
+data_tasks.use_vocabulary(sys.argv[1])
+mixture = seqio.get_mixture_or_task('cldr_demo')
+vocabulary = mixture.tasks[0].output_features['inputs'].vocabulary
+
+
+def pairs(name):
+  dataset = seqio.get_dataset(
+      name, task_feature_lengths={'inputs': 64, 'targets': 64}, dataset_split='validation',
+      shuffle=False, num_epochs=1, seed=0,
+      feature_converter=seqio.EncDecFeatureConverter(pack=False))
+  return [[[int(i) for i in ex['encoder_input_tokens'] if i],
+           [int(i) for i in ex['decoder_target_tokens'] if i]]
+          for ex in dataset.as_numpy_iterator()]
+
+
+launch = sorted(name for name in sys.modules
+                if name.startswith(('launch', 't5x_mt.train_loop', 't5x_mt.configurables')))
+print(json.dumps({'vocabulary': str(vocabulary), 'vocab_size': vocabulary.vocab_size,
+                  'hello': vocabulary.encode('hello'), 'mixture': pairs('cldr_demo'),
+                  'task': pairs(sys.argv[2]), 'launch_modules': launch}))
+"""
+
+
+@pytest.fixture(scope='module')
+def model_path(tmp_path_factory) -> str:
+  return vocab.train_sentencepiece(data_tasks.training_sentences(MIXTURE),
+                                   str(tmp_path_factory.mktemp('spm') / 'cldr.model'),
+                                   vocab_size=1000)
+
+
+def _unpacked(batch: dict[str, np.ndarray]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+  """The (input ids, target ids) of each pair packed into a batch's rows."""
+  pairs = []
+  for row in range(batch['encoder_segment_ids'].shape[0]):
+    encoder, decoder = batch['encoder_segment_ids'][row], batch['decoder_segment_ids'][row]
+    for segment in range(1, int(encoder.max()) + 1):
+      pairs.append((tuple(batch['encoder_input_tokens'][row][encoder == segment].tolist()),
+                    tuple(batch['decoder_target_tokens'][row][decoder == segment].tolist())))
+  return pairs
+
+
+def _pipeline_pairs(task: str) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+  """A task's validation pairs in order, as t5x_mt's own input pipeline packs them."""
+  return [pair for batch in input_pipeline.one_pass_batches(
+              task, batch_size=8, inputs_length=LENGTHS['inputs'],
+              targets_length=LENGTHS['targets'], split='validation')
+          for pair in _unpacked(batch)]
+
+
+def _as_tuples(pairs: list) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+  return [(tuple(inputs), tuple(targets)) for inputs, targets in pairs]
+
+
+def test_another_program_reads_a_mixture_with_the_vocabulary_it_chose(model_path):
+  result = subprocess.run([sys.executable, '-c', _OTHER_PROGRAM, model_path, TASK], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  found = json.loads(result.stdout.strip().splitlines()[-1])
+  assert found['launch_modules'] == []
+  assert found['vocabulary'].startswith(f'SentencePieceVocabulary(file={model_path},')
+  assert found['vocab_size'] == 1000
+
+  gin.bind_parameter('vocabulary_path.path', model_path)  # The launch layer's way.
+  assert found['hello'] == data_tasks.VOCABULARY.encode('hello')
+  task_pairs = _pipeline_pairs(TASK)
+  assert len(task_pairs) >= 10
+  assert _as_tuples(found['task']) == task_pairs
+  # seqio's mixture sampler stops with its first exhausted task, so it yields a part of
+  # the mixture's validation rows, each with exactly the ids the pipeline gives that row.
+  members = data_tasks.mixture_view(MIXTURE).members
+  assert TASK in {member.task for member in members}
+  expected = {pair for member in members for pair in _pipeline_pairs(member.task)}
+  mixture_pairs = _as_tuples(found['mixture'])
+  assert len(mixture_pairs) >= 20
+  assert set(mixture_pairs) <= expected
