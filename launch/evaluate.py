@@ -21,7 +21,6 @@ null. The decoding flags override the run's config.gin.
 
 import argparse
 import json
-import pathlib
 from typing import Any
 
 from t5x_mt import cli
@@ -79,7 +78,7 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   if len(sources) != len(references):
     raise UserError(f'{args.src_file} has {len(sources)} lines but {args.ref_file} has '
                     f'{len(references)}: --src_file and --ref_file must be line-aligned')
-  translator = run_loading.load_model(args.checkpoint_dir, args.family_models, args.step,
+  translator = run_loading.load_model(args.checkpoint_dir, cli.family_models(args), args.step,
                                       decoding)
   hypotheses = run_loading.translate_lines(translator, sources, args.src_lang, args.tgt_lang,
                                            progress_bar=True, source_name=args.src_file)
@@ -104,7 +103,8 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   step = None
   if args.checkpoint_dir is not None:
     step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
-  translator = run_loading.load_model(args.checkpoint_dir, args.family_models, step, decoding)
+  translator = run_loading.load_model(args.checkpoint_dir, cli.family_models(args), step,
+                                      decoding)
   # After loading: the run's config.gin may import or name its own corpora and mixtures.
   import data_tasks  # pylint: disable=g-import-not-at-top
   data_tasks.register_from_config()
@@ -131,9 +131,7 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   summary = evaluation.summarize(step, direction_scores)
   summary['split'] = args.split
   if args.checkpoint_dir is not None:  # Family models' scores belong to no one run.
-    model_dir = pathlib.Path(args.checkpoint_dir)
-    evaluation.write_eval_json(
-        model_dir if args.split == 'validation' else model_dir / args.split, summary)
+    evaluation.write_eval_json(args.checkpoint_dir, summary, args.split)
   return summary
 
 

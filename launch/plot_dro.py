@@ -8,11 +8,11 @@ lists, per group, p_g, q_g at the end, and the lowest and highest q_g seen.
 """
 
 import json
-import pathlib
 
 from t5x_mt import cli
 from t5x_mt import dro
 from t5x_mt import files
+from t5x_mt import run_layout
 from t5x_mt.errors import UserError
 
 
@@ -22,8 +22,8 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--output', required=True, help='PNG file to write')
   args = parser.parse_args(argv)
   files.check_output(args.output, '--output')
-  metrics = pathlib.Path(args.model_dir) / 'metrics.jsonl'
-  groups = pathlib.Path(args.model_dir) / 'dro_groups.json'
+  layout = run_layout.RunLayout(args.model_dir)
+  metrics, groups = layout.metrics, layout.dro_groups
   for path in (metrics, groups):
     if not path.is_file():
       raise UserError(f'--model_dir: {path} not found (not a DRO run?)')
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     raise UserError(f'--model_dir: {metrics} logs no DRO weights (not a DRO run)')
   initial = {group: record['proportion'] for group, record in
              json.loads(groups.read_text(encoding='utf-8'))['groups'].items()}
-  title = f'{pathlib.Path(args.model_dir).name}: DRO weights, steps {steps[0]}-{steps[-1]}'
+  title = f'{layout.root.name}: DRO weights, steps {steps[0]}-{steps[-1]}'
   files.write_bytes_atomically(args.output, dro.weights_chart(steps, history, initial, title))
   print(f'{"group":<24}{"p_g":>8}{"q_g end":>9}{"min":>8}{"max":>8}')
   for group, weights in sorted(history.items(), key=lambda item: -item[1][-1]):

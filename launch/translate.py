@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import readers  # pylint: disable=g-import-not-at-top
   lines = readers.read_lines(args.input or STDIN)
-  translator = run_loading.load_model(args.checkpoint_dir, args.family_models, args.step,
+  translator = run_loading.load_model(args.checkpoint_dir, cli.family_models(args), args.step,
                                       overrides)
   translations = run_loading.translate_lines(translator, lines, src_lang, tgt_lang,
                                              progress_bar=args.input is not None,

@@ -229,6 +229,11 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
   return overrides
 
 
+def family_models(args: argparse.Namespace) -> dict[int, str] | None:
+  """The runs --family_models names, None when --checkpoint_dir names one run instead."""
+  return None if args.family_models is None else parse_family_models(args.family_models)
+
+
 def parse_family_models(text: str) -> dict[int, str]:
   """{family group: run folder} from '1=DIR,2=DIR,...' (--family_models)."""
   models = {}

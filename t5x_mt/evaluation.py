@@ -22,6 +22,7 @@ import sacrebleu
 import sentencepiece as spm
 
 from t5x_mt import files
+from t5x_mt import run_layout
 from t5x_mt.errors import UserError
 
 ENGLISH = 'eng_Latn'
@@ -136,14 +137,15 @@ def summarize(step: int | None, direction_scores: dict[str, dict[str, Any]]) -> 
   }
 
 
-def write_eval_json(model_dir: str | os.PathLike, summary: dict[str, Any]) -> pathlib.Path:
-  """Writes `summary` to MODEL_DIR/eval/step_<N>.json atomically and returns the path.
+def write_eval_json(model_dir: str | os.PathLike, summary: dict[str, Any],
+                    split: str = 'validation') -> pathlib.Path:
+  """Writes `summary`, scores on `split`, as the run's record of its step
+  (`RunLayout.eval_record`) atomically and returns the path.
 
   The JSON goes to a temporary file in the same folder, then replaces the target in one
   rename, so a reader never sees a half-written record, even after a preemption.
   """
-  eval_dir = pathlib.Path(model_dir) / 'eval'
-  path = eval_dir / f'step_{int(summary["step"])}.json'
+  path = run_layout.RunLayout(model_dir).eval_record(int(summary['step']), split)
   files.write_text_atomically(path, json.dumps(summary, indent=2, ensure_ascii=False) + '\n')
   logging.info('Wrote %s', path)
   return path

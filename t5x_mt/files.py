@@ -3,7 +3,9 @@
 Every output a command writes (configs, metrics, eval records, vocabularies,
 translations) goes through here: the bytes go to a temporary file in the target's folder,
 are flushed to disk, and replace the target in one rename. A crash or kill mid-write
-leaves the previous file (or none), never half a file.
+leaves the previous file (or none), never half a file. Outputs that are whole folders (a
+cleaned corpus, an averaged run) are built beside their target and renamed into place
+(`staged_folder`).
 """
 
 from collections.abc import Iterator
@@ -56,6 +58,40 @@ def removed_on_failure(folder: str | os.PathLike) -> Iterator[None]:
     if not existed:
       shutil.rmtree(folder, ignore_errors=True)
     raise
+
+
+@contextlib.contextmanager
+def staged_folder(final_path: str | os.PathLike) -> Iterator[pathlib.Path]:
+  """An empty folder beside `final_path` to build a folder output in; it becomes
+  `final_path` only when the block succeeds.
+
+  A failure removes it and leaves `final_path` as it was. On success the previous
+  `final_path` (if any) is renamed aside, the new folder renamed into place and the old
+  one deleted, so a reader finds the old folder or the new one, never a mix. A staging
+  folder left by a killed earlier attempt is cleared first.
+  """
+  final = pathlib.Path(final_path)
+  staging = final.parent / f'.{final.name}.partial'
+  shutil.rmtree(staging, ignore_errors=True)
+  staging.mkdir(parents=True)
+  try:
+    yield staging
+  except BaseException:
+    shutil.rmtree(staging, ignore_errors=True)
+    raise
+  _replace_folder(staging, final)
+
+
+def _replace_folder(new: pathlib.Path, final: pathlib.Path) -> None:
+  """Puts folder `new` at `final`, removing what was there."""
+  if not final.exists():
+    os.replace(new, final)
+    return
+  previous = final.parent / f'.{final.name}.previous'
+  shutil.rmtree(previous, ignore_errors=True)
+  os.replace(final, previous)
+  os.replace(new, final)
+  shutil.rmtree(previous)
 
 
 def check_output(path: str | os.PathLike, flag: str, folder: bool = False) -> None:

@@ -1,6 +1,6 @@
 """A training run's MODEL_DIR as a translator: its gin config, vocabulary and parameters.
 
-A run leaves everything translation needs in MODEL_DIR (see `train_loop.train`):
+A run leaves everything translation needs in MODEL_DIR (see `run_layout`):
 `config.gin` (the operative config), `vocab.model` and Orbax checkpoints. Loading reads
 only the checkpoint's 'params' item, never the optimizer state, so a model that trained
 with Adam's two moments per weight translates in a third of the memory.
@@ -12,6 +12,7 @@ as arguments (beam size, alpha, batch size) still override the run's.
 """
 
 from collections.abc import Iterator
+from collections.abc import Mapping
 from collections.abc import Sequence
 import dataclasses
 import itertools
@@ -28,14 +29,18 @@ import sentencepiece as spm
 import tqdm
 
 import data_tasks
+from t5x_mt import averaging
 from t5x_mt import checkpoints
-from t5x_mt import cli
+from t5x_mt import configurables
+from t5x_mt import files
 from t5x_mt import gin_utils
 from t5x_mt import inference
+from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import partitioning
-from t5x_mt import train_loop
-from t5x_mt.data import directions
+from t5x_mt import run_layout
+from t5x_mt import run_vocabulary
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 # Sentences handed to Translator.translate at once, in batches: large enough that its
@@ -43,12 +48,10 @@ from t5x_mt.errors import UserError
 TRANSLATE_CHUNK_BATCHES = 16
 
 
-def _run_file(checkpoint_dir: str, name: str, what: str) -> pathlib.Path:
-  """`checkpoint_dir/name`, or a UserError naming the path that is missing."""
-  run_dir = pathlib.Path(checkpoint_dir)
-  if not run_dir.is_dir():
+def _run_file(checkpoint_dir: str, path: pathlib.Path, what: str) -> pathlib.Path:
+  """`path` (a file of the run `checkpoint_dir`), or a UserError naming what is missing."""
+  if not pathlib.Path(checkpoint_dir).is_dir():
     raise UserError(f'--checkpoint_dir: {checkpoint_dir} is not a directory')
-  path = run_dir / name
   if not path.is_file():
     raise UserError(f'{path}: not found; --checkpoint_dir must be the MODEL_DIR of a '
                     f'training run, which holds {what}')
@@ -61,7 +64,8 @@ def load_run_config(checkpoint_dir: str) -> pathlib.Path:
   Unknown configurables are skipped, so a run written by a newer or older t5x_mt (or with
   project-specific bindings) still loads for translation.
   """
-  config_file = _run_file(checkpoint_dir, train_loop.CONFIG_FILE, 'its config.gin')
+  config_file = _run_file(checkpoint_dir, run_layout.RunLayout(checkpoint_dir).config,
+                          'its config.gin')
   gin.clear_config()
   gin_utils.parse_gin([str(config_file)], [], skip_unknown=True)
   return config_file.parent
@@ -69,7 +73,7 @@ def load_run_config(checkpoint_dir: str) -> pathlib.Path:
 
 def saved_steps(checkpoint_dir: str) -> list[int]:
   """The run's finished checkpoint steps, ascending; a UserError if it has none."""
-  _run_file(checkpoint_dir, train_loop.CONFIG_FILE, 'its config.gin')
+  _run_file(checkpoint_dir, run_layout.RunLayout(checkpoint_dir).config, 'its config.gin')
   run_checkpoints = checkpoints.RunCheckpoints(checkpoint_dir, read_only=True)
   try:
     steps = run_checkpoints.all_steps()
@@ -86,7 +90,7 @@ def checkpoint_step(checkpoint_dir: str, step: int | None = None) -> int:
   if step is None:
     return steps[-1]
   if step not in steps:
-    raise UserError(f'--step: {pathlib.Path(checkpoint_dir) / checkpoints.CHECKPOINTS} has '
+    raise UserError(f'--step: {run_layout.RunLayout(checkpoint_dir).checkpoints} has '
                     f'no checkpoint {step} (it has {", ".join(map(str, steps))})')
   return step
 
@@ -98,7 +102,7 @@ def abstract_params(config: network.TransformerConfig, mesh: jax.sharding.Mesh,
   Shapes come from `jax.eval_shape`, so nothing is allocated before Orbax reads each
   device's shard straight into place.
   """
-  boxed = network.abstract_variables(config)['params']
+  boxed = models.abstract_variables(config)['params']
   shardings = partitioning.logical_to_shardings(boxed, mesh, rules)
   return jax.tree_util.tree_map(
       lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
@@ -125,34 +129,38 @@ def load_translator(checkpoint_dir: str, step: int | None = None, *,
     step: checkpoint step to load; None loads the latest.
     mesh_shape: sizes of the mesh axes ('data', 'model') to translate on; the default
       replicates the parameters and splits batches over every local device.
-    **translator_overrides: `inference.Translator` keyword arguments (beam_size, alpha,
-      batch_size, ...) that take precedence over the run's config.gin.
+    **translator_overrides: `inference.DecodeSettings` fields (beam_size, alpha,
+      batch_size, ...) that take precedence over the run's config.gin, and the
+      Translator's `target_languages` (default: those of the run's directions.json).
   """
   step = checkpoint_step(checkpoint_dir, step)
   run = _load_run(checkpoint_dir, mesh_shape)
   params = _restore_params(run.run_dir, step, run.abstract_params)
-  trained = train_loop.trained_directions(run.run_dir)
-  translator_overrides.setdefault(
-      'target_languages', trained and {directions.split_direction(d)[1] for d in trained})
-  return inference.Translator(network.Transformer(run.config), params,
+  trained = run_layout.RunLayout(run.run_dir).trained_directions()
+  target_languages = translator_overrides.pop(
+      'target_languages',
+      trained and {Direction.parse(d, 'directions.json').tgt_lang for d in trained})
+  return inference.Translator(models.TranslationModel(run.config), params,
                               str(run.vocabulary_file), data_tasks.tag_strategy(),
-                              mesh=run.mesh, rules=run.rules, **translator_overrides)
+                              configurables.decode_settings(**translator_overrides),
+                              mesh=run.mesh, rules=run.rules, target_languages=target_languages)
 
 
-def load_model(checkpoint_dir: str | None, family_models: str | None, step: int | None,
+def load_model(checkpoint_dir: str | None, family_models: Mapping[int, str] | None,
+               step: int | None,
                overrides: dict[str, Any]) -> inference.Translator | inference.FamilyTranslator:
-  """The translator --checkpoint_dir or --family_models ('1=DIR,2=DIR,...') names."""
+  """The translator of run `checkpoint_dir`, or the router over `family_models` ({family
+  group: run folder})."""
   if family_models is None:
     return load_translator(checkpoint_dir, step, **overrides)
-  models = cli.parse_family_models(family_models)
-  for directory in models.values():
+  for directory in family_models.values():
     checkpoint_step(directory)  # Each must be a run with a checkpoint, before any loads.
   # The router pivots, so that each leg goes to the model of its own target.
   pivot = {name: overrides[name] for name in ('pivot_language', 'pivot_directions')
            if name in overrides}
   model_overrides = {k: v for k, v in overrides.items() if k not in pivot}
   return inference.FamilyTranslator(
-      models, lambda directory: load_translator(directory, **model_overrides),
+      family_models, lambda directory: load_translator(directory, **model_overrides),
       batch_size=overrides.get('batch_size', 64), **pivot)
 
 
@@ -170,12 +178,12 @@ class _Run:
 def _load_run(checkpoint_dir: str, mesh_shape: Sequence[int]) -> _Run:
   """The run's config (made the process's gin config), vocabulary and abstract parameters."""
   run_dir = load_run_config(checkpoint_dir)
-  vocabulary_file = _run_file(checkpoint_dir, train_loop.VOCABULARY_FILE,
+  vocabulary_file = _run_file(checkpoint_dir, run_layout.RunLayout(run_dir).vocabulary,
                               'a copy of its SentencePiece model')
   num_pieces = spm.SentencePieceProcessor(model_file=str(vocabulary_file)).get_piece_size()
-  config = train_loop.model_config(vocab_size=train_loop.padded_vocab_size(num_pieces))
+  config = configurables.model_config(run_vocabulary.padded_vocab_size(num_pieces))
   mesh = partitioning.create_mesh(mesh_shape)
-  rules = partitioning.logical_axis_rules()
+  rules = configurables.axis_rules()
   return _Run(run_dir, vocabulary_file, config, mesh, rules,
               abstract_params(config, mesh, rules))
 
@@ -185,7 +193,7 @@ def average_checkpoints(checkpoint_dir: str, steps: Sequence[int], output_dir: s
 
   `output_dir` gets the run's config.gin and vocab.model and one params-only checkpoint
   at the last of `steps`, so translate.py, evaluate.py and fine-tuning read it like any
-  run. It appears whole or not at all (built under a temporary name, then renamed).
+  run. It appears whole or not at all (`files.staged_folder`).
   Returns the step it was saved at.
   """
   output = pathlib.Path(output_dir)
@@ -194,30 +202,39 @@ def average_checkpoints(checkpoint_dir: str, steps: Sequence[int], output_dir: s
   for step in steps:
     checkpoint_step(checkpoint_dir, step)
   run = _load_run(checkpoint_dir, (-1, 1))
-  staging = output.with_name(f'.{output.name}.partial')
-  shutil.rmtree(staging, ignore_errors=True)
-  staging.mkdir(parents=True)
-  try:
-    shutil.copy(run.run_dir / train_loop.CONFIG_FILE, staging / train_loop.CONFIG_FILE)
-    shutil.copy(run.vocabulary_file, staging / train_loop.VOCABULARY_FILE)
-    if (run.run_dir / train_loop.DIRECTIONS_FILE).is_file():
-      shutil.copy(run.run_dir / train_loop.DIRECTIONS_FILE,
-                  staging / train_loop.DIRECTIONS_FILE)
+  with files.staged_folder(output) as staging:
+    _copy_run_files(run_layout.RunLayout(run.run_dir), run_layout.RunLayout(staging))
     source = checkpoints.RunCheckpoints(str(run.run_dir), read_only=True)
     target = checkpoints.RunCheckpoints(str(staging), keep=1)
     try:
-      target.save_params(max(steps), source.average_params(sorted(steps),
-                                                           run.abstract_params))
+      target.save_params(max(steps), averaging.mean_params(
+          _saved_params(source, sorted(steps), run.abstract_params)))
     finally:
       source.close()
       target.close()
-  except BaseException:
-    shutil.rmtree(staging, ignore_errors=True)
-    raise
-  if output.exists():
-    output.rmdir()
-  staging.rename(output)
   return max(steps)
+
+
+def _copy_run_files(source: run_layout.RunLayout, target: run_layout.RunLayout) -> None:
+  """What a run's readers need besides its checkpoints: config, vocabulary, directions."""
+  for name in ('config', 'vocabulary', 'directions'):
+    if getattr(source, name).is_file():
+      shutil.copy(getattr(source, name), getattr(target, name))
+
+
+def _saved_params(run_checkpoints: checkpoints.RunCheckpoints, steps: Sequence[int],
+                  target: Any) -> Iterator[Any]:
+  """The parameters saved at each of `steps`, restored one at a time like `target`.
+
+  All must have the shapes of the first (UserError otherwise, e.g. across a vocabulary
+  growth).
+  """
+  for step in steps:
+    if run_checkpoints.saved_shapes(step) != run_checkpoints.saved_shapes(steps[0]):
+      raise UserError(f'{run_checkpoints.directory}: checkpoints {steps[0]} and {step} have '
+                      'different shapes (a vocabulary grew between them); average steps of '
+                      'one shape')
+    yield run_checkpoints.restore_params(step, target)
 
 
 def translate_lines(translator: inference.Translator | inference.FamilyTranslator,

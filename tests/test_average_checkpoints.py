@@ -1,11 +1,13 @@
-"""Tests for checkpoint averaging (checkpoints.average_params, launch/average_checkpoints.py)
+"""Tests for checkpoint averaging (averaging.mean_params, launch/average_checkpoints.py)
 on the session's tiny trained run, which saved steps 2 and 4."""
 
 import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from t5x_mt import averaging
 from t5x_mt import checkpoints
 from t5x_mt import run_loading
 from conftest import saved_params
@@ -80,3 +82,13 @@ def test_checkpoints_of_different_shapes_are_refused(trained_run, tmp_path, monk
                               'different shapes (a vocabulary grew between them); average '
                               'steps of one shape']
   assert sorted(p.name for p in tmp_path.iterdir()) == ['run']
+
+
+def test_mean_params_is_the_element_wise_mean_in_the_trees_dtype():
+  values = ([1.0, 2.0], [2.0, 4.0], [4.0, 9.0])
+  trees = ({'w': jnp.array(w, jnp.bfloat16), 'b': {'bias': jnp.array(w[:1], jnp.float32)}}
+           for w in values)
+  mean = averaging.mean_params(trees)
+  assert mean['w'].dtype == jnp.bfloat16 and mean['b']['bias'].dtype == jnp.float32
+  np.testing.assert_array_equal(np.asarray(mean['w'], np.float32), [2.328125, 5.0])  # 7/3 in bf16
+  np.testing.assert_allclose(np.asarray(mean['b']['bias']), [7 / 3], rtol=1e-7)

@@ -56,7 +56,7 @@ def test_each_pivot_leg_goes_to_the_model_of_its_own_target():
 
 def test_family_models_leave_pivoting_to_the_router(trained_run):
   router = run_loading.load_model(
-      None, f'1={trained_run},4={trained_run}', None,
+      None, {1: str(trained_run), 4: str(trained_run)}, None,
       {'beam_size': 1, 'pivot_language': 'eng_Latn', 'pivot_directions': ('*',)})
   assert (router.pivot_language, router.pivot_directions) == ('eng_Latn', ('*',))
   model = router._translator(str(trained_run))  # pylint: disable=protected-access

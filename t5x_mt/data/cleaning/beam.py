@@ -24,6 +24,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from t5x_mt import files
 from t5x_mt.data.cleaning import dedup
 from t5x_mt.data.cleaning import io as cleaning_io
 from t5x_mt.data.cleaning import pipeline as cleaning
@@ -200,27 +201,27 @@ def clean_with_beam(sources: Sequence[cleaning_io.Source], specs: Sequence[StepS
   report. Without `shard_dir`, shards go inside the unfinished output folder."""
   output_dir = cleaning_io.check_output_dir(output_dir, overwrite)
   chunks_by_direction = cleaning.group_chunks(sources, chunk_lines)
-  partial = cleaning.fresh_partial_folder(output_dir)
-  shard_dir = shard_dir or str(partial / 'shards')
-  options = PipelineOptions(list(beam_args) or ['--runner=DirectRunner'])
-  logging.info('Running the cleaning pipeline (%s)', ' '.join(beam_args) or 'DirectRunner')
-  with beam.Pipeline(options=options) as pipeline:
-    build_pipeline(pipeline, [chunk for chunks in chunks_by_direction.values()
-                              for chunk in chunks], specs, shard_dir, chunk_lines,
-                   write_dropped)
-  counts = _read_counts(shard_dir)
-  entries = {}
-  for direction, chunks in chunks_by_direction.items():
-    tally = cleaning.DirectionTally([spec.name for spec in specs], None)
-    tally.pairs_in = sum(chunk.count for chunk in chunks)
-    for (kind, step), count in counts.get(direction, {}).items():
-      (tally.dropped if kind == 'dropped' else tally.rewritten)[step] += count
-    tally.pairs_out = _assemble(partial, shard_dir, direction, write_dropped)
-    entries[direction] = tally.as_json()
-  if shard_dir == str(partial / 'shards'):
-    FileSystems.delete([shard_dir])
-  report = cleaning.build_report('beam', specs, entries)
-  cleaning.finish(partial, output_dir, report)
+  with files.staged_folder(output_dir) as partial:
+    shard_dir = shard_dir or str(partial / 'shards')
+    options = PipelineOptions(list(beam_args) or ['--runner=DirectRunner'])
+    logging.info('Running the cleaning pipeline (%s)', ' '.join(beam_args) or 'DirectRunner')
+    with beam.Pipeline(options=options) as pipeline:
+      build_pipeline(pipeline, [chunk for chunks in chunks_by_direction.values()
+                                for chunk in chunks], specs, shard_dir, chunk_lines,
+                     write_dropped)
+    counts = _read_counts(shard_dir)
+    entries = {}
+    for direction, chunks in chunks_by_direction.items():
+      tally = cleaning.DirectionTally([spec.name for spec in specs], None)
+      tally.pairs_in = sum(chunk.count for chunk in chunks)
+      for (kind, step), count in counts.get(direction, {}).items():
+        (tally.dropped if kind == 'dropped' else tally.rewritten)[step] += count
+      tally.pairs_out = _assemble(partial, shard_dir, direction, write_dropped)
+      entries[direction] = tally.as_json()
+    if shard_dir == str(partial / 'shards'):
+      FileSystems.delete([shard_dir])
+    report = cleaning.build_report('beam', specs, entries)
+    cleaning.write_report(partial, output_dir, report)
   return report
 
 

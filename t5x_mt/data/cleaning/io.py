@@ -20,7 +20,6 @@ The clean corpus folder, readable by `corpora.register_clean_dir`:
 import dataclasses
 import gzip
 import os
-import shutil
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
@@ -242,12 +241,6 @@ def _one_line(text: str) -> str:
   return text.replace('\r', ' ').replace('\n', ' ').replace('\t', ' ')
 
 
-def partial_folder(output_dir: str | os.PathLike[str]) -> Path:
-  """The folder a run writes into before it renames it to `output_dir` (same parent)."""
-  output_dir = Path(output_dir)
-  return output_dir.parent / f'.{output_dir.name}.partial'
-
-
 def check_output_dir(output_dir: str | os.PathLike[str], overwrite: bool) -> Path:
   """UserError unless `output_dir` is new (or `overwrite`) and its parent is writable."""
   output_dir = Path(output_dir)
@@ -261,10 +254,3 @@ def check_output_dir(output_dir: str | os.PathLike[str], overwrite: bool) -> Pat
   if not os.access(output_dir.parent, os.W_OK):
     raise UserError(f'--output_dir: {output_dir.parent} is not writable')
   return output_dir
-
-
-def publish(partial: Path, output_dir: Path) -> None:
-  """Replaces `output_dir` by the finished `partial` folder."""
-  if output_dir.exists():
-    shutil.rmtree(output_dir)
-  os.replace(partial, output_dir)

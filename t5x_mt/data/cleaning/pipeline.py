@@ -25,7 +25,6 @@ import itertools
 import json
 import logging
 import pickle
-import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -299,11 +298,10 @@ def clean_locally(sources: Sequence[cleaning_io.Source], specs: Sequence[StepSpe
   """Cleans every source into `output_dir` on this machine; returns the report."""
   output_dir = cleaning_io.check_output_dir(output_dir, overwrite)
   chunks_by_direction = group_chunks(sources, chunk_lines)
-  partial = fresh_partial_folder(output_dir)
   total = sum(chunk.count for chunks in chunks_by_direction.values() for chunk in chunks)
   entries = {}
-  with tqdm(total=total, unit='pairs', desc='clean', disable=not progress,
-            mininterval=2.0) as bar:
+  with files.staged_folder(output_dir) as partial, tqdm(
+      total=total, unit='pairs', desc='clean', disable=not progress, mininterval=2.0) as bar:
     for direction, chunks in chunks_by_direction.items():
       writer = cleaning_io.CorpusWriter(partial, direction, write_dropped)
       tally = DirectionTally([spec.name for spec in specs], writer)
@@ -312,8 +310,8 @@ def clean_locally(sources: Sequence[cleaning_io.Source], specs: Sequence[StepSpe
       finally:
         writer.close()
       entries[direction] = tally.as_json()
-  report = build_report('local', specs, entries)
-  finish(partial, output_dir, report)
+    report = build_report('local', specs, entries)
+    write_report(partial, output_dir, report)
   return report
 
 
@@ -330,20 +328,10 @@ def group_chunks(sources: Sequence[cleaning_io.Source],
   return grouped
 
 
-def fresh_partial_folder(output_dir: Path) -> Path:
-  """An empty folder beside `output_dir` to write into until the run is complete."""
-  partial = cleaning_io.partial_folder(output_dir)
-  if partial.exists():
-    shutil.rmtree(partial)
-  partial.mkdir(parents=True)
-  return partial
-
-
-def finish(partial: Path, output_dir: Path, report: dict) -> None:
-  """Writes the report and its chart into `partial`, then publishes it as `output_dir`."""
+def write_report(partial: Path, output_dir: Path, report: dict) -> None:
+  """Writes the report and its chart into `partial`, which becomes `output_dir` next."""
   files.write_text_atomically(partial / 'report.json', json.dumps(report, indent=1) + '\n')
   files.write_bytes_atomically(partial / 'removed.png', removal_chart(report))
-  cleaning_io.publish(partial, output_dir)
   logging.info('Wrote %s: %d of %d pairs kept', output_dir, report['total']['pairs_out'],
                report['total']['pairs_in'])
 

@@ -1,0 +1,96 @@
+"""Where a training run keeps its files: the one owner of MODEL_DIR's names.
+
+A run folder holds what its readers need (translation, evaluation, fine-tuning,
+averaging, plots) and what a resumed run picks up again:
+
+  config.gin        the operative gin config
+  vocab.model       a copy of the run's SentencePiece model
+  directions.json   the directions it trained on (with those of the run it started from)
+  metrics.jsonl     one record per logged step; tensorboard/ the same as event files
+  best.json         early stopping's best step and evaluations since
+  dro_groups.json   DRO's groups, data shares and baselines
+  checkpoints/      Orbax checkpoints, one folder per step
+  input_state/      each host's input position per checkpoint step
+  eval/             validation scores, step_<N>.json; <split>/eval/ for other splits
+
+Every module that reads or writes one of these asks a `RunLayout` for its path.
+"""
+
+from collections.abc import Iterable
+import dataclasses
+import json
+import os
+import pathlib
+
+from t5x_mt import files
+
+_VALIDATION = 'validation'
+
+
+@dataclasses.dataclass(frozen=True)
+class RunLayout:
+  """The paths of the files in run folder `root` (nothing is read or created)."""
+  root: pathlib.Path
+
+  def __init__(self, root: str | os.PathLike):
+    object.__setattr__(self, 'root', pathlib.Path(root))
+
+  @property
+  def config(self) -> pathlib.Path:
+    return self.root / 'config.gin'
+
+  @property
+  def vocabulary(self) -> pathlib.Path:
+    return self.root / 'vocab.model'
+
+  @property
+  def directions(self) -> pathlib.Path:
+    return self.root / 'directions.json'
+
+  @property
+  def metrics(self) -> pathlib.Path:
+    return self.root / 'metrics.jsonl'
+
+  @property
+  def tensorboard(self) -> pathlib.Path:
+    return self.root / 'tensorboard'
+
+  @property
+  def best(self) -> pathlib.Path:
+    return self.root / 'best.json'
+
+  @property
+  def dro_groups(self) -> pathlib.Path:
+    return self.root / 'dro_groups.json'
+
+  @property
+  def checkpoints(self) -> pathlib.Path:
+    return self.root / 'checkpoints'
+
+  @property
+  def input_state(self) -> pathlib.Path:
+    return self.root / 'input_state'
+
+  def input_state_prefix(self, step: int, process_index: int) -> str:
+    """The path prefix of one host's input position saved with checkpoint `step`."""
+    return str(self.input_state / f'step_{step}' / f'process_{process_index}')
+
+  def eval_dir(self, split: str = _VALIDATION) -> pathlib.Path:
+    """Where scores on `split` go: eval/ for validation, <split>/eval/ for any other."""
+    return (self.root if split == _VALIDATION else self.root / split) / 'eval'
+
+  def eval_record(self, step: int, split: str = _VALIDATION) -> pathlib.Path:
+    """The scores of checkpoint `step` on `split`."""
+    return self.eval_dir(split) / f'step_{step}.json'
+
+  def trained_directions(self) -> list[str] | None:
+    """The directions the run (or the run it was fine-tuned from) trained on, None for a
+    run that did not record them."""
+    if not self.directions.is_file():
+      return None
+    return json.loads(self.directions.read_text(encoding='utf-8'))['directions']
+
+  def write_directions(self, names: Iterable[str]) -> None:
+    """Records the directions the run trains on, sorted and without repeats."""
+    files.write_text_atomically(self.directions, json.dumps(
+        {'directions': sorted(set(names))}, indent=2) + '\n')
