@@ -28,6 +28,7 @@ from t5x_mt import adapters
 from t5x_mt import kernels
 from t5x_mt import layers
 from t5x_mt import validation
+from t5x_mt.data import directions
 
 Array = jax.Array
 
@@ -81,6 +82,8 @@ class TransformerConfig:
     validation.choice(name('attention_implementation'), self.attention_implementation,
                       ('auto', *kernels.implementations()))
     validation.choice(name('remat_policy'), self.remat_policy, REMAT_POLICIES)
+    # Checked with or without adapter keys, so a typo never waits for the first adapter.
+    directions.check_grouping(self.adapter_by, name('adapter_by'))
 
 
 # What the backward pass keeps of a layer's forward activations ('none': everything, no

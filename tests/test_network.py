@@ -13,6 +13,7 @@ from t5x_mt import decode_cache
 from t5x_mt import decoding
 from t5x_mt import models
 from t5x_mt import network
+from t5x_mt.errors import UserError
 
 TINY = network.TransformerConfig(
     vocab_size=20, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32, num_encoder_layers=2,
@@ -212,6 +213,24 @@ def test_decode_cache_layout_is_batch_leading_or_scalar():
   assert cache['decoder']['posembed']['cache_index'].shape == ()
   for leaf in jax.tree.leaves(cache):
     assert leaf.ndim == 0 or leaf.shape[0] == 3
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('position_embedding', 'rope', "network.TransformerConfig.position_embedding: 'rope' is "
+                                   "not one of 'learned', 'sinusoidal'"),
+    ('mlp_activation', 'gelu2', "network.TransformerConfig.mlp_activation: 'gelu2' is not one "
+                                "of 'gelu', 'relu'"),
+    ('attention_implementation', 'flash', "network.TransformerConfig.attention_implementation: "
+                                          "'flash' is not one of 'auto', 'pallas', 'xla'"),
+    ('remat_policy', 'some', "network.TransformerConfig.remat_policy: 'some' is not one of "
+                             "'dots', 'dots_with_no_batch_dims', 'full', 'none'"),
+    ('adapter_by', 'source', "network.TransformerConfig.adapter_by: 'source' is not one of "
+                             "direction, target"),  # Refused even without adapter keys.
+])
+def test_every_enum_like_config_field_refuses_a_typo_naming_its_binding(field, value, message):
+  with pytest.raises(UserError) as error:
+    dataclasses.replace(TINY, **{field: value})
+  assert str(error.value) == message
 
 
 def hand_count(config, position_tables=2):
