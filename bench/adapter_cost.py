@@ -11,7 +11,7 @@ three models, interleaved in one process so machine noise hits all alike:
   adapters      t5x_mt.adapters as shipped: one normalisation of each layer's output,
                 shared by the adapters' LayerNorms (each its own scale and bias)
   adapters_ln   the same adapters, each normalising the layer output itself
-FLOPs alone would make the adapters about 1.6x the base (their bottleneck matmuls).
+The FLOPs of their bottleneck matmuls are the cost to expect (bench/README.md compares).
 """
 
 import argparse
@@ -24,7 +24,7 @@ import numpy as np
 
 from t5x_mt import adapters
 from t5x_mt import network
-from t5x_mt.data import directions
+from t5x_mt.data.directions import Direction
 
 KEYS = ('eng_Latn', 'fra_Latn', 'hau_Latn', 'swh_Latn', 'zul_Latn', 'amh_Ethi', 'yor_Latn')
 BOTTLENECKS = (256, 256, 256, 256, 128, 128, 64)
@@ -47,8 +47,8 @@ def batch(rows: int, length: int) -> dict[str, jax.Array]:
   tokens = {name: jnp.asarray(rng.integers(3, 4000, (rows, length)), jnp.int32)
             for name in ('encoder_input_tokens', 'decoder_input_tokens',
                          'decoder_target_tokens')}
-  pair = [directions.direction_id('eng_Latn', 'hau_Latn'),
-          directions.direction_id('eng_Latn', 'fra_Latn')]
+  pair = [Direction('eng_Latn', 'hau_Latn').id,
+          Direction('eng_Latn', 'fra_Latn').id]
   ids = np.where(np.arange(length)[None, :] < length // 2, pair[0], pair[1])
   segments = np.where(np.arange(length)[None, :] < length // 2, 1, 2)
   return dict(tokens, decoder_direction_ids=jnp.asarray(np.repeat(ids, rows, 0)),

@@ -16,7 +16,7 @@ import argparse
 
 from t5x_mt import cli
 from t5x_mt import files
-from t5x_mt import languages
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 
@@ -32,7 +32,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser.add_argument('--output', required=True, help='corpus folder to write (or add to)')
   args = parser.parse_args(argv)
   files.check_output(args.output, '--output', folder=True)
-  directions = [languages.parse_direction(d, '--directions')
+  directions = [Direction.parse(d, '--directions')
                 for d in args.directions.split(',') if d.strip()]
   if not directions:
     raise UserError('--directions: give at least one <src>-<tgt>')

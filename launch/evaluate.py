@@ -111,7 +111,7 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   for name in names:
     _check_task(name)
     if args.family_models is not None:  # A missing group fails before any translation.
-      for direction in data_tasks.mixture_directions(name):
+      for direction in data_tasks.mixture_view(name).directions():
         translator.model_for(direction.tgt_lang)
   options: dict[str, Any] = {'split': args.split}
   if args.max_sentences is not None:

@@ -1,10 +1,10 @@
 """DRO baselines: a trained run's per-token loss on each group of a mixture's training data.
 
 Distributionally robust optimisation chases each group's excess loss over what a plain
-(ERM) model reaches on it (METHODS.md section 6). This module measures that: every
+(ERM) model reaches on it (docs/methods.md#dro). This module measures that: every
 training example of every task of the mixture once, through the same loss (label
 smoothing included) the training step reports, without dropout, summed per direction and
-then per group (direction or target language, `dro.group_of`).
+then per group (direction or target language, `Direction.key`).
 """
 
 from typing import Any
@@ -13,11 +13,10 @@ import jax
 import numpy as np
 
 import data_tasks
-from t5x_mt import dro
 from t5x_mt import inference
 from t5x_mt import trainer
-from t5x_mt.data import directions
 from t5x_mt.data import input_pipeline
+from t5x_mt.data.directions import Direction
 
 
 def group_losses(translator: inference.Translator, mixture_or_task_name: str, *,
@@ -26,15 +25,14 @@ def group_losses(translator: inference.Translator, mixture_or_task_name: str, *,
                  max_batches_per_task: int | None = None,
                  loss_chunk_length: int = 0) -> dict[str, Any]:
   """{'losses': {group: per-token loss}, 'tokens': {group: tokens}} of the run's model."""
-  run_directions = data_tasks.mixture_directions(mixture_or_task_name)
-  ids = sorted({directions.direction_id(d.src_lang, d.tgt_lang) for d in run_directions})
+  mixture = data_tasks.mixture_view(mixture_or_task_name)
+  ids = [direction.id for direction in mixture.directions()]
   eval_step = trainer.make_eval_step(translator.model, direction_ids=ids,
                                      label_smoothing=label_smoothing,
                                      loss_chunk_length=loss_chunk_length)
   loss_sums, token_counts = np.zeros(len(ids)), np.zeros(len(ids))
-  for direction in run_directions:
-    task = data_tasks.task_name(direction.corpus, direction.src_lang, direction.tgt_lang)
-    batches = input_pipeline.one_pass_batches(task, batch_size=batch_size,
+  for member in mixture.members:
+    batches = input_pipeline.one_pass_batches(member.task, batch_size=batch_size,
                                               inputs_length=inputs_length,
                                               targets_length=targets_length)
     for number, batch in enumerate(batches):
@@ -45,7 +43,7 @@ def group_losses(translator: inference.Translator, mixture_or_task_name: str, *,
       token_counts += np.asarray(sums['direction_tokens'])
   grouped: dict[str, list[float]] = {}
   for direction_id, loss_sum, count in zip(ids, loss_sums, token_counts):
-    group = dro.group_of(directions.direction_from_id(direction_id), grouping)
+    group = Direction.from_id(direction_id).key(grouping)
     totals = grouped.setdefault(group, [0.0, 0.0])
     totals[0] += float(loss_sum)
     totals[1] += float(count)

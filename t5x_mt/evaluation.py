@@ -1,6 +1,6 @@
 """Translation quality: sacreBLEU BLEU, chrF++ and spBLEU, per direction and per category.
 
-Scores follow METHODS section 11: BLEU (13a tokenisation) and chrF++ (`word_order=2`) on
+Scores follow docs/methods.md#evaluation: BLEU (13a tokenisation) and chrF++ (`word_order=2`) on
 detokenised text, and spBLEU when a FLORES-200 SentencePiece model is given. sacreBLEU's
 own `tokenize='flores200'` downloads that model at run time, so spBLEU here segments both
 sides with the given model file and scores them with `tokenize='none'`, which is the same
@@ -8,7 +8,7 @@ computation without the download.
 
 Directions are named `src-tgt` with FLORES-200 codes. The WMT22 African task reports
 averages over categories of directions (X-ENG, ENG-X, X-FRA, FRA-X, X-X, ALL);
-`summarize` builds the `MODEL_DIR/eval/step_<N>.json` record of DESIGN.md.
+`summarize` builds the `MODEL_DIR/eval/step_<N>.json` record (see `run_layout`).
 """
 
 import json
@@ -23,6 +23,7 @@ import sentencepiece as spm
 
 from t5x_mt import files
 from t5x_mt import run_layout
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 ENGLISH = 'eng_Latn'
@@ -68,14 +69,6 @@ def score_direction(hypotheses: Sequence[str], references: Sequence[str], *,
   }
 
 
-def split_direction(direction: str) -> tuple[str, str]:
-  """Splits 'src-tgt' into its two language codes."""
-  parts = direction.split('-')
-  if len(parts) != 2 or not all(parts):
-    raise UserError(f'direction {direction!r}: expected "src-tgt", e.g. "eng_Latn-hau_Latn"')
-  return parts[0], parts[1]
-
-
 def category_of(direction: str) -> tuple[str, ...]:
   """The categories a 'src-tgt' direction is averaged into, in CATEGORIES order.
 
@@ -84,7 +77,7 @@ def category_of(direction: str) -> tuple[str, ...]:
   direction can sit in two categories: eng_Latn-fra_Latn is ENG-X and X-FRA, and
   fra_Latn-eng_Latn is X-ENG and FRA-X. A copy direction (src == tgt) is in ALL only.
   """
-  src, tgt = split_direction(direction)
+  src, tgt = Direction.parse(direction, 'evaluated direction')
   categories = set()
   if src != tgt:
     if tgt == ENGLISH:

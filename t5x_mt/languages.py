@@ -111,11 +111,3 @@ def language_tag(code: str) -> str:
 def language_index(code: str) -> int:
   """A stable id in [0, 204): the position of `code` in the sorted FLORES200_CODES."""
   return _INDEX[check_language(code, 'language index')]
-
-
-def parse_direction(text: str, where: str) -> tuple[str, str]:
-  """(src, tgt) of '<src>-<tgt>' with both checked; a UserError naming `where` otherwise."""
-  src, sep, tgt = text.strip().partition('-')
-  if not sep:
-    raise UserError(f'{where}: {text!r} is not <src>-<tgt>')
-  return check_language(src, where), check_language(tgt, where)

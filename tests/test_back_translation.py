@@ -234,7 +234,7 @@ def test_direction_trained_on_genuine_and_synthetic_pairs_is_evaluated_once(trai
   gin.bind_parameter('register_from_config.mixtures',
                      {name: ['cldr_eng_Latn.hau_Latn', name]})
   data_tasks.register_from_config()
-  assert len(data_tasks.mixture_directions(name)) == 2
+  assert len(data_tasks.mixture_view(name).members) == 2
   settings = run_config.EvalConfig(max_sentences=4)
   both = actions.evaluate_directions(translator, name, 4, settings)
   genuine = actions.evaluate_directions(translator, 'cldr_eng_Latn.hau_Latn', 4, settings)

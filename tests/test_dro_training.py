@@ -14,6 +14,7 @@ from conftest import tiny_run_bindings, train_configured
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 
+import data_tasks
 from t5x_mt import actions
 from t5x_mt import dro
 from t5x_mt import gin_utils
@@ -21,8 +22,8 @@ from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import run_vocabulary
 from t5x_mt import trainer
-from t5x_mt.data import directions
 from t5x_mt.data import group_sampler
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 GROUPS = ['eng_Latn-fra_Latn', 'hau_Latn-eng_Latn']
@@ -46,7 +47,7 @@ def _write_baselines(path: pathlib.Path, losses: dict[str, float],
 
 
 def _row_directions(batch: dict[str, np.ndarray]) -> list[str]:
-  return [directions.direction_from_id(int(row.max())) for row in
+  return [Direction.from_id(int(row.max())).name for row in
           batch['decoder_direction_ids']]
 
 
@@ -57,9 +58,9 @@ def sampler_factory(tiny_mixture, tmp_path):
   run_vocabulary.run_vocabulary(str(tmp_path / 'vocab.model'), tiny_mixture,
                                 run_vocabulary.VocabularyConfig(vocab_size=700),
                                 tmp_path / 'run' / 'vocab.model')
-  return lambda: group_sampler.GroupSampler(tiny_mixture, grouping='direction',
-                                            global_batch_size=8, inputs_length=16,
-                                            targets_length=16, seed=3)
+  return lambda: group_sampler.GroupSampler(data_tasks.mixture_view(tiny_mixture),
+                                            grouping='direction', global_batch_size=8,
+                                            inputs_length=16, targets_length=16, seed=3)
 
 
 def test_sampled_rows_follow_the_weights(sampler_factory):

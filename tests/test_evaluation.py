@@ -107,7 +107,7 @@ def test_category_of(direction, want):
 
 
 def test_category_of_rejects_malformed_direction():
-  with pytest.raises(UserError, match='src-tgt'):
+  with pytest.raises(UserError, match="evaluated direction: 'eng_Latn' is not <src>-<tgt>"):
     evaluation.category_of('eng_Latn')
 
 

@@ -15,7 +15,7 @@ from t5x_mt import inference
 from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import run_loading
-from t5x_mt.data import directions
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 from conftest import TINY_RUN_STEPS
@@ -29,7 +29,7 @@ CONFIG = network.TransformerConfig(
 def _batch():
   rng = np.random.default_rng(0)
   tokens = lambda: jnp.asarray(rng.integers(2, 40, (2, 12)), jnp.int32)  # noqa: E731
-  direction = directions.direction_id('eng_Latn', 'hau_Latn')
+  direction = Direction('eng_Latn', 'hau_Latn').id
   return dict(encoder_input_tokens=tokens(), decoder_input_tokens=tokens(),
               decoder_target_tokens=tokens(),
               decoder_direction_ids=jnp.full((2, 12), direction, jnp.int32))
