@@ -2,7 +2,7 @@
 
   python bench/clean_throughput.py [--preset=default] [--skip_tables] [--rules_only]
 
-On the real text of ../shared/data (gettext_l10n, NTREX-128, SALT; FLORES-200 dev for the
+On the real text of the shared data folder (gettext_l10n, NTREX-128, SALT; FLORES-200 dev for the
 MDL false-positive rate), in this one process (one core):
 
 * `rule_filters`: pairs/s through every rule filter that needs no model (all filters
@@ -17,8 +17,8 @@ MDL false-positive rate), in this one process (one core):
 * the removal tables of the chosen preset on gettext_l10n and NTREX-128, and the share of
   FLORES-200 dev sentences the MDL filter flags.
 
-The peers are the targets of the issue that asked for this benchmark (50,000 pairs/s for
-rule filters, 2,000 sentences/s for MDL) and the Bloom filter's theoretical bound.
+The peers are the rates cleaning must keep per core (50,000 pairs/s for rule filters,
+2,000 sentences/s for MDL) and the Bloom filter's theoretical bound.
 """
 
 import argparse
@@ -156,7 +156,7 @@ def main() -> None:
   parser.add_argument('--output_root', default='/tmp/t5x_mt/clean_bench')
   args = parser.parse_args()
   if readers.shared_data_dir() is None:
-    raise SystemExit('../shared/data is absent: this benchmark reads its real text')
+    raise SystemExit('the shared data folder is absent: this benchmark reads its real text')
   pairs = real_pairs()
   total = sum(len(p) for p in pairs.values())
   print(f'{total} pairs in {len(pairs)} directions (gettext_l10n, NTREX-128, SALT); one core')

@@ -43,7 +43,7 @@ def _shared_folder(relative: str) -> Path:
   """A folder under the shared data dir; UserError naming it where it is absent."""
   root = readers.shared_data_dir()
   if root is None:
-    raise UserError(f'../shared/data/{relative}: no such folder (set '
+    raise UserError(f'{relative}: no such folder, the shared data folder is absent (set '
                     f'${readers.SHARED_DATA_ENV} to the folder holding {relative})')
   folder = root / relative
   if not folder.is_dir():

@@ -1,7 +1,7 @@
 """Language-tag strategies: where the source and target language tags go.
 
-Multilingual models learn which language to produce from a tag token. METHODS.md section 4
-names three placements; this module is the one place that knows them, so training data
+Multilingual models learn which language to produce from a tag token. Three placements are
+in use (docs/methods.md#language-tags); this module is the one place that knows them, so training data
 (data_tasks) and inference (forced decoder prefix) can never disagree.
 
   T-ENC        encoder: <2tgt> x            decoder: y
@@ -12,7 +12,7 @@ When the decoder carries a tag, it is the first target token: the model learns t
 it during training and inference forces it as the first decoded token.
 
 Synthetic pairs (back- or forward-translations) may carry one more tag that tells the model
-the pair is synthetic (METHODS.md section 4):
+the pair is synthetic (docs/methods.md#back-translation):
 
   bt   (Caswell et al.)  encoder: <lang tag> <BT> x'   the source, whichever side is synthetic
   da   (Tencent)         the synthetic side ends in <DA>: [x'; <DA>] -> y  or  x -> [y'; <DA>]

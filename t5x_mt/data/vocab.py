@@ -1,7 +1,7 @@
 """Shared SentencePiece unigram vocabulary for many languages.
 
 Languages differ in size by orders of magnitude; training the tokenizer on raw text would
-leave the small ones with character-level pieces. Following METHODS.md section 3, each
+leave the small ones with character-level pieces. Following docs/methods.md#vocabulary, each
 language's sentences are sampled with probability proportional to n_l^alpha (alpha = 0.3),
 so small languages are upsampled and large ones downsampled before SentencePiece sees them.
 """

@@ -1,4 +1,4 @@
-"""Each cleaning rule of METHODS.md section 1 on pairs that must go and pairs that must stay."""
+"""Each cleaning rule of docs/methods.md#cleaning on pairs that must go and pairs that must stay."""
 
 import pytest
 

@@ -101,7 +101,7 @@ def test_register_multiway_dir_reads_flores_layout(tmp_path):
 def _skip_without(relative):
   root = readers.shared_data_dir()
   if root is None or not (root / relative).is_dir():
-    pytest.skip(f'../shared/data/{relative} is absent')
+    pytest.skip(f'the shared data folder has no {relative}')
 
 
 def test_flores200_is_997_validation_rows():

@@ -82,7 +82,7 @@ def test_shared_data_dir_follows_env(tmp_path, monkeypatch):
 def _shared(relative):
   root = readers.shared_data_dir()
   if root is None or not (root / relative).is_dir():
-    pytest.skip(f'../shared/data/{relative} is absent')
+    pytest.skip(f'the shared data folder has no {relative}')
   return root / relative
 
 

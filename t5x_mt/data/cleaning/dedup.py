@@ -122,8 +122,8 @@ def flores_evaluation_files(root: str | os.PathLike[str] | None = None) -> list[
   if root is None:
     shared = readers.shared_data_dir()
     if shared is None:
-      raise UserError('decontamination: no evaluation files given and ../shared/data is '
-                      'absent (set --decontaminate_files)')
+      raise UserError('decontamination: no evaluation files given and the shared data '
+                      'folder is absent (set decontaminate.files)')
     root = shared / 'flores200'
   root = Path(root)
   files = sorted(root.glob('dev/*.dev')) + sorted(root.glob('devtest/*.devtest'))
