@@ -288,8 +288,7 @@ class FamilyTranslator:
       self.model_for(leg_tgt)
 
   def _legs(self, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
-    return translation_legs(src_lang, tgt_lang, self.settings.pivot_language,
-                            self.settings.pivot_directions)
+    return translation_legs(src_lang, tgt_lang, self.pivot_language, self.pivot_directions)
 
   def overlong(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[int]:
     """Indices of the sentences too long for the model that reads them first."""

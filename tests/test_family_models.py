@@ -60,7 +60,7 @@ def test_family_models_leave_pivoting_to_the_router(trained_run):
       {'beam_size': 1, 'pivot_language': 'eng_Latn', 'pivot_directions': ('*',)})
   assert (router.pivot_language, router.pivot_directions) == ('eng_Latn', ('*',))
   model = router._translator(str(trained_run))  # pylint: disable=protected-access
-  assert model.beam_size == 1 and not model.pivots('hau_Latn', 'zul_Latn')
+  assert model.settings.beam_size == 1 and not model.pivots('hau_Latn', 'zul_Latn')
 
 
 @pytest.mark.parametrize('text, message', [
