@@ -2,7 +2,7 @@
 
   python bench/langid_accuracy.py
 
-For every FLORES-200 dev file in ../shared/data: the share of its sentences that the
+For every FLORES-200 dev file in the shared data folder: the share of its sentences that the
 `language_id` step accepts as their own language under the 'exact' and 'tencent' policies
 (threshold 0.5), the backend that judges the language (py3langid, CLD2, or none: refute
 only), and, for English text labelled as that language, the share wrongly accepted.
@@ -25,7 +25,7 @@ def share(accept, sentences) -> float:
 def main() -> None:
   root = readers.shared_data_dir()
   if root is None:
-    raise SystemExit('../shared/data is absent: this benchmark reads FLORES-200 dev')
+    raise SystemExit('the shared data folder is absent: this benchmark reads FLORES-200 dev')
   files = {path.stem: path for path in sorted((root / 'flores200' / 'dev').glob('*.dev'))}
   english = readers.read_lines(files['eng_Latn'])
   print(f'{"language":10} {"backend":10} {"exact":>7} {"tencent":>8} {"English kept":>13}')

@@ -18,7 +18,7 @@ layer. Each distinct shape is timed `--products` times in a row (inside one jitt
 `fori_loop` for XLA, so there is no dispatch per product; a Python loop for PyTorch, its
 dispatch being microseconds), XLA and PyTorch alternating, best of `--repeats`; the step's
 figure weights every shape by how often the step runs it. Ends with the figure lines of
-DESIGN.md: `ratio` is the fraction of PyTorch's product throughput XLA reaches.
+bench/README.md: `ratio` is the fraction of PyTorch's product throughput XLA reaches.
 
 Both sides use every core the process may run on; `taskset -c 0` gives one core's
 figures, as decoding runs (a batch per core, `inference.Translator.parallel_batches`).

@@ -20,6 +20,7 @@ null. The decoding flags override the run's config.gin.
 """
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
@@ -95,7 +96,8 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   """Scores every direction of the --tasks and writes the run's eval/step_<N>.json."""
   from t5x_mt import evaluation  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
-  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
+  from t5x_mt import actions  # pylint: disable=g-import-not-at-top
+  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
   names = [name.strip() for name in args.tasks.split(',') if name.strip()]
   if not names:
@@ -124,9 +126,11 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
     options['corpus'] = args.corpus
   if args.spm_model is not None:
     options['spm_model_path'] = args.spm_model
+  # The flags given replace the run's own evaluation settings (its config.gin).
+  settings = dataclasses.replace(configurables.eval_config(), **options)
   direction_scores = {}
   for name in names:
-    summary = train_loop.evaluate_directions(translator, name, step, **options)
+    summary = actions.evaluate_directions(translator, name, step, settings)
     direction_scores.update(summary['directions'])
   summary = evaluation.summarize(step, direction_scores)
   summary['split'] = args.split

@@ -23,13 +23,11 @@ from t5x_mt import evaluation
 from t5x_mt import files
 from t5x_mt import inference
 from t5x_mt import run_config
+from t5x_mt import run_layout
 from t5x_mt.run import Run
 from t5x_mt import trainer
 from t5x_mt.data import corpora
 from t5x_mt.data import group_sampler
-
-METRICS_FILE = 'metrics.jsonl'
-BEST_FILE = 'best.json'
 
 Metrics = dict[str, jax.Array]
 
@@ -49,9 +47,10 @@ class MetricsLog:
   """metrics.jsonl (one object per logged step) and TensorBoard event files."""
 
   def __init__(self, model_dir: pathlib.Path, resume_step: int):
-    self.path = model_dir / METRICS_FILE
+    layout = run_layout.RunLayout(model_dir)
+    self.path = layout.metrics
     self._truncate_after(resume_step)
-    self._tensorboard = tensorboardX.SummaryWriter(str(model_dir / 'tensorboard'))
+    self._tensorboard = tensorboardX.SummaryWriter(str(layout.tensorboard))
 
   def _truncate_after(self, step: int) -> None:
     """A resumed run rewrites the steps after its checkpoint; drop their old records (and
@@ -144,8 +143,9 @@ def evaluate_directions(translator: inference.Translator, mixture_or_task_name: 
   eval/step_<N>.json summary). A direction several corpora train is evaluated once."""
   split = split or config.split
   scores = {}
-  for direction in data_tasks.mixture_directions(mixture_or_task_name):
-    source = corpora.get_corpus(config.corpus or direction.corpus)
+  for member in data_tasks.mixture_view(mixture_or_task_name).members:
+    direction = member.direction
+    source = corpora.get_corpus(config.corpus or member.corpus)
     if direction.name in scores or (config.corpus is None and split not in source.splits()):
       continue
     pairs = source.pairs(split, direction.src_lang, direction.tgt_lang)[:config.max_sentences]
@@ -161,7 +161,7 @@ def evaluate_directions(translator: inference.Translator, mixture_or_task_name: 
 
 
 def write_evaluation(model_dir: pathlib.Path, summary: dict[str, Any], test: bool) -> None:
-  evaluation.write_eval_json(str(model_dir / 'test') if test else str(model_dir), summary)
+  evaluation.write_eval_json(model_dir, summary, 'test' if test else 'validation')
   print(evaluation.format_table(summary), flush=True)
 
 
@@ -197,7 +197,7 @@ class BestRecord:
 
   @classmethod
   def load(cls, model_dir: pathlib.Path) -> 'BestRecord':
-    path = model_dir / BEST_FILE
+    path = run_layout.RunLayout(model_dir).best
     if not path.exists():
       return cls(path)
     record = json.loads(path.read_text(encoding='utf-8'))

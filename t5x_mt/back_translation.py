@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from t5x_mt import files
-from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
 from t5x_mt.data import tags
 from t5x_mt.errors import UserError

@@ -185,7 +185,7 @@ def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = Fa
   """Which run and checkpoint to load, and how to decode (translate.py, evaluate.py, ...).
 
   With `family_models`, --family_models may name one run per target-language family group
-  instead of --checkpoint_dir (language family grouping, METHODS.md section 7).
+  instead of --checkpoint_dir (docs/methods.md#language-family-grouping).
   """
   parser.add_argument('--checkpoint_dir', required=not family_models,
                       help="the training run's MODEL_DIR")

@@ -22,7 +22,7 @@ Conventions shared with the model and the data pipeline:
 - A cache may grow (`cache_lengths`, `extend_cache`): the search starts on a cache for the
   first few steps and extends it only when a row is still alive at its end. A step's cost
   follows the cache's length (self-attention reads all of it every step), so
-  short outputs under a long limit no longer pay for the limit at every step.
+  short outputs under a long limit do not pay for the limit at every step.
 
 Beam search follows T5X / Flax examples/wmt: an alive set and a finished set of `beam_size`
 hypotheses each, the top 2 * beam_size expansions per step (enough to refill the alive set

@@ -12,16 +12,15 @@ from t5x_mt import adapters
 from t5x_mt import checkpoints
 from t5x_mt import models
 from t5x_mt import network
+from t5x_mt import run_layout
 from t5x_mt.errors import UserError
-
-VOCABULARY_FILE = 'vocab.model'
 
 
 def initial_params(init_from: str, vocabulary: bytes, target: Any) -> Any:
   """The latest parameters of run `init_from`, which must share this run's vocabulary,
   shaped, laid out and placed as `target`."""
   parent = pathlib.Path(init_from)
-  parent_vocabulary = parent / VOCABULARY_FILE
+  parent_vocabulary = run_layout.RunLayout(parent).vocabulary
   if not parent_vocabulary.is_file():
     raise UserError(f'train.init_from: {parent_vocabulary} not found (not a run folder)')
   if parent_vocabulary.read_bytes() != vocabulary:

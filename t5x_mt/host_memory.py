@@ -1,12 +1,12 @@
 """Host memory: freed memory stays in the process for the next step to reuse.
 
 XLA:CPU allocates an execution's temporaries as one buffer and frees it when the
-execution ends: 702 MB for the base model's train step at 8 x 64 rows. glibc's malloc
-serves a block that large from a fresh `mmap` (a worker thread's arena cannot hold it)
-and unmaps it on free, so at every step the kernel maps and zero-fills all of it again:
-171k page faults and ~0.45 s of system time in a 1.9 s step on 2 cores. With one arena,
-no `mmap` for large blocks and no trimming of the heap's top, the freed buffer stays
-mapped and the next step reuses it (0 faults, 0.03 s of system time). The process keeps
+execution ends: hundreds of MB for a train step. glibc's malloc serves a block that
+large from a fresh `mmap` (a worker thread's arena cannot hold it) and unmaps it on
+free, so at every step the kernel maps and zero-fills all of it again, a page fault per
+page and a large share of the step in system time. With one arena, no `mmap` for large
+blocks and no trimming of the heap's top, the freed buffer stays mapped and the next
+step reuses it without faults (figures: bench/README.md, train_throughput). The process keeps
 its peak heap instead of returning it between steps, which a training or translation
 process reaches at every step anyway.
 

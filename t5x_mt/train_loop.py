@@ -29,66 +29,45 @@ from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt import run as run_lib
 from t5x_mt import run_config
+from t5x_mt import run_layout
 from t5x_mt import run_vocabulary
 from t5x_mt import trainer
-from t5x_mt.data import directions
 from t5x_mt.data import group_sampler
 from t5x_mt.data import input_pipeline
 
-VOCABULARY_FILE = 'vocab.model'
-CONFIG_FILE = 'config.gin'
-DRO_GROUPS_FILE = 'dro_groups.json'
-DIRECTIONS_FILE = 'directions.json'
-
-
-def trained_directions(run_dir: pathlib.Path) -> list[str] | None:
-  """The directions a run (or the run it was fine-tuned from) trained on, None for a run
-  that did not record them."""
-  path = run_dir / DIRECTIONS_FILE
-  if not path.is_file():
-    return None
-  return json.loads(path.read_text(encoding='utf-8'))['directions']
-
-
-def _write_run_files(run_dir: pathlib.Path, spec: run_config.RunSpec, vocabulary: bytes,
+def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, vocabulary: bytes,
                      direction_names: Sequence[str], robust: dro.DroTraining | None) -> None:
   """config.gin, the vocabulary's copy, the trained directions (with those of the run it
   starts from) and DRO's groups: what a run's readers need."""
-  files.write_text_atomically(run_dir / CONFIG_FILE, spec.operative_config())
+  files.write_text_atomically(layout.config, spec.operative_config())
   init_from = spec.train.init_from
-  inherited = (trained_directions(pathlib.Path(init_from)) or []) if init_from else []
-  files.write_text_atomically(run_dir / DIRECTIONS_FILE, json.dumps(
-      {'directions': sorted({*direction_names, *inherited})}, indent=2) + '\n')
-  local_copy = run_dir / VOCABULARY_FILE
-  if not local_copy.exists() or local_copy.read_bytes() != vocabulary:
-    files.write_bytes_atomically(local_copy, vocabulary)
+  inherited = (run_layout.RunLayout(init_from).trained_directions() or []) if init_from else []
+  layout.write_directions([*direction_names, *inherited])
+  if not layout.vocabulary.exists() or layout.vocabulary.read_bytes() != vocabulary:
+    files.write_bytes_atomically(layout.vocabulary, vocabulary)
   if robust:
-    files.write_text_atomically(run_dir / DRO_GROUPS_FILE, json.dumps(
+    files.write_text_atomically(layout.dro_groups, json.dumps(
         robust.groups_record(), indent=2, sort_keys=True) + '\n')
 
 
 def _run_directions(config: run_config.TrainConfig,
                     model: network.TransformerConfig) -> tuple[list[int], list[str]]:
   """The ids and names of the mixture's directions; adapters must cover them all."""
-  run_directions = data_tasks.mixture_directions(config.mixture_or_task_name)
-  direction_ids = sorted({directions.direction_id(d.src_lang, d.tgt_lang)
-                          for d in run_directions})
-  direction_names = [directions.direction_from_id(i) for i in direction_ids]
+  run_directions = data_tasks.mixture_view(config.mixture_or_task_name).directions()
   if model.adapter_keys:
-    adapters.check_directions(direction_names, model.adapter_by, model.adapter_keys,
+    adapters.check_directions(run_directions, model.adapter_by, model.adapter_keys,
                               'MIXTURE_OR_TASK_NAME')
-  return direction_ids, direction_names
+  return [d.id for d in run_directions], [d.name for d in run_directions]
 
 
 def _robust_training(config: dro.DroConfig, mixture_or_task_name: str,
                      direction_names: Sequence[str]) -> dro.DroTraining:
   """DRO's host-side state for the run's groups; p_g and sampling shares from the data."""
+  mixture = data_tasks.mixture_view(mixture_or_task_name)
   return dro.DroTraining(
       config, direction_names,
-      proportions=group_sampler.group_shares(mixture_or_task_name, config.grouping,
-                                             config.proportions),
-      sampling_shares=group_sampler.group_shares(mixture_or_task_name, config.grouping,
-                                                 'rates'))
+      proportions=group_sampler.group_shares(mixture, config.grouping, config.proportions),
+      sampling_shares=group_sampler.group_shares(mixture, config.grouping, 'rates'))
 
 
 def _training_batches(config: run_config.TrainConfig, robust: dro.DroTraining | None):
@@ -96,7 +75,7 @@ def _training_batches(config: run_config.TrainConfig, robust: dro.DroTraining | 
   settings = dict(global_batch_size=config.batch_size, inputs_length=config.inputs_length,
                   targets_length=config.targets_length, seed=config.seed, pack=config.pack)
   if robust and robust.config.mode == 'sampling':
-    return group_sampler.GroupSampler(config.mixture_or_task_name,
+    return group_sampler.GroupSampler(data_tasks.mixture_view(config.mixture_or_task_name),
                                       grouping=robust.config.grouping, **settings)
   return iter(input_pipeline.train_dataset(config.mixture_or_task_name, **settings))
 
@@ -115,6 +94,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   """
   config = spec.train
   run_dir = pathlib.Path(config.model_dir)
+  layout = run_layout.RunLayout(run_dir)
   checkpoints.check_writable(config.model_dir)
   mesh = partitioning.create_mesh(config.mesh_shape)
   rules = spec.axis_rules
@@ -125,7 +105,8 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   direction_ids, direction_names = _run_directions(config, spec.model)
   vocabulary = run_vocabulary.run_vocabulary(
       spec.vocabulary_path, config.mixture_or_task_name,
-      spec.vocabulary or run_vocabulary.VocabularyConfig(), run_dir / VOCABULARY_FILE)
+      spec.vocabulary or run_vocabulary.VocabularyConfig(), layout.vocabulary)
+  data_tasks.use_vocabulary(spec.vocabulary_path)
   model = models.TranslationModel(dataclasses.replace(spec.model, vocab_size=(
       run_vocabulary.padded_vocab_size(run_vocabulary.num_pieces(vocabulary)))))
   state, state_shardings = partitioning.shard_init(
@@ -147,14 +128,14 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
     elif config.init_from:
       state = state.replace(params=fine_tuning.initial_params(config.init_from, vocabulary,
                                                               state.params))
-    _write_run_files(run_dir, spec, vocabulary, direction_names, robust)
+    _write_run_files(layout, spec, vocabulary, direction_names, robust)
   train_step = trainer.jit_train_step(
       trainer.make_train_step(model, optimizer, direction_ids=direction_ids,
                               label_smoothing=config.label_smoothing,
                               num_microbatches=config.num_microbatches,
                               loss_chunk_length=config.loss_chunk_length),
       state_shardings, mesh, rules)
-  translator = inference.Translator(model, state.params, str(run_dir / VOCABULARY_FILE),
+  translator = inference.Translator(model, state.params, str(layout.vocabulary),
                                     spec.tag_strategy, spec.decode or inference.DecodeSettings(),
                                     mesh=mesh, rules=rules)
   run = run_lib.Run(config=config, model_dir=run_dir, model=model, mesh=mesh, rules=rules, state=state,

@@ -17,6 +17,7 @@ from t5x_mt import run_loading
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
 from t5x_mt.data import monolingual
+from t5x_mt.data import tags
 from t5x_mt.errors import UserError
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
@@ -259,7 +260,7 @@ def test_distill_writes_the_teachers_translations_of_the_sources(trained_run, tm
   assert read_pairs(output, job) == [p for p in zip(sources, expected) if p[1].strip()]
   corpora.register_dir('test_kd', output, overwrite=True)
   assert corpora.get_corpus('test_kd').synthetic_tags('eng_Latn', 'hau_Latn') == (
-      corpora.tags.SyntheticTags())
+      tags.SyntheticTags())
 
 
 def test_distill_needs_directions(monkeypatch, capsys, tmp_path):

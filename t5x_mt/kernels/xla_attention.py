@@ -99,8 +99,8 @@ def decoding_step_attention(q: Array, key_cache: Array, value_cache: Array,
   head_dim = q.shape[-1]
   # Both products as [n, .] x [., .] per (batch, head), queries and output moved to
   # [batch, heads, n, head_dim] outside them: written with n between batch and heads in an
-  # operand or the output, XLA:CPU makes them batched matrix-vector products and the step's
-  # cross-attention (n = beams) took 4x as long (131 against 30 us a layer, 16 x 4 rows).
+  # operand or the output, XLA:CPU makes them batched matrix-vector products, several
+  # times slower for the step's cross-attention (n = beams; bench/README.md, decode).
   logits = jnp.einsum('bhnd,bhdk->bhnk', q.transpose(0, 2, 1, 3), key_cache,
                       preferred_element_type=jnp.float32)
   logits = logits * (1.0 / jnp.sqrt(jnp.float32(head_dim)))
