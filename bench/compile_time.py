@@ -143,9 +143,9 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--max_host_gib', type=float, default=16.0)
   parser.add_argument('--only', default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(rest)
-  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top  (TF after cli setup)
   gin_utils.parse_gin([args.model], bindings)
-  base = train_loop.model_config(vocab_size=args.vocab_size)
+  base = configurables.model_config(args.vocab_size)
   if args.only:  # The child process: one variant, one JSON line.
     print(json.dumps(compile_train_step(variant_config(base, args.only), args.batch_size,
                                         args.length)))

@@ -177,10 +177,10 @@ def report(figure: str, counts: dict[Product, int],
 
 def model_config(gin_file: str, vocab_size: int) -> network.TransformerConfig:
   """The TransformerConfig a gin model file sets, with `vocab_size` embedding rows."""
-  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top  (TF after cli setup)
   gin.clear_config()
   gin_utils.parse_gin([gin_file], [])
-  return train_loop.model_config(vocab_size=vocab_size)
+  return configurables.model_config(vocab_size)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -281,9 +281,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv: list[str]) -> int:
   args, bindings = parse_args(argv)
-  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top  (TF after cli setup)
   gin_utils.parse_gin([args.model], bindings)
-  config = train_loop.model_config(vocab_size=args.vocab_size)
+  config = configurables.model_config(args.vocab_size)
   if args.length > config.max_length:
     raise UserError(f'--length: {args.length} exceeds the model\'s max_length '
                     f'{config.max_length} ({args.model})')

@@ -245,7 +245,7 @@ class TranslationModel:
           encoded, encoder_tokens, tokens, tokens, decode=True, mutable=['cache'],
           decoder_direction_ids=jnp.full(tokens.shape, direction, jnp.int32),
           method=network.Transformer.decode)
-      # The embedding is padded past the vocabulary (train_loop.padded_vocab_size); those
+      # The embedding is padded past the vocabulary (run_vocabulary.padded_vocab_size); those
       # rows are no pieces, so they are never generated, however little the model trained.
       next_logits = logits[:, -1, :]
       is_piece = jnp.arange(next_logits.shape[-1]) < num_pieces
