@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import dataclasses
 from typing import Any
 
+import numpy as np
 import optax
 
 from t5x_mt import partitioning
@@ -18,6 +19,12 @@ from t5x_mt import trainer
 from t5x_mt import validation
 from t5x_mt.errors import UserError
 
+# The gin names of the settings below (configurables.py registers them).
+TRAIN_CONFIGURABLE = 'train_loop.train'
+EVAL_CONFIGURABLE = 'train_loop.evaluate_directions'
+VOCABULARY_CONFIGURABLE = 'train_loop.build_vocabulary'
+MODEL_CONFIGURABLE = 'network.TransformerConfig'
+DECODE_CONFIGURABLE = 'inference.Translator'
 # The stable macros bound to TrainConfig fields in gin/runs/base_run.gin.
 MACROS = {'model_dir': 'MODEL_DIR', 'train_steps': 'TRAIN_STEPS', 'batch_size': 'BATCH_SIZE',
           'mixture_or_task_name': 'MIXTURE_OR_TASK_NAME', 'mesh_shape': 'MESH_SHAPE',
@@ -29,7 +36,7 @@ _POSITIVE = ('train_steps', 'batch_size', 'log_every_steps', 'checkpoint_every_s
 _NON_NEGATIVE = ('eval_every_steps', 'loss_chunk_length', 'early_stopping_patience')
 
 
-def setting_name(field: str, configurable: str = 'train_loop.train') -> str:
+def setting_name(field: str, configurable: str = TRAIN_CONFIGURABLE) -> str:
   """How a user names a TrainConfig field: its macro and its gin binding."""
   binding = f'{configurable}.{field}'
   return f'{MACROS[field]} ({binding})' if field in MACROS else binding
@@ -128,8 +135,39 @@ class EvalConfig:
 
   def __post_init__(self):
     if self.max_sentences is not None:
-      validation.integer('train_loop.evaluate_directions.max_sentences', self.max_sentences,
+      validation.integer(f'{EVAL_CONFIGURABLE}.max_sentences', self.max_sentences,
                          minimum=1)
+
+
+def _literal(value: Any) -> bool:
+  """Whether gin reads `repr(value)` back as the same value."""
+  if value is None or isinstance(value, (bool, int, float, str)):
+    return True
+  if isinstance(value, (tuple, list)):
+    return all(map(_literal, value))
+  if isinstance(value, dict):
+    return all(map(_literal, value)) and all(map(_literal, value.values()))
+  return False
+
+
+def _gin_value(value: Any) -> str | None:
+  """`value` as gin writes it (a dtype by its name), None if gin cannot hold it."""
+  if _literal(value):
+    return repr(value)
+  try:
+    return repr(np.dtype(value).name)
+  except TypeError:
+    return None
+
+
+def bindings_of(configurable: str, settings: Any, skip: Sequence[str] = ()) -> list[str]:
+  """The gin bindings that make `configurable` give `settings` (a dataclass) again."""
+  lines = []
+  for field in dataclasses.fields(settings):
+    text = _gin_value(getattr(settings, field.name))
+    if field.name not in skip and text is not None:
+      lines.append(f'{configurable}.{field.name} = {text}')
+  return lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +176,9 @@ class RunSpec:
 
   `model` is checked before any data is read; its `vocab_size` is replaced by the
   embedding rows of the run's vocabulary once that is known. `operative_config` gives
-  the text MODEL_DIR/config.gin records (the gin bindings in force).
+  the text MODEL_DIR/config.gin records: the launch layer's gin bindings in force; for a
+  run built from objects, by default, the bindings of its settings (`describe`), so that
+  translate.py and evaluate.py load it like any other run.
   """
   train: TrainConfig
   model: Any  # network.TransformerConfig
@@ -148,4 +188,22 @@ class RunSpec:
   vocabulary: Any = None  # run_vocabulary.VocabularyConfig; None: its defaults.
   decode: Any = None  # inference.DecodeSettings of evaluations; None: its defaults.
   axis_rules: partitioning.LogicalRules = partitioning.DEFAULT_RULES
-  operative_config: Callable[[], str] = lambda: ''
+  operative_config: Callable[[], str] | None = None
+
+  def config_text(self) -> str:
+    return self.operative_config() if self.operative_config else self.describe()
+
+  def describe(self) -> str:
+    """The spec's settings as gin bindings under the names the launch layer binds (what
+    a schedule, optimizer or DRO object holds is not written)."""
+    lines = ['import data_tasks', 'import t5x_mt.configurables', '',
+             *bindings_of(TRAIN_CONFIGURABLE, self.train, skip=('dro',)),
+             *bindings_of(EVAL_CONFIGURABLE, self.evaluation),
+             *bindings_of(MODEL_CONFIGURABLE, self.model, skip=('vocab_size',)),
+             f'data_tasks.vocabulary_path.path = {self.vocabulary_path!r}',
+             f'data_tasks.tag_strategy.strategy = {self.tag_strategy!r}']
+    if self.vocabulary is not None:
+      lines += bindings_of(VOCABULARY_CONFIGURABLE, self.vocabulary)
+    if self.decode is not None:
+      lines += bindings_of(DECODE_CONFIGURABLE, self.decode)
+    return '\n'.join(lines) + '\n'

@@ -39,7 +39,7 @@ def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, voc
                      direction_names: Sequence[str], robust: dro.DroTraining | None) -> None:
   """config.gin, the vocabulary's copy, the trained directions (with those of the run it
   starts from) and DRO's groups: what a run's readers need."""
-  files.write_text_atomically(layout.config, spec.operative_config())
+  files.write_text_atomically(layout.config, spec.config_text())
   init_from = spec.train.init_from
   inherited = (run_layout.RunLayout(init_from).trained_directions() or []) if init_from else []
   layout.write_directions([*direction_names, *inherited])

@@ -1,5 +1,6 @@
 """A run end to end: outputs in MODEL_DIR, resume after a stop, bad input."""
 
+import dataclasses
 import json
 import pathlib
 
@@ -17,6 +18,7 @@ from t5x_mt import gin_utils
 from t5x_mt import inference
 from t5x_mt import network
 from t5x_mt import run_config
+from t5x_mt import run_loading
 from t5x_mt import run_vocabulary
 from t5x_mt import train_loop
 from t5x_mt import trainer
@@ -203,6 +205,11 @@ def test_a_run_built_from_objects_calls_its_actions_and_resumes_where_they_stopp
   rest = _StopAfter(10)
   assert train_loop.run_steps(resumed, [rest]) == 6  # TRAIN_STEPS ends it.
   resumed.checkpoints.close()
+  # Its config.gin describes it: translation loads the same model and decoding settings.
+  loaded = run_loading.load_translator(str(tmp_path / 'run'))
+  assert dataclasses.replace(loaded.model.config, dtype=None) == dataclasses.replace(
+      resumed.model.config, dtype=None)
+  assert loaded.model.config.dtype == 'float32' and loaded.settings == spec.decode
   # The same run from gin, uninterrupted, takes the same losses at steps 3-6.
   configure(tmp_path / 'straight', tmp_path / 'vocab.model', tiny_mixture, train_steps=6)
   train_configured()
