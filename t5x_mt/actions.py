@@ -46,8 +46,7 @@ class Action:
 class MetricsLog:
   """metrics.jsonl (one object per logged step) and TensorBoard event files."""
 
-  def __init__(self, model_dir: pathlib.Path, resume_step: int):
-    layout = run_layout.RunLayout(model_dir)
+  def __init__(self, layout: run_layout.RunLayout, resume_step: int):
     self.path = layout.metrics
     self._truncate_after(resume_step)
     self._tensorboard = tensorboardX.SummaryWriter(str(layout.tensorboard))
@@ -77,7 +76,7 @@ class LogMetrics(Action):
   def __init__(self, run: Run, every: int, robust: dro.DroTraining | None = None):
     self._every = every
     self._robust = robust
-    self._log = MetricsLog(run.model_dir, run.start_step)
+    self._log = MetricsLog(run.layout, run.start_step)
     self._window_sums: Metrics | None = None
     self._window_start = time.perf_counter()
     self._paused_at_start = run.paused_seconds
@@ -160,8 +159,8 @@ def evaluate_directions(translator: inference.Translator, mixture_or_task_name: 
   return summary
 
 
-def write_evaluation(model_dir: pathlib.Path, summary: dict[str, Any], test: bool) -> None:
-  evaluation.write_eval_json(model_dir, summary, 'test' if test else 'validation')
+def write_evaluation(layout: run_layout.RunLayout, summary: dict[str, Any], test: bool) -> None:
+  evaluation.write_eval_json(layout.root, summary, 'test' if test else 'validation')
   print(evaluation.format_table(summary), flush=True)
 
 
@@ -181,7 +180,7 @@ class Evaluate(Action):
     run.translator.params = run.state.params
     summary = evaluate_directions(run.translator, run.config.mixture_or_task_name, step,
                                   self.config)
-    write_evaluation(run.model_dir, summary, test=False)
+    write_evaluation(run.layout, summary, test=False)
     self.latest = (step, summary)
     run.paused_seconds += time.perf_counter() - started
 
@@ -196,8 +195,8 @@ class BestRecord:
   evaluations_since_best: int = 0
 
   @classmethod
-  def load(cls, model_dir: pathlib.Path) -> 'BestRecord':
-    path = run_layout.RunLayout(model_dir).best
+  def load(cls, layout: run_layout.RunLayout) -> 'BestRecord':
+    path = layout.best
     if not path.exists():
       return cls(path)
     record = json.loads(path.read_text(encoding='utf-8'))
@@ -224,7 +223,7 @@ class StopEarly(Action):
   def __init__(self, run: Run, evaluate: Evaluate, patience: int):
     self._evaluate = evaluate
     self._patience = patience
-    self.record = BestRecord.load(run.model_dir)
+    self.record = BestRecord.load(run.layout)
     run.checkpoints.protect(self.record.best_step)
 
   def stop_requested(self) -> bool:

@@ -2,7 +2,6 @@
 
 from collections.abc import Callable
 import dataclasses
-import pathlib
 from typing import Any
 
 import jax
@@ -14,6 +13,7 @@ from t5x_mt import inference
 from t5x_mt import models
 from t5x_mt import partitioning
 from t5x_mt import run_config
+from t5x_mt import run_layout
 from t5x_mt import trainer
 
 
@@ -26,7 +26,7 @@ class Run:
   variant) or None.
   """
   config: run_config.TrainConfig
-  model_dir: pathlib.Path
+  layout: run_layout.RunLayout
   model: models.TranslationModel
   mesh: jax.sharding.Mesh
   rules: partitioning.LogicalRules

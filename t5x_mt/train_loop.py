@@ -138,10 +138,12 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   translator = inference.Translator(model, state.params, str(layout.vocabulary),
                                     spec.tag_strategy, spec.decode or inference.DecodeSettings(),
                                     mesh=mesh, rules=rules)
-  run = run_lib.Run(config=config, model_dir=run_dir, model=model, mesh=mesh, rules=rules, state=state,
-            train_step=train_step, schedule=config.learning_rate_schedule, batches=batches,
-            checkpoints=run_checkpoints, translator=translator,
-            direction_names=direction_names, start_step=start_step, host_states=host_states)
+  run = run_lib.Run(config=config, layout=layout, model=model, mesh=mesh, rules=rules,
+                    state=state, train_step=train_step,
+                    schedule=config.learning_rate_schedule, batches=batches,
+                    checkpoints=run_checkpoints, translator=translator,
+                    direction_names=direction_names, start_step=start_step,
+                    host_states=host_states)
   if update_dro:
     run.direction_scales = update_dro.direction_scales
   return run, update_dro
@@ -172,7 +174,7 @@ def _final_evaluations(run: run_lib.Run, step: int, evaluate: actions.Evaluate,
   best_step = stop_early and stop_early.record.best_step
   if best_step is not None:
     stop_early.report(summary)
-  actions.write_evaluation(run.model_dir, summary, test=False)
+  actions.write_evaluation(run.layout, summary, test=False)
   if not run.config.evaluate_test_split:
     return
   selected = step if best_step is None else best_step
@@ -180,7 +182,7 @@ def _final_evaluations(run: run_lib.Run, step: int, evaluate: actions.Evaluate,
     run.translator.params = run.checkpoints.restore_params(selected, run.state.params)
   test_summary = actions.evaluate_directions(run.translator, run.config.mixture_or_task_name,
                                              selected, evaluate.config, split='test')
-  actions.write_evaluation(run.model_dir, test_summary, test=True)
+  actions.write_evaluation(run.layout, test_summary, test=True)
 
 
 def train(spec: run_config.RunSpec) -> dict[str, Any]:

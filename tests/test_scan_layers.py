@@ -89,7 +89,8 @@ def test_remat_policies_leave_loss_and_gradients_unchanged(policy, scan_layers):
 
 
 def test_unknown_remat_policy_names_the_choices():
-  with pytest.raises(UserError, match="remat_policy: 'some' is not one of 'dots', 'dots_with_no_batch_dims', 'full', 'none'"):
+  with pytest.raises(UserError, match="remat_policy: 'some' is not one of 'dots', "
+                     "'dots_with_no_batch_dims', 'full', 'none'"):
     dataclasses.replace(CONFIG, remat_policy='some')
 
 

@@ -18,6 +18,7 @@ from t5x_mt import gin_utils
 from t5x_mt import inference
 from t5x_mt import network
 from t5x_mt import run_config
+from t5x_mt import run_layout
 from t5x_mt import run_loading
 from t5x_mt import run_vocabulary
 from t5x_mt import train_loop
@@ -58,9 +59,9 @@ def test_a_damaged_metrics_record_before_the_last_is_named(tmp_path, caplog):
   path = tmp_path / 'metrics.jsonl'
   path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')
   with pytest.raises(UserError, match=r'metrics.jsonl:2: not a JSON record'):
-    actions.MetricsLog(tmp_path, resume_step=3)
+    actions.MetricsLog(run_layout.RunLayout(tmp_path), resume_step=3)
   path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
-  actions.MetricsLog(tmp_path, resume_step=3)
+  actions.MetricsLog(run_layout.RunLayout(tmp_path), resume_step=3)
   assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
   assert 'metrics.jsonl:3: dropping an incomplete last record' in caplog.text
 

@@ -1,8 +1,8 @@
 """Language-tag strategies: where the source and target language tags go.
 
 Multilingual models learn which language to produce from a tag token. Three placements are
-in use (docs/methods.md#language-tags); this module is the one place that knows them, so training data
-(data_tasks) and inference (forced decoder prefix) can never disagree.
+in use (docs/methods.md#language-tags); this module is the one place that knows them, so
+training data (data_tasks) and inference (forced decoder prefix) can never disagree.
 
   T-ENC        encoder: <2tgt> x            decoder: y
   S-ENC-T-DEC  encoder: <2src> x            decoder: <2tgt> y   (Tencent, fairseq langtoks)
