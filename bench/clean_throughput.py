@@ -26,6 +26,7 @@ import collections
 import math
 import time
 
+from t5x_mt import configurables
 from t5x_mt.data import corpora
 from t5x_mt.data import readers
 from t5x_mt.data.cleaning import dedup
@@ -62,7 +63,7 @@ def real_pairs() -> dict[tuple[str, str], list[Pair]]:
 def rate(pairs_by_direction, steps: list[str]) -> float:
   """Pairs per second through the cleaner both engines use, with the per-pair `steps`
   (parameters as gin binds them), over all pairs (best of 2 runs)."""
-  specs = pipeline.resolve_specs(steps)
+  specs = configurables.cleaning_specs(steps)
   cleaners = {direction: pipeline.PairCleaner(specs, *direction)
               for direction in pairs_by_direction}
   records = {direction: [Record(index, pair, pair[:2]) for index, pair in enumerate(pairs)]
@@ -120,7 +121,7 @@ def mdl_false_positives(threshold_step) -> None:
 
 def removal_table(corpus: str, preset: str, output_root: str) -> None:
   parse_gin([str(pipeline.preset_file(preset))], [])
-  specs = pipeline.resolve_specs(pipeline.cleaning_steps())
+  specs = configurables.cleaning_specs(configurables.cleaning_step_names())
   report = pipeline.clean_locally(cleaning_io.corpus_sources(corpus), specs,
                                   f'{output_root}/{corpus}', overwrite=True, progress=False)
   print(f'\n{corpus}, preset {preset}: {report["total"]["pairs_out"]} of '
@@ -140,7 +141,8 @@ def rule_figures(pairs, preset: str) -> None:
   figure('normalisation_pairs_per_second', rate(pairs, list(NORMALISATION)), 'pairs/s',
          'target', 50_000)
   parse_gin([str(pipeline.preset_file(preset))], [])
-  preset_rules = [name for name in pipeline.cleaning_steps() if name in rule_filters]
+  preset_rules = [name for name in configurables.cleaning_step_names()
+                  if name in rule_filters]
   print(f'rule filters of preset {preset}: {", ".join(preset_rules)}')
   figure(f'{preset}_rule_filters_pairs_per_second', rate(pairs, preset_rules), 'pairs/s',
          'target', 50_000)

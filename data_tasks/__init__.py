@@ -8,14 +8,12 @@ are registered by `get_mixture_or_task` when first named, since listing their la
 means reading their folders. Other projects import this module to reuse the registry, and
 register mixtures over their own corpora with `register_mixture`.
 
-A program that reuses the registry chooses the vocabulary of every task with
-`use_vocabulary(path)`; nothing else needs choosing, since the other run-level settings
-have defaults. t5x_mt's launch scripts make these choices through gin bindings, taken
-when a dataset is built, not when tasks are registered, so that one registry serves
-every run:
-  * the vocabulary file (`vocabulary_path.path`, macro VOCABULARY_PATH in gin/runs),
-  * the tag strategy (`tag_strategy.strategy`, docs/methods.md#language-tags),
-  * the sampling temperature tau of mixtures (`temperature_rate.temperature`).
+The registry's run-level settings are one `DataSettings` value, taken when a dataset is
+built, not when tasks are registered, so that one registry serves every run. A program
+that reuses the registry chooses the vocabulary of every task with `use_vocabulary(path)`;
+nothing else needs choosing, since the other settings have defaults. `configure(settings)`
+chooses them all at once: t5x_mt's launch layer builds the settings from its gin bindings
+(`t5x_mt.configurables.configure_data`) and passes them here.
 """
 
 from collections.abc import Iterable
@@ -28,12 +26,12 @@ import os
 import re
 from typing import NamedTuple
 
-import gin
 import seqio
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from t5x_mt import languages
+from t5x_mt import validation
 from t5x_mt.data import cldr
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
@@ -77,41 +75,73 @@ class TaskSource(NamedTuple):
 TASK_SOURCES: dict[str, TaskSource] = {}
 
 
-@gin.configurable
-def vocabulary_path(path: str = DEFAULT_VOCABULARY_PATH) -> str:
-  """The SentencePiece model file of this run (bound by gin/runs as VOCABULARY_PATH)."""
-  return os.path.expanduser(path)
-
-
-@gin.configurable
-def tag_strategy(strategy: str = tags.DEFAULT_TAG_STRATEGY) -> str:
-  """The tag strategy of this run: t_enc, s_enc_t_dec or t_enc_t_dec."""
-  return tags.check_tag_strategy(strategy, 'tag_strategy.strategy')
-
-
 DEFAULT_TEMPERATURE = 5.0
+DEFAULT_WMT22_CORPORA = ('ntrex128', 'salt', 'tatoeba')
+SAMPLING_SIDES = ('none', 'source', 'both')
 
 
-@gin.configurable
-def temperature_rate(task: seqio.Task, temperature: float = DEFAULT_TEMPERATURE,
-                     mixture_tasks: Sequence[str] = ()) -> float:
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+  """The registry's run-level choices; each error names the gin setting a recipe binds.
+
+  vocabulary_path: the SentencePiece model file of every task (`vocabulary_path.path`).
+  tag_strategy: t_enc, s_enc_t_dec or t_enc_t_dec (`tag_strategy.strategy`,
+    docs/methods.md#language-tags).
+  temperature: the sampling temperature tau of mixtures (`temperature_rate.temperature`).
+  sampling_sides, sampling_alpha, sampling_nbest_size: subword regularisation
+    (`subword_sampling.sides/alpha/nbest_size`, see `subword_sampling`).
+  wmt22_corpora, wmt22_synthetic: the corpora the WMT22 mixtures draw bitext from, and
+    the synthetic corpora wmt22_large adds (`wmt22_corpora.names/synthetic`).
+  extra_pair_groups: WMT22 pair groups beyond the built-in ones (`pair_groups.extra`).
+  """
+  vocabulary_path: str = DEFAULT_VOCABULARY_PATH
+  tag_strategy: str = tags.DEFAULT_TAG_STRATEGY
+  temperature: float = DEFAULT_TEMPERATURE
+  sampling_sides: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  sampling_alpha: float = 0.1
+  sampling_nbest_size: int = -1
+  wmt22_corpora: tuple[str, ...] = DEFAULT_WMT22_CORPORA
+  wmt22_synthetic: tuple[str, ...] = ()
+  extra_pair_groups: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    tags.check_tag_strategy(self.tag_strategy, 'tag_strategy.strategy')
+    validation.number('temperature_rate.temperature', self.temperature, above=0)
+    for direction, side in self.sampling_sides.items():
+      if side not in SAMPLING_SIDES:
+        raise UserError(f'subword_sampling.sides: {side!r} for {direction} is not one of '
+                        f'{", ".join(SAMPLING_SIDES)}')
+    wmt22.pair_groups(self.extra_pair_groups)
+
+
+_SETTINGS = DataSettings()
+
+
+def configure(data_settings: DataSettings) -> None:
+  """Makes `data_settings` the registry's settings for the rest of the process."""
+  global _SETTINGS
+  _SETTINGS = data_settings
+
+
+def settings() -> DataSettings:
+  """The registry's settings: those last given to `configure`, else the defaults."""
+  return _SETTINGS
+
+
+def temperature_rate(task: seqio.Task, mixture_tasks: Sequence[str] = ()) -> float:
   """Mixing rate of a task: p_i = |D_i|^(1/tau) / sum_j |D_j|^(1/tau).
 
   Temperature sampling (docs/methods.md#temperature-sampling): D_i is the task's direction, summed over the mixture's tasks of that direction (the
   same language pair from several corpora, genuine and back-translated), which share
-  the direction's rate in proportion to their sizes.
+  the direction's rate in proportion to their sizes. tau is `settings().temperature`.
   """
-  if temperature <= 0:
-    raise UserError(f'temperature_rate.temperature: must be > 0, got {temperature}')
+  temperature = _SETTINGS.temperature
   direction = TASK_SOURCES[task.name].direction
   siblings = [name for name in mixture_tasks if TASK_SOURCES[name].direction == direction]
   direction_pairs = sum(num_train_pairs(name) for name in siblings or [task.name])
   if not direction_pairs:
     return 0.0
   return direction_pairs ** (1.0 / temperature) * num_train_pairs(task.name) / direction_pairs
-
-
-SAMPLING_SIDES = ('none', 'source', 'both')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,24 +154,21 @@ class SubwordSampling:
   nbest_size: int
 
 
-@gin.configurable
-def subword_sampling(direction: str, sides: Mapping[str, str] | None = None,
-                     alpha: float = 0.1, nbest_size: int = -1) -> SubwordSampling:
+def subword_sampling(direction: str) -> SubwordSampling:
   """Which sides of a direction's training examples sample their segmentation, and how.
 
   Subword regularisation (docs/methods.md#subword-regularisation): SentencePiece samples a
   segmentation of each training sentence (`nbest_size` candidates, -1 for all, smoothed
-  by `alpha`) instead of always taking the best one. `sides` maps a direction
-  ('eng_Latn-hau_Latn') or '*' (every other direction) to 'none', 'source' (the usual
-  choice for high-resource directions) or 'both' (low-resource ones). Off by default.
-  Validation, test and inference always segment deterministically. SentencePiece draws
-  from its own random source, so a run that samples does not resume bit for bit.
+  by `alpha`) instead of always taking the best one. The settings' `sampling_sides` maps a
+  direction ('eng_Latn-hau_Latn') or '*' (every other direction) to 'none', 'source' (the
+  usual choice for high-resource directions) or 'both' (low-resource ones). Off by
+  default. Validation, test and inference always segment deterministically. SentencePiece
+  draws from its own random source, so a run that samples does not resume bit for bit.
   """
-  side = (sides or {}).get(direction, (sides or {}).get('*', 'none'))
-  if side not in SAMPLING_SIDES:
-    raise UserError(f'subword_sampling.sides: {side!r} for {direction} is not one of '
-                    f'{", ".join(SAMPLING_SIDES)}')
-  return SubwordSampling(side in ('source', 'both'), side == 'both', alpha, nbest_size)
+  sides = _SETTINGS.sampling_sides
+  side = sides.get(direction, sides.get('*', 'none'))
+  return SubwordSampling(side in ('source', 'both'), side == 'both', _SETTINGS.sampling_alpha,
+                         _SETTINGS.sampling_nbest_size)
 
 
 def _subword_sampler(sampling: SubwordSampling):
@@ -155,26 +182,18 @@ class SharedVocabulary(seqio.Vocabulary):
   """The SentencePiece vocabulary of every registered task, resolved when first used.
 
   Tasks are registered at import, before a program says which vocabulary it uses, so
-  they share this one object: it reads the file chosen with `use_vocabulary`, or, where
-  the program chose none, the launch layer's gin binding `vocabulary_path.path`
-  (VOCABULARY_PATH). seqio's interface is answered by that file's
+  they share this one object: it reads the settings' `vocabulary_path` (chosen with
+  `use_vocabulary` or `configure`). seqio's interface is answered by that file's
   `seqio.SentencePieceVocabulary`.
   """
 
   def __init__(self):
     super().__init__(extra_ids=0)
-    self._chosen_path: str | None = None
     self._loaded: seqio.SentencePieceVocabulary | None = None
-
-  def choose(self, path: str) -> None:
-    if not tf.io.gfile.exists(path):
-      raise UserError(f'{path}: vocabulary file not found (build it with '
-                      'launch/build_vocab.py)')
-    self._chosen_path = path
 
   @property
   def sentencepiece_model_file(self) -> str:
-    return self._chosen_path or vocabulary_path()
+    return _SETTINGS.vocabulary_path
 
   @property
   def sentencepiece(self) -> seqio.SentencePieceVocabulary:
@@ -223,10 +242,13 @@ def use_vocabulary(path: str | os.PathLike[str]) -> None:
   """Makes the SentencePiece model at `path` the vocabulary of every registered task.
 
   This is how a program that reuses the registry chooses its vocabulary without gin; the
-  choice holds for the rest of the process and takes precedence over the gin binding
-  `vocabulary_path.path` through which t5x_mt's own launch scripts choose it.
+  choice holds for the rest of the process, or until `configure` chooses again.
   """
-  VOCABULARY.choose(os.path.expanduser(os.fspath(path)))
+  path = os.path.expanduser(os.fspath(path))
+  if not tf.io.gfile.exists(path):
+    raise UserError(f'{path}: vocabulary file not found (build it with '
+                    'launch/build_vocab.py)')
+  configure(dataclasses.replace(_SETTINGS, vocabulary_path=path))
 
 
 def output_features() -> dict[str, seqio.Feature]:
@@ -310,7 +332,7 @@ def _add_tags(dataset: tf.data.Dataset, source: TaskSource) -> tf.data.Dataset:
   would do with the text around it.
   """
   src_lang, tgt_lang = source.direction
-  direction_tags = tags.tags_for(tag_strategy(), src_lang, tgt_lang)
+  direction_tags = tags.tags_for(_SETTINGS.tag_strategy, src_lang, tgt_lang)
   synthetic = corpus_types.synthetic_tags(corpora.get_corpus(source.corpus), src_lang,
                                           tgt_lang)
   encoder_prefix = _tag_ids(direction_tags.encoder_tag, synthetic.source_prefix)
@@ -399,10 +421,9 @@ def member_tasks(member: str) -> list[str]:
       provider.name]
 
 
-@gin.configurable
-def register_from_config(corpora_dirs: Mapping[str, str] | None = None,
-                         mixtures: Mapping[str, Sequence[str]] | None = None) -> None:
-  """Registers the corpus folders and mixtures a run's gin config names.
+def register_corpora_and_mixtures(corpora_dirs: Mapping[str, str] | None = None,
+                                  mixtures: Mapping[str, Sequence[str]] | None = None) -> None:
+  """Registers corpus folders and mixtures over them (those a run's config names).
 
   `corpora_dirs` maps a corpus name to a folder written by launch/clean.py or
   launch/back_translate.py; `mixtures` maps a mixture name to its members (see
@@ -443,31 +464,29 @@ _TASK_NAME = re.compile(r'^(?P<corpus>\w+?)_(?P<src>[a-z]{3}_[A-Z][a-z]{3})'
                         r'\.(?P<tgt>[a-z]{3}_[A-Z][a-z]{3})$')
 
 
-@gin.configurable
-def wmt22_corpora(names: Sequence[str] = ('ntrex128', 'salt', 'tatoeba'),
-                  synthetic: Sequence[str] = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
-  """The corpora the WMT22 mixtures draw bitext from, and the synthetic corpora that
-  wmt22_large adds (launch/back_translate.py folders named in register_from_config)."""
-  return tuple(names), tuple(synthetic)
+def pair_groups() -> dict[str, tuple[Direction, ...]]:
+  """The WMT22 pair groups: the built-in ones and the settings' `extra_pair_groups`."""
+  return wmt22.pair_groups(_SETTINGS.extra_pair_groups)
 
 
 def wmt22_mixture_names() -> tuple[str, ...]:
   """wmt22_base, wmt22_large, wmt22_eval, wmt22_eval_english, wmt22_<pair group> and
-  wmt22_lfg<1..5>, registered on first use over `wmt22_corpora`."""
+  wmt22_lfg<1..5>, registered on first use over the settings' `wmt22_corpora`."""
   return (('wmt22_base', 'wmt22_large', 'wmt22_eval', 'wmt22_eval_english')
-          + tuple(f'wmt22_{group.lower()}' for group in wmt22.pair_groups())
+          + tuple(f'wmt22_{group.lower()}' for group in pair_groups())
           + tuple(f'wmt22_lfg{group}' for group in wmt22.FAMILY_GROUPS))
 
 
 def _wmt22_candidates(name: str) -> tuple[Direction, ...]:
   """The directions a WMT22 mixture may hold (those with data make it)."""
-  groups = {f'wmt22_{group.lower()}': d for group, d in wmt22.pair_groups().items()}
+  groups = {f'wmt22_{group.lower()}': d for group, d in pair_groups().items()}
   if name in groups:
     return groups[name]
+  evaluated = wmt22.evaluated_directions(groups.values())
   if name == 'wmt22_eval':
-    return wmt22.evaluated_directions()
+    return evaluated
   if name == 'wmt22_eval_english':
-    return tuple(dict.fromkeys(wmt22.evaluated_directions() + wmt22.english_centric()))
+    return tuple(dict.fromkeys(evaluated + wmt22.english_centric()))
   if name.startswith('wmt22_lfg'):
     return wmt22.family_directions(int(name.removeprefix('wmt22_lfg')),
                                    wmt22.all_directions())
@@ -487,8 +506,8 @@ def _has_train_pairs(corpus_name: str, src_lang: str, tgt_lang: str) -> bool:
 def register_wmt22_mixture(name: str) -> str:
   """Registers one of `wmt22_mixture_names()`: a task per candidate direction and corpus
   with training pairs; a UserError if none has any."""
-  names, synthetic = wmt22_corpora()
-  sources = names + (synthetic if name == 'wmt22_large' else ())
+  sources = _SETTINGS.wmt22_corpora + (
+      _SETTINGS.wmt22_synthetic if name == 'wmt22_large' else ())
   candidates = _wmt22_candidates(name)
   tasks = [register_direction_task(corpus, src, tgt) for src, tgt in candidates
            for corpus in sources if _has_train_pairs(corpus, src, tgt)]

@@ -60,11 +60,11 @@ def main(argv: list[str]) -> int:
       other_lang=languages.check_language(args.into, '--into'), mode=args.mode, tag=args.tag)
   decoding = cli.decoding_overrides(args)
   cli.start_tensorflow()
-  import data_tasks  # pylint: disable=g-import-not-at-top
+  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import monolingual  # pylint: disable=g-import-not-at-top
   run_loading.load_run_config(args.checkpoint_dir)
-  data_tasks.register_from_config()  # --from_corpus may name the run's own corpora.
+  configurables.register_corpora_and_mixtures()  # --from_corpus may name the run's own corpora.
   sentences = monolingual.gather(job.lang, args.monolingual, args.from_corpus, args.split)
   sentences = sentences[:args.max_sentences]
   print(f'{len(sentences)} distinct {job.lang} sentences; writing {job.direction} pairs '

@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
   from t5x_mt.data import vocab
   # pylint: enable=g-import-not-at-top
   gin_utils.parse_gin(args.gin_file, args.gin_bindings + bindings)
-  data_tasks.register_from_config()  # Corpora and mixtures the run's config names.
+  data = configurables.configure_data()  # With the corpora and mixtures the run names.
   try:
     mixture_or_task_name = gin.query_parameter('%MIXTURE_OR_TASK_NAME')
   except ValueError:
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
   sentences = data_tasks.training_sentences(mixture_or_task_name)
   settings = configurables.vocabulary_config()
   output = run_vocabulary.build_vocabulary(settings, mixture_or_task_name,
-                                           args.output or data_tasks.vocabulary_path())
+                                           args.output or data.vocabulary_path)
   report = vocab.vocabulary_report(output, sentences, alpha=settings.alpha,
                                    num_sentences=settings.num_sentences, seed=settings.seed)
   print(vocab.format_report(report))

@@ -98,13 +98,14 @@ def _score_columns(spec: str) -> tuple[tuple[str, int], ...]:
 
 
 def _step_names(args, bindings: list[str]) -> list[str]:
+  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top  (gin names)
   if bool(args.preset) == bool(args.filters):
     raise UserError('give exactly one of --preset and --filters')
   gin_files = [str(pipeline.preset_file(args.preset))] if args.preset else []
   gin_utils.parse_gin(gin_files + args.gin_file, bindings)
   if args.filters:
     return [name.strip() for name in args.filters.split(',') if name.strip()]
-  return list(pipeline.cleaning_steps())
+  return list(configurables.cleaning_step_names())
 
 
 def main(argv: list[str]) -> int:
@@ -115,7 +116,9 @@ def main(argv: list[str]) -> int:
   files.check_output(args.output_dir, '--output_dir', folder=True)
   if args.chunk_lines < 1:
     raise UserError(f'--chunk_lines: must be >= 1, got {args.chunk_lines}')
-  specs = pipeline.resolve_specs(_step_names(args, bindings))
+  cli.start_tensorflow()
+  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
+  specs = configurables.cleaning_specs(_step_names(args, bindings))
   sources = _sources(args)
   options = dict(write_dropped=args.dropped, overwrite=args.overwrite,
                  chunk_lines=args.chunk_lines)

@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
   translator = run_loading.load_translator(args.checkpoint_dir, step)
-  data_tasks.register_from_config()
+  configurables.register_corpora_and_mixtures()
   with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--mixture'):
     data_tasks.check_train_examples(args.mixture)
   run = configurables.train_config()  # The run's settings, from its config.gin.

@@ -46,12 +46,12 @@ def main(argv: list[str]) -> int:
   args = parse_flags(argv)
   decoding = cli.decoding_overrides(args)
   cli.start_tensorflow()
-  import data_tasks  # pylint: disable=g-import-not-at-top
   from t5x_mt import back_translation  # pylint: disable=g-import-not-at-top
+  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
   run_loading.load_run_config(args.checkpoint_dir)
-  data_tasks.register_from_config()  # --corpus may be one the teacher's run registered.
+  configurables.register_corpora_and_mixtures()  # --corpus may be the teacher run's.
   corpus = corpora.get_corpus(args.corpus)
   sources = {(src, tgt): list(dict.fromkeys(
       s for s, _ in corpus.pairs(args.split, src, tgt) if s.strip()))[:args.max_sentences]

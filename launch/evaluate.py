@@ -109,7 +109,7 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
                                       decoding)
   # After loading: the run's config.gin may import or name its own corpora and mixtures.
   import data_tasks  # pylint: disable=g-import-not-at-top
-  data_tasks.register_from_config()
+  configurables.register_corpora_and_mixtures()
   for name in names:
     _check_task(name)
     if args.family_models is not None:  # A missing group fails before any translation.

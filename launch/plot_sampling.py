@@ -8,8 +8,6 @@ Prints the table the chart draws. --temperature overrides the run's tau
 corpora it registers (register_from_config, wmt22_corpora) can be plotted.
 """
 
-import gin
-
 from t5x_mt import cli
 from t5x_mt import files
 from t5x_mt import gin_utils
@@ -33,17 +31,14 @@ def main(argv: list[str]) -> int:
     bindings.append(f'temperature_rate.temperature = {args.temperature}')
   cli.start_tensorflow()
   import data_tasks  # pylint: disable=g-import-not-at-top
-  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top,unused-import  (gin names)
+  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import sampling  # pylint: disable=g-import-not-at-top
-  del train_loop
   gin_utils.parse_gin(args.gin_file, bindings)
-  data_tasks.register_from_config()
+  data = configurables.configure_data()
   with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--mixture'):
     data_tasks.check_train_examples(args.mixture)
   shares = sampling.mixture_shares(data_tasks.mixture_view(args.mixture), args.by)
-  temperature = gin.get_bindings(data_tasks.temperature_rate).get(
-      'temperature', data_tasks.DEFAULT_TEMPERATURE)
-  title = f'{args.mixture}: {len(shares)} {args.by}s, temperature {temperature:g}'
+  title = f'{args.mixture}: {len(shares)} {args.by}s, temperature {data.temperature:g}'
   files.write_bytes_atomically(args.output, sampling.shares_chart(shares, title))
   print(sampling.format_shares(shares))
   print(f'wrote {args.output}')

@@ -10,8 +10,13 @@ down explicitly; nothing below reads gin. A recipe imports this module
   train_loop.build_vocabulary.vocab_size = %VOCAB_SIZE         # vocabulary building
   network.TransformerConfig.num_layers = 6                     # the model
   dro.DroConfig.rho = 0.1                                      # DRO, via train.dro
+  data_tasks.vocabulary_path.path = %VOCABULARY_PATH           # data_tasks.DataSettings
+  data_tasks.register_from_config.mixtures = {'mix': ['ntrex128', 'bt1']}
+  long_word.max_chars = 40                                     # a cleaning step
 """
 
+from collections.abc import Mapping, Sequence
+import os
 from typing import Any
 
 import gin
@@ -24,6 +29,9 @@ from t5x_mt import partitioning
 from t5x_mt import run_config
 from t5x_mt import run_vocabulary
 from t5x_mt import trainer
+from t5x_mt.data import tags
+from t5x_mt.data.cleaning import pipeline
+from t5x_mt.data.cleaning import steps as cleaning_steps
 
 _train_config = gin.external_configurable(run_config.TrainConfig, name='train',
                                            module='train_loop')
@@ -39,6 +47,56 @@ gin.external_configurable(trainer.inverse_sqrt_schedule, module='trainer')
 gin.external_configurable(trainer.constant_schedule, module='trainer')
 gin.external_configurable(trainer.make_optimizer, module='trainer')
 _axis_rules = gin.external_configurable(partitioning.logical_axis_rules, module='partitioning')
+# Every cleaning step class under its step name: `long_word.max_chars = 40`.
+_cleaning_steps = {name: gin.external_configurable(cls, name=name, module='cleaning')
+                   for name, cls in cleaning_steps.STEPS.items()}
+
+
+# The data settings, under the names recipes have always bound.
+@gin.configurable('vocabulary_path', module='data_tasks')
+def _vocabulary_path(path: str = data_tasks.DEFAULT_VOCABULARY_PATH) -> str:
+  return os.path.expanduser(path)
+
+
+@gin.configurable('tag_strategy', module='data_tasks')
+def _tag_strategy(strategy: str = tags.DEFAULT_TAG_STRATEGY) -> str:
+  return strategy
+
+
+@gin.configurable('temperature_rate', module='data_tasks')
+def _temperature(temperature: float = data_tasks.DEFAULT_TEMPERATURE) -> float:
+  return temperature
+
+
+@gin.configurable('subword_sampling', module='data_tasks')
+def _subword_sampling(sides: Mapping[str, str] | None = None, alpha: float = 0.1,
+                      nbest_size: int = -1) -> dict[str, Any]:
+  return dict(sampling_sides=dict(sides or {}), sampling_alpha=alpha,
+              sampling_nbest_size=nbest_size)
+
+
+@gin.configurable('wmt22_corpora', module='data_tasks')
+def _wmt22_corpora(names: Sequence[str] = data_tasks.DEFAULT_WMT22_CORPORA,
+                   synthetic: Sequence[str] = ()) -> dict[str, Any]:
+  return dict(wmt22_corpora=tuple(names), wmt22_synthetic=tuple(synthetic))
+
+
+@gin.configurable('pair_groups', module='t5x_mt.data.wmt22')
+def _pair_groups(extra: Mapping[str, Sequence[str]] | None = None
+                 ) -> Mapping[str, Sequence[str]]:
+  return dict(extra or {})
+
+
+@gin.configurable('register_from_config', module='data_tasks')
+def _corpora_and_mixtures(corpora_dirs: Mapping[str, str] | None = None,
+                          mixtures: Mapping[str, Sequence[str]] | None = None
+                          ) -> dict[str, Any]:
+  return dict(corpora_dirs=corpora_dirs, mixtures=mixtures)
+
+
+@gin.configurable('cleaning_steps', module='cleaning')
+def _cleaning_step_names(names: Sequence[str] = ()) -> tuple[str, ...]:
+  return tuple(names)
 
 
 def train_config(**overrides: Any) -> run_config.TrainConfig:
@@ -68,6 +126,39 @@ def axis_rules() -> tuple[tuple[str, str | None], ...]:
   return _axis_rules()
 
 
+def data_settings() -> data_tasks.DataSettings:
+  """The bound data settings (`data_tasks.tag_strategy.strategy`, ...), checked."""
+  return data_tasks.DataSettings(
+      vocabulary_path=_vocabulary_path(), tag_strategy=_tag_strategy(),
+      temperature=_temperature(), **_subword_sampling(), **_wmt22_corpora(),
+      extra_pair_groups=_pair_groups())
+
+
+def register_corpora_and_mixtures() -> None:
+  """Registers the corpus folders and mixtures the recipe declares
+  (`data_tasks.register_from_config.corpora_dirs/mixtures`)."""
+  data_tasks.register_corpora_and_mixtures(**_corpora_and_mixtures())
+
+
+def configure_data() -> data_tasks.DataSettings:
+  """Makes the bound data settings the registry's, and registers the recipe's corpora and
+  mixtures."""
+  settings = data_settings()
+  data_tasks.configure(settings)
+  register_corpora_and_mixtures()
+  return settings
+
+
+def cleaning_step_names() -> tuple[str, ...]:
+  """The step names a cleaning preset binds (`cleaning_steps.names`), in order."""
+  return _cleaning_step_names()
+
+
+def cleaning_specs(names: Sequence[str]) -> list[pipeline.StepSpec]:
+  """Specs of the named cleaning steps, with the parameters gin binds."""
+  return pipeline.resolve_specs(names, lambda name: _cleaning_steps[name]())
+
+
 def operative_config() -> str:
   """The bindings in force, as MODEL_DIR/config.gin records them."""
   return gin.config_str()
@@ -78,10 +169,10 @@ def run_spec() -> run_config.RunSpec:
   the mixtures and corpora the recipe declares are registered."""
   train = train_config()
   model = model_config(vocab_size=1)
-  data_tasks.register_from_config()
+  data = configure_data()
   return run_config.RunSpec(train=train, model=model, evaluation=eval_config(),
                             vocabulary=vocabulary_config(), decode=decode_settings(),
                             axis_rules=axis_rules(),
-                            vocabulary_path=data_tasks.vocabulary_path(),
-                            tag_strategy=data_tasks.tag_strategy(),
+                            vocabulary_path=data.vocabulary_path,
+                            tag_strategy=data.tag_strategy,
                             operative_config=operative_config)

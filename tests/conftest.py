@@ -96,6 +96,14 @@ def clean_gin():
   gin.clear_config()
 
 
+@pytest.fixture(autouse=True)
+def default_data_settings():
+  """Tests that choose the registry's data settings (vocabulary, tags, temperature, ...)
+  leave the defaults behind for the next test."""
+  yield
+  data_tasks.configure(data_tasks.DataSettings())
+
+
 LANGS = ('eng_Latn', 'fra_Latn', 'hau_Latn')
 WORDS = {'eng_Latn': ['one', 'two', 'three', 'four', 'five', 'six'],
          'fra_Latn': ['un', 'deux', 'trois', 'quatre', 'cinq', 'six'],

@@ -7,7 +7,6 @@ the command itself runs on the session's real tiny eng->hau run.
 
 import json
 
-import gin
 import pytest
 import seqio
 
@@ -201,9 +200,8 @@ def test_command_writes_forward_translations_that_train_with_da_tags(trained_run
   expected = run_loading.translate_lines(translator, lines[:20], 'eng_Latn', 'hau_Latn')
   assert read_pairs(output, job) == [p for p in zip(lines[:20], expected) if p[1].strip()]
 
-  gin.bind_parameter('register_from_config.corpora_dirs', {'test_ft_cli': str(output)})
-  data_tasks.register_from_config()
-  gin.bind_parameter('vocabulary_path.path', str(trained_run / 'vocab.model'))
+  data_tasks.register_corpora_and_mixtures(corpora_dirs={'test_ft_cli': str(output)})
+  data_tasks.use_vocabulary(trained_run / 'vocab.model')
   task = data_tasks.register_direction_task('test_ft_cli', 'eng_Latn', 'hau_Latn')
   example = next(seqio.get_mixture_or_task(task).get_dataset(
       {'inputs': 32, 'targets': 32}, split='train', shuffle=False).as_numpy_iterator())
@@ -232,9 +230,7 @@ def test_direction_trained_on_genuine_and_synthetic_pairs_is_evaluated_once(trai
   corpora.register_corpus(name, lambda: corpus_types.SyntheticCorpus(
       name, 'train', {('eng_Latn', 'hau_Latn'): [('Monday', 'Litinin')]},
       {('eng_Latn', 'hau_Latn'): ('eng_Latn', 'bt')}), overwrite=True)
-  gin.bind_parameter('register_from_config.mixtures',
-                     {name: ['cldr_eng_Latn.hau_Latn', name]})
-  data_tasks.register_from_config()
+  data_tasks.register_corpora_and_mixtures(mixtures={name: ['cldr_eng_Latn.hau_Latn', name]})
   assert len(data_tasks.mixture_view(name).members) == 2
   settings = run_config.EvalConfig(max_sentences=4)
   both = actions.evaluate_directions(translator, name, 4, settings)

@@ -3,7 +3,6 @@ tiny eng->hau run."""
 
 import json
 
-import gin
 import jax
 import numpy as np
 import pytest
@@ -33,8 +32,7 @@ def _first_batch_loss(translator, task: str) -> tuple[float, float]:
 
 def test_group_losses_per_direction_and_per_target(trained_run):
   translator = run_loading.load_translator(str(trained_run))
-  gin.bind_parameter('register_from_config.mixtures', {'test_baselines': TASKS})
-  data_tasks.register_from_config()
+  data_tasks.register_corpora_and_mixtures(mixtures={'test_baselines': TASKS})
   by_direction = {task: _first_batch_loss(translator, task) for task in TASKS}
   from t5x_mt import baselines  # pylint: disable=g-import-not-at-top
   result = baselines.group_losses(translator, 'test_baselines', batch_size=8, inputs_length=32,

@@ -2,9 +2,9 @@
 t5x_mt.data.input_pipeline, which turns a registered mixture into packed batches."""
 
 import collections
+import dataclasses
 import json
 
-import gin
 import numpy as np
 import pytest
 import seqio
@@ -45,8 +45,13 @@ def model_path(tmp_path_factory) -> str:
 
 @pytest.fixture(autouse=True)
 def run_config(model_path):
-  """The run's vocabulary; conftest's clean_gin clears the binding after each test."""
-  gin.bind_parameter('vocabulary_path.path', model_path)
+  """The run's vocabulary; conftest's default_data_settings resets it after each test."""
+  data_tasks.use_vocabulary(model_path)
+
+
+def _configure(**settings) -> None:
+  """The current data settings with `settings` replaced."""
+  data_tasks.configure(dataclasses.replace(data_tasks.settings(), **settings))
 
 
 def test_registry_names_tasks_by_corpus_and_direction():
@@ -76,12 +81,12 @@ def test_unknown_name_lists_registered_mixtures():
 
 
 def test_missing_vocabulary_file_is_named(tmp_path):
-  gin.bind_parameter('vocabulary_path.path', str(tmp_path / 'absent.model'))
+  _configure(vocabulary_path=str(tmp_path / 'absent.model'))
   with pytest.raises(UserError, match='absent.model: vocabulary file not found'):
     _ = data_tasks.VOCABULARY.vocab_size
 
 
-def test_vocabulary_follows_gin_binding(model_path):
+def test_vocabulary_follows_the_settings(model_path):
   assert data_tasks.VOCABULARY.sentencepiece_model_file == model_path
   assert data_tasks.VOCABULARY.sentencepiece.tokenizer.piece_to_id('<2hau_Latn>') == 70
 
@@ -102,7 +107,7 @@ def _observed_shares(num_examples: int) -> dict[int, float]:
     (1.0, {100: 100 / 124, 20: 20 / 124, 4: 4 / 124}),
 ])
 def test_temperature_sampling_rates_and_frequencies(tau, expected):
-  gin.bind_parameter('temperature_rate.temperature', tau)
+  _configure(temperature=tau)
   mixture = seqio.get_mixture_or_task(MIXTURE)
   rates = {Direction(*pair).id: mixture.get_rate(seqio.get_mixture_or_task(
       data_tasks.task_name(CORPUS, *pair))) for pair in MIXTURE_DIRECTIONS}
@@ -122,10 +127,8 @@ def test_default_temperature_is_five():
 
 
 def test_nonpositive_temperature_names_the_gin_parameter():
-  gin.bind_parameter('temperature_rate.temperature', 0.0)
-  mixture = seqio.get_mixture_or_task(MIXTURE)
   with pytest.raises(UserError, match=r'temperature_rate\.temperature: must be > 0'):
-    mixture.get_rate(mixture.tasks[0])
+    data_tasks.DataSettings(temperature=0.0)
 
 
 SYNTHETIC = 'test_data_tasks_bt'
@@ -143,10 +146,9 @@ def _register_synthetic(tmp_path) -> None:
           ''.join(pair[side] + '\n' for pair in pairs), encoding='utf-8')
     manifest['directions'][f'{src}-{tgt}'] = {'synthetic_lang': src, 'tag': 'bt'}
   (tmp_path / 'synthetic.json').write_text(json.dumps(manifest), encoding='utf-8')
-  gin.bind_parameter('register_from_config.corpora_dirs', {SYNTHETIC: str(tmp_path)})
-  gin.bind_parameter('register_from_config.mixtures',
-                     {'test_data_tasks_with_bt': [MIXTURE, SYNTHETIC]})
-  data_tasks.register_from_config()
+  data_tasks.register_corpora_and_mixtures(
+      corpora_dirs={SYNTHETIC: str(tmp_path)},
+      mixtures={'test_data_tasks_with_bt': [MIXTURE, SYNTHETIC]})
 
 
 def test_mixture_over_corpora_shares_each_direction_rate_by_size(tmp_path):
@@ -164,10 +166,9 @@ def test_mixture_over_corpora_shares_each_direction_rate_by_size(tmp_path):
 
 
 def test_mixture_member_must_name_a_mixture_task_or_directed_corpus():
-  gin.bind_parameter('register_from_config.mixtures', {'test_bad_members': [CORPUS]})
   with pytest.raises(UserError, match=f"mixture member '{CORPUS}': corpus '{CORPUS}' pairs "
                      'any two of its languages'):
-    data_tasks.register_from_config()
+    data_tasks.register_corpora_and_mixtures(mixtures={'test_bad_members': [CORPUS]})
 
 
 def test_mixture_over_zero_examples_is_refused():
@@ -209,7 +210,7 @@ def _assert_same_batch(batch: dict[str, np.ndarray], expected: dict[str, np.ndar
 @pytest.fixture(scope='module')
 def seed0_batches(model_path) -> list[dict[str, np.ndarray]]:
   """The first three batches of seed 0 (each dataset takes seconds to build)."""
-  gin.bind_parameter('vocabulary_path.path', model_path)  # Set up before run_config.
+  data_tasks.use_vocabulary(model_path)  # Set up before run_config.
   return _next_batches(iter(_train_dataset(seed=0)), 3)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import data_tasks
+from t5x_mt import configurables
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import vocab
 
@@ -89,6 +90,7 @@ def test_another_program_reads_a_mixture_with_the_vocabulary_it_chose(model_path
   assert found['vocab_size'] == 1000
 
   gin.bind_parameter('vocabulary_path.path', model_path)  # The launch layer's way.
+  configurables.configure_data()
   assert found['hello'] == data_tasks.VOCABULARY.encode('hello')
   task_pairs = _pipeline_pairs(TASK)
   assert len(task_pairs) >= 10

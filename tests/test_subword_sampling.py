@@ -1,6 +1,5 @@
 """Subword regularisation: sampled segmentations in training only, on the configured sides."""
 
-import gin
 import pytest
 import seqio
 import sentencepiece as spm
@@ -31,9 +30,8 @@ def model_path(tmp_path_factory) -> str:
 
 def _segmentations(model_path, split, sides, epochs=12):
   """The distinct (inputs, targets) id sequences over `epochs` passes of the 4 rows."""
-  gin.bind_parameter('vocabulary_path.path', model_path)
-  gin.bind_parameter('subword_sampling.sides', sides)
-  gin.bind_parameter('subword_sampling.alpha', 0.1)
+  data_tasks.configure(data_tasks.DataSettings(vocabulary_path=model_path,
+                                                sampling_sides=sides, sampling_alpha=0.1))
   task = seqio.get_mixture_or_task(data_tasks.task_name(CORPUS, 'eng_Latn', 'hau_Latn'))
   dataset = task.get_dataset(sequence_length=LENGTHS, split=split, shuffle=False,
                              num_epochs=epochs)

@@ -10,16 +10,14 @@ English, French and 24 African languages (`languages.WMT22_AFRICAN`). Directions
     with swh routed to group 3;
   * Base (every pair with bitext, both directions), Large (Base plus synthetic corpora)
     and Eval (the evaluated directions plus every English-centric one), which depend on
-    the corpora a run has, so data_tasks builds them over gin-chosen corpora.
+    the corpora a run has, so data_tasks builds them over the corpora its settings name.
 
 The task's other clusters (HCEA, NGG, CA, OTHER) are not listed here: their membership is
 only published in the task's own tables, not in any source this project could check.
-A user who has them adds them with `pair_groups.extra` (gin), and they join Eval.
+A user who has them adds them as extra groups (gin `pair_groups.extra`), and they join Eval.
 """
 
-from collections.abc import Mapping, Sequence
-
-import gin
+from collections.abc import Iterable, Mapping, Sequence
 
 from t5x_mt import languages
 from t5x_mt.data.directions import Direction
@@ -63,7 +61,6 @@ def inference_group(tgt_lang: str) -> int:
                   + '; '.join(f'{g}: {", ".join(m)}' for g, m in FAMILY_GROUPS.items()) + ')')
 
 
-@gin.configurable
 def pair_groups(extra: Mapping[str, Sequence[str]] | None = None
                 ) -> dict[str, tuple[Direction, ...]]:
   """PAIR_GROUPS plus the `extra` groups a user names ({'HCEA': ['amh_Ethi-swh_Latn', ...]})."""
@@ -74,9 +71,10 @@ def pair_groups(extra: Mapping[str, Sequence[str]] | None = None
   return groups
 
 
-def evaluated_directions() -> tuple[Direction, ...]:
+def evaluated_directions(groups: Iterable[Sequence[Direction]] = PAIR_GROUPS.values()
+                         ) -> tuple[Direction, ...]:
   """Every direction of the pair groups, in group order, each once."""
-  return tuple(dict.fromkeys(d for group in pair_groups().values() for d in group))
+  return tuple(dict.fromkeys(d for group in groups for d in group))
 
 
 def english_centric() -> tuple[Direction, ...]:

@@ -7,6 +7,7 @@ import sys
 import gin
 import pytest
 
+from t5x_mt import configurables
 from t5x_mt.data import corpora
 from t5x_mt.data.cleaning import io as cleaning_io
 from t5x_mt.data.cleaning import pipeline
@@ -52,7 +53,7 @@ def _clean(tmp_path, steps=STEPS, chunk_lines=3, **kwargs):
   src, tgt = _write_pair(tmp_path, invalid_line=kwargs.pop('invalid_line', None))
   source = cleaning_io.ParallelFiles(str(src), str(tgt), 'eng_Latn', 'hau_Latn')
   out = tmp_path / 'out'
-  report = pipeline.clean_locally([source], pipeline.resolve_specs(steps), out,
+  report = pipeline.clean_locally([source], configurables.cleaning_specs(steps), out,
                                   chunk_lines=chunk_lines, progress=False, **kwargs)
   return out, report
 

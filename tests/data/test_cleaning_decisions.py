@@ -19,6 +19,7 @@ from pathlib import Path
 import gin
 import pytest
 
+from t5x_mt import configurables
 from t5x_mt import gin_utils
 from t5x_mt.data import readers
 from t5x_mt.data.cleaning import io as cleaning_io
@@ -42,8 +43,8 @@ def step_list(config: str) -> list[pipeline.StepSpec]:
                                          if cls.kind == 'filter' and name not in NOT_RULES))
   gin_utils.parse_gin([str(pipeline.preset_file(config))], [])
   try:
-    return pipeline.resolve_specs([name for name in pipeline.cleaning_steps()
-                                   if name not in MODEL_FILTERS])
+    return configurables.cleaning_specs([name for name in configurables.cleaning_step_names()
+                                         if name not in MODEL_FILTERS])
   finally:
     gin.clear_config()
 

@@ -4,6 +4,7 @@ import pytest
 
 import gin
 
+from t5x_mt import configurables
 from t5x_mt import gin_utils
 from t5x_mt.data.cleaning import pipeline
 from t5x_mt.data.cleaning.steps import Pair
@@ -122,7 +123,7 @@ def test_unknown_step_and_bad_parameter_are_user_errors():
 def test_presets_name_registered_steps_with_their_settings(preset):
   gin_utils.parse_gin([str(pipeline.preset_file(preset))], [])
   specs = {spec.name: dict(spec.params)
-           for spec in pipeline.resolve_specs(pipeline.cleaning_steps())}
+           for spec in configurables.cleaning_specs(configurables.cleaning_step_names())}
   expected = {'volctrans': ('min_chars', 'min_chars', 30),
               'lanbridge': ('token_count', 'min_tokens', 5),
               'nt5': ('long_word', 'max_chars', 40),

@@ -1,7 +1,6 @@
 """Tests for t5x_mt.data.sampling and launch/plot_sampling.py: shares against hand-computed
 temperature-sampling values."""
 
-import gin
 import pytest
 import seqio
 
@@ -39,7 +38,7 @@ def test_language_shares_at_temperature_five():
 
 
 def test_direction_shares_at_temperature_one_follow_the_data():
-  gin.bind_parameter('temperature_rate.temperature', 1.0)
+  data_tasks.configure(data_tasks.DataSettings(temperature=1.0))
   shares = sampling.mixture_shares(data_tasks.mixture_view(MIXTURE), by='direction')
   assert [(s.name, s.pairs) for s in shares] == [('eng_Latn-fra_Latn', 100),
                                                  ('eng_Latn-hau_Latn', 20)]

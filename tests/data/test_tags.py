@@ -1,6 +1,7 @@
 """Tests for t5x_mt.data.tags: where each strategy puts the tags, down to the token ids."""
 
-import gin
+import dataclasses
+
 import pytest
 import seqio
 import sentencepiece as spm
@@ -33,12 +34,12 @@ def model_path(tmp_path_factory) -> str:
 
 @pytest.fixture(autouse=True)
 def run_config(model_path):
-  """The run's vocabulary; conftest's clean_gin clears the binding after each test."""
-  gin.bind_parameter('vocabulary_path.path', model_path)
+  """The run's vocabulary; conftest's default_data_settings resets it after each test."""
+  data_tasks.use_vocabulary(model_path)
 
 
 def _first_example(strategy: str) -> dict:
-  gin.bind_parameter('tag_strategy.strategy', strategy)
+  data_tasks.configure(dataclasses.replace(data_tasks.settings(), tag_strategy=strategy))
   task = seqio.get_mixture_or_task(data_tasks.task_name(CORPUS, 'eng_Latn', 'hau_Latn'))
   dataset = task.get_dataset(sequence_length=LENGTHS, split='train', shuffle=False)
   return next(dataset.as_numpy_iterator())
@@ -91,7 +92,7 @@ def test_vocabulary_without_tags_is_refused(tmp_path):
       sentence_iterator=iter([row['eng_Latn'] for row in ROWS] * 20), model_prefix=prefix,
       vocab_size=40, hard_vocab_limit=False, pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
       minloglevel=2)
-  gin.bind_parameter('vocabulary_path.path', prefix + '.model')
+  data_tasks.use_vocabulary(prefix + '.model')
   with pytest.raises(UserError, match='plain.model: the vocabulary has no piece <2hau_Latn>'):
     _first_example('t_enc')
 
@@ -116,7 +117,7 @@ def _synthetic_example(scheme: str, src_lang: str, tgt_lang: str) -> dict:
       name, 'train', {('eng_Latn', 'hau_Latn'): pairs},
       {('eng_Latn', 'hau_Latn'): ('eng_Latn', scheme)}), overwrite=True)
   task = data_tasks.register_direction_task(name, src_lang, tgt_lang)
-  gin.bind_parameter('tag_strategy.strategy', 's_enc_t_dec')
+  data_tasks.configure(dataclasses.replace(data_tasks.settings(), tag_strategy='s_enc_t_dec'))
   dataset = seqio.get_mixture_or_task(task).get_dataset(sequence_length=LENGTHS, split='train',
                                                         shuffle=False)
   return next(dataset.as_numpy_iterator())

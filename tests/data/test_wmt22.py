@@ -1,6 +1,7 @@
 """Tests for t5x_mt.data.wmt22 and the WMT22 mixtures data_tasks builds from it."""
 
-import gin
+import dataclasses
+
 import pytest
 
 import data_tasks
@@ -19,7 +20,7 @@ ROWS = [{'eng_Latn': f'e{i}', 'fra_Latn': f'f{i}', 'kin_Latn': f'k{i}', 'swh_Lat
 def corpus():
   corpora.register_corpus(CORPUS, lambda: corpus_types.MultiwayCorpus(CORPUS, {'train': ROWS}),
                           overwrite=True)
-  gin.bind_parameter('wmt22_corpora.names', [CORPUS])
+  data_tasks.configure(data_tasks.DataSettings(wmt22_corpora=(CORPUS,)))
 
 
 def test_pair_groups_hold_the_evaluated_directions_both_ways():
@@ -35,14 +36,15 @@ def test_pair_groups_hold_the_evaluated_directions_both_ways():
 
 
 def test_extra_groups_join_the_evaluated_directions():
-  gin.bind_parameter('pair_groups.extra', {'NGG': ['hau_Latn-yor_Latn', 'yor_Latn-hau_Latn']})
-  assert wmt22.pair_groups()['NGG'] == (('hau_Latn', 'yor_Latn'), ('yor_Latn', 'hau_Latn'))
-  assert len(wmt22.evaluated_directions()) == 74
+  data_tasks.configure(dataclasses.replace(data_tasks.settings(), extra_pair_groups={
+      'NGG': ['hau_Latn-yor_Latn', 'yor_Latn-hau_Latn']}))
+  groups = data_tasks.pair_groups()
+  assert groups['NGG'] == (('hau_Latn', 'yor_Latn'), ('yor_Latn', 'hau_Latn'))
+  assert len(wmt22.evaluated_directions(groups.values())) == 74
   assert 'wmt22_ngg' in data_tasks.wmt22_mixture_names()
-  gin.bind_parameter('pair_groups.extra', {'NGG': ['hau_Latn:yor_Latn']})
   with pytest.raises(UserError, match=r"pair_groups.extra\['NGG'\]: 'hau_Latn:yor_Latn' is not "
                      '<src>-<tgt>'):
-    wmt22.pair_groups()
+    data_tasks.DataSettings(extra_pair_groups={'NGG': ['hau_Latn:yor_Latn']})
 
 
 def test_family_groups_route_swahili_to_group_three():
@@ -80,7 +82,7 @@ def test_large_adds_the_synthetic_corpora():
   corpora.register_corpus(name, lambda: corpus_types.SyntheticCorpus(
       name, 'train', {('zul_Latn', 'kin_Latn'): [('z', 'k')]},
       {('zul_Latn', 'kin_Latn'): ('zul_Latn', 'bt')}), overwrite=True)
-  gin.bind_parameter('wmt22_corpora.synthetic', [name])
+  data_tasks.configure(dataclasses.replace(data_tasks.settings(), wmt22_synthetic=(name,)))
   assert set(_directions('wmt22_large')) - set(_directions('wmt22_base')) == {
       'zul_Latn-kin_Latn', 'kin_Latn-zul_Latn'}
 

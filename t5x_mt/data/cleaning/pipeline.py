@@ -1,4 +1,4 @@
-"""Corpus cleaning: step lists from presets and gin, the per-pair cleaner, the local engine.
+"""Corpus cleaning: step lists and their parameters, the per-pair cleaner, the local engine.
 
 A cleaning run is a list of named steps (`t5x_mt.data.cleaning.steps.STEPS`). Per-pair
 steps (rewrites and filters) run in their listed order on every pair; a pair is dropped by
@@ -16,7 +16,8 @@ follow exactly these rules and write the same folder (see `cleaning_io`), with a
 
 Presets are gin files `gin/cleaning/<name>.gin` binding `cleaning_steps.names` and the
 steps' parameters (`long_word.max_chars = 40`); any step parameter can be overridden with
-`--gin.<step>.<parameter>=VALUE`.
+`--gin.<step>.<parameter>=VALUE`. The launch layer reads those bindings
+(`t5x_mt.configurables`) and hands `resolve_specs` the configured steps.
 """
 
 import dataclasses
@@ -28,9 +29,8 @@ import pickle
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-import gin
 import numpy as np
 from tqdm import tqdm
 
@@ -43,6 +43,7 @@ from t5x_mt.data.cleaning.batches import PairBatch
 from t5x_mt.data.cleaning.io import Record
 from t5x_mt.data.cleaning.steps import Pair
 from t5x_mt.data.cleaning.steps import STEPS
+from t5x_mt.data.cleaning.steps import Step
 from t5x_mt.data.cleaning.steps import build_step
 from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
@@ -55,11 +56,6 @@ DEFAULT_PRESET = 'default'
 # Pairs the per-pair steps decide at once: enough that the work of a step call is numpy
 # and scans over the batch, few enough that a batch's arrays take a few megabytes.
 BATCH_PAIRS = 10_000
-
-# Every step class configurable in gin under its step name: `long_word.max_chars = 40`.
-_CONFIGURABLE_STEPS = {name: gin.external_configurable(cls, name=name, module='cleaning')
-                       for name, cls in STEPS.items()}
-
 
 @dataclasses.dataclass(frozen=True)
 class StepSpec:
@@ -75,12 +71,6 @@ class StepSpec:
     return STEPS[self.name].kind
 
 
-@gin.configurable(module='cleaning')
-def cleaning_steps(names: Sequence[str] = ()) -> tuple[str, ...]:
-  """The step names a preset (or `--filters`) chose, in order."""
-  return tuple(names)
-
-
 def preset_names() -> tuple[str, ...]:
   return tuple(sorted(path.stem for path in PRESETS_DIR.glob('*.gin')))
 
@@ -93,8 +83,14 @@ def preset_file(name: str) -> Path:
   return path
 
 
-def resolve_specs(names: Sequence[str]) -> list[StepSpec]:
-  """Specs of the named steps with the parameters gin binds (defaults otherwise)."""
+def _default_step(name: str) -> Step:
+  return STEPS[name]()
+
+
+def resolve_specs(names: Sequence[str],
+                  configured_step: Callable[[str], Step] = _default_step) -> list[StepSpec]:
+  """Specs of the named steps, each with the parameters of `configured_step(name)` (the
+  step with its default parameters unless the caller configures it)."""
   if not names:
     raise UserError('no cleaning steps chosen (give --preset or --filters)')
   specs = []
@@ -103,7 +99,7 @@ def resolve_specs(names: Sequence[str]) -> list[StepSpec]:
       raise UserError(f'unknown cleaning step {name!r}; known steps: '
                       f'{", ".join(sorted(STEPS))}')
     try:
-      step = _CONFIGURABLE_STEPS[name]()
+      step = configured_step(name)
     except TypeError as e:
       raise UserError(f'cleaning step {name!r}: {e}') from None
     params = tuple((field.name, getattr(step, field.name))
