@@ -172,7 +172,5 @@ def run_spec() -> run_config.RunSpec:
   data = configure_data()
   return run_config.RunSpec(train=train, model=model, evaluation=eval_config(),
                             vocabulary=vocabulary_config(), decode=decode_settings(),
-                            axis_rules=axis_rules(),
-                            vocabulary_path=data.vocabulary_path,
-                            tag_strategy=data.tag_strategy,
+                            axis_rules=axis_rules(), data=data,
                             operative_config=operative_config)

@@ -73,9 +73,9 @@ def run_report(spec: run_config.RunSpec, vocab_size: int | None = None) -> dict[
   else that of the run's vocabulary file if it exists, else the size it would be built
   with."""
   if vocab_size is None:
-    if tf.io.gfile.exists(spec.vocabulary_path):
+    if tf.io.gfile.exists(spec.data.vocabulary_path):
       vocab_size = run_vocabulary.num_pieces(
-          tf.io.gfile.GFile(spec.vocabulary_path, 'rb').read())
+          tf.io.gfile.GFile(spec.data.vocabulary_path, 'rb').read())
     else:
       vocab_size = (spec.vocabulary or run_vocabulary.VocabularyConfig()).vocab_size
   config = dataclasses.replace(spec.model,

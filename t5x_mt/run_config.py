@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import optax
 
+import data_tasks
 from t5x_mt import partitioning
 from t5x_mt import trainer
 from t5x_mt import validation
@@ -175,15 +176,15 @@ class RunSpec:
   """Everything `train_loop.build_run` needs, gathered by the launch layer.
 
   `model` is checked before any data is read; its `vocab_size` is replaced by the
-  embedding rows of the run's vocabulary once that is known. `operative_config` gives
+  embedding rows of the run's vocabulary once that is known. `data` becomes the seqio
+  registry's settings (vocabulary file, tags, temperature) when the run is built. `operative_config` gives
   the text MODEL_DIR/config.gin records: the launch layer's gin bindings in force; for a
   run built from objects, by default, the bindings of its settings (`describe`), so that
   translate.py and evaluate.py load it like any other run.
   """
   train: TrainConfig
   model: Any  # network.TransformerConfig
-  vocabulary_path: str
-  tag_strategy: str
+  data: data_tasks.DataSettings = data_tasks.DataSettings()
   evaluation: EvalConfig = EvalConfig()
   vocabulary: Any = None  # run_vocabulary.VocabularyConfig; None: its defaults.
   decode: Any = None  # inference.DecodeSettings of evaluations; None: its defaults.
@@ -200,8 +201,8 @@ class RunSpec:
              *bindings_of(TRAIN_CONFIGURABLE, self.train, skip=('dro',)),
              *bindings_of(EVAL_CONFIGURABLE, self.evaluation),
              *bindings_of(MODEL_CONFIGURABLE, self.model, skip=('vocab_size',)),
-             f'data_tasks.vocabulary_path.path = {self.vocabulary_path!r}',
-             f'data_tasks.tag_strategy.strategy = {self.tag_strategy!r}']
+             f'data_tasks.vocabulary_path.path = {self.data.vocabulary_path!r}',
+             f'data_tasks.tag_strategy.strategy = {self.data.tag_strategy!r}']
     if self.vocabulary is not None:
       lines += bindings_of(VOCABULARY_CONFIGURABLE, self.vocabulary)
     if self.decode is not None:

@@ -101,12 +101,12 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   partitioning.check_batch_divisible(config.batch_size, mesh)
   trainer.check_microbatches(config.batch_size, config.num_microbatches, mesh.shape['data'])
   optimizer = config.make_optimizer()
+  data_tasks.configure(spec.data)  # The registry's vocabulary, tags and temperature.
   data_tasks.check_train_examples(config.mixture_or_task_name)
   direction_ids, direction_names = _run_directions(config, spec.model)
   vocabulary = run_vocabulary.run_vocabulary(
-      spec.vocabulary_path, config.mixture_or_task_name,
+      spec.data.vocabulary_path, config.mixture_or_task_name,
       spec.vocabulary or run_vocabulary.VocabularyConfig(), layout.vocabulary)
-  data_tasks.use_vocabulary(spec.vocabulary_path)
   model = models.TranslationModel(dataclasses.replace(spec.model, vocab_size=(
       run_vocabulary.padded_vocab_size(run_vocabulary.num_pieces(vocabulary)))))
   state, state_shardings = partitioning.shard_init(
@@ -136,7 +136,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
                               loss_chunk_length=config.loss_chunk_length),
       state_shardings, mesh, rules)
   translator = inference.Translator(model, state.params, str(layout.vocabulary),
-                                    spec.tag_strategy, spec.decode or inference.DecodeSettings(),
+                                    spec.data.tag_strategy, spec.decode or inference.DecodeSettings(),
                                     mesh=mesh, rules=rules)
   run = run_lib.Run(config=config, layout=layout, model=model, mesh=mesh, rules=rules,
                     state=state, train_step=train_step,

@@ -9,6 +9,8 @@ import jax
 import numpy as np
 import pytest
 
+import data_tasks
+
 from conftest import configure_tiny_run, train_configured
 
 from t5x_mt import actions
@@ -182,7 +184,7 @@ def _tiny_spec(model_dir: pathlib.Path, vocabulary: pathlib.Path,
       model=network.TransformerConfig(vocab_size=1, emb_dim=32, num_heads=2, head_dim=16,
                                       mlp_dim=64, num_encoder_layers=1, num_decoder_layers=1,
                                       dropout_rate=0.1, max_length=256),
-      vocabulary_path=str(vocabulary), tag_strategy='t_enc_t_dec',
+      data=data_tasks.DataSettings(vocabulary_path=str(vocabulary)),
       vocabulary=run_vocabulary.VocabularyConfig(vocab_size=700),
       evaluation=run_config.EvalConfig(max_sentences=4),
       decode=inference.DecodeSettings(beam_size=1, batch_size=8, max_decode_length=8))
