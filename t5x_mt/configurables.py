@@ -99,9 +99,9 @@ def _cleaning_step_names(names: Sequence[str] = ()) -> tuple[str, ...]:
   return tuple(names)
 
 
-def train_config(**overrides: Any) -> run_config.TrainConfig:
+def train_config() -> run_config.TrainConfig:
   """The bound `train_loop.train` settings (MODEL_DIR, TRAIN_STEPS, ...)."""
-  return _train_config(**overrides)
+  return _train_config()
 
 
 def eval_config() -> run_config.EvalConfig:

@@ -53,11 +53,10 @@ def _row_directions(batch: dict[str, np.ndarray]) -> list[str]:
 
 @pytest.fixture
 def sampler_factory(tiny_mixture, tmp_path):
-  _configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, 1,
-             tmp_path / 'unused.json')
   run_vocabulary.run_vocabulary(str(tmp_path / 'vocab.model'), tiny_mixture,
                                 run_vocabulary.VocabularyConfig(vocab_size=700),
                                 tmp_path / 'run' / 'vocab.model')
+  data_tasks.use_vocabulary(tmp_path / 'vocab.model')
   return lambda: group_sampler.GroupSampler(data_tasks.mixture_view(tiny_mixture),
                                             grouping='direction', global_batch_size=8,
                                             inputs_length=16, targets_length=16, seed=3)
