@@ -131,9 +131,10 @@ def settings() -> DataSettings:
 def temperature_rate(task: seqio.Task, mixture_tasks: Sequence[str] = ()) -> float:
   """Mixing rate of a task: p_i = |D_i|^(1/tau) / sum_j |D_j|^(1/tau).
 
-  Temperature sampling (docs/methods.md#temperature-sampling): D_i is the task's direction, summed over the mixture's tasks of that direction (the
-  same language pair from several corpora, genuine and back-translated), which share
-  the direction's rate in proportion to their sizes. tau is `settings().temperature`.
+  Temperature sampling (docs/methods.md#temperature-sampling): D_i is the task's
+  direction, summed over the mixture's tasks of that direction (the same language pair
+  from several corpora, genuine and back-translated), which share the direction's rate
+  in proportion to their sizes. tau is `settings().temperature`.
   """
   temperature = _SETTINGS.temperature
   direction = TASK_SOURCES[task.name].direction
