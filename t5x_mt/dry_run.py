@@ -35,15 +35,6 @@ def _shard_bytes(abstract_tree: Any, mesh_sizes: dict[str, int], rules) -> int:
   return total
 
 
-def _mesh_sizes(mesh_shape: Sequence[int]) -> list[int]:
-  """MESH_SHAPE with its -1 resolved against this host's devices."""
-  shape = list(mesh_shape)
-  if -1 in shape:
-    known = int(np.prod([s for s in shape if s != -1]))
-    shape[shape.index(-1)] = max(jax.device_count() // known, 1)
-  return shape
-
-
 def memory_report(config: network.TransformerConfig, mesh_shape: Sequence[int],
                   inputs_length: int, targets_length: int,
                   rules: partitioning.LogicalRules | None = None) -> dict[str, Any]:
@@ -56,13 +47,14 @@ def memory_report(config: network.TransformerConfig, mesh_shape: Sequence[int],
   abstract = jax.eval_shape(
       lambda rng: trainer.init_train_state(model, optimizer, rng, inputs_length, targets_length),
       jax.random.PRNGKey(0))
-  shape = _mesh_sizes(mesh_shape)
-  mesh_sizes = dict(zip(partitioning.MESH_AXES, shape))
+  mesh_sizes = (partitioning.mesh_axis_sizes(mesh_shape, jax.device_count())
+                if -1 in mesh_shape else partitioning.mesh_axis_sizes(
+                    mesh_shape, int(np.prod(mesh_shape))))
   rules = rules or partitioning.logical_axis_rules()
   return {
       'parameters': models.count_params(config),
       'vocab_size': config.vocab_size,
-      'mesh_shape': shape,
+      'mesh_shape': list(mesh_sizes.values()),
       'param_bytes_per_device': _shard_bytes(abstract.params, mesh_sizes, rules),
       'optimizer_bytes_per_device': _shard_bytes(abstract.opt_state, mesh_sizes, rules),
   }

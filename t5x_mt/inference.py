@@ -126,7 +126,7 @@ class Translator:
     self.target_languages = None if target_languages is None else frozenset(target_languages)
     self.max_input_length = min(settings.max_input_length, model.config.max_length)
     self.max_decode_length = min(settings.max_decode_length, model.config.max_length)
-    self._data_parallel = mesh.shape['data'] if mesh is not None else 1
+    self._data_parallel = partitioning.batch_shards(mesh) if mesh is not None else 1
     parallel_batches = settings.parallel_batches
     if parallel_batches is None:
       on_cpu = (mesh is None or mesh.size == 1) and jax.default_backend() == 'cpu'

@@ -55,7 +55,7 @@ class TrainConfig:
     batch_size: BATCH_SIZE, global rows per step; with `pack` each row holds as many
       sentence pairs as fit in inputs_length/targets_length, without it one pair.
     mixture_or_task_name: MIXTURE_OR_TASK_NAME, the seqio mixture or task trained on.
-    mesh_shape: MESH_SHAPE, sizes of the mesh axes ('data', 'model').
+    mesh_shape: MESH_SHAPE, sizes of the mesh axes ('data', 'fsdp', 'model') or ('data', 'model').
     eval_every_steps: EVAL_EVERY_STEPS; 0 evaluates only at the end.
     evaluate_test_split: after training, also score the 'test' split into
       MODEL_DIR/test/eval/step_<N>.json.

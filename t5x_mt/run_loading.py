@@ -130,7 +130,7 @@ def load_translator(checkpoint_dir: str, step: int | None = None, *,
   Args:
     checkpoint_dir: the run's MODEL_DIR.
     step: checkpoint step to load; None loads the latest.
-    mesh_shape: sizes of the mesh axes ('data', 'model') to translate on; the default
+    mesh_shape: sizes of the mesh axes ('data', 'fsdp', 'model') to translate on; the default
       replicates the parameters and splits batches over every local device.
     **translator_overrides: `inference.DecodeSettings` fields (beam_size, alpha,
       batch_size, ...) that take precedence over the run's config.gin, and the

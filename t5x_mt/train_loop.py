@@ -99,7 +99,8 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   mesh = partitioning.create_mesh(config.mesh_shape)
   rules = spec.axis_rules
   partitioning.check_batch_divisible(config.batch_size, mesh)
-  trainer.check_microbatches(config.batch_size, config.num_microbatches, mesh.shape['data'])
+  trainer.check_microbatches(config.batch_size, config.num_microbatches,
+                             partitioning.batch_shards(mesh))
   optimizer = config.make_optimizer()
   data_tasks.configure(spec.data)  # The registry's vocabulary, tags and temperature.
   data_tasks.check_train_examples(config.mixture_or_task_name)

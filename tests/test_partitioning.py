@@ -41,11 +41,15 @@ def packed_batch(seed: int, batch_size: int = 16, length: int = 24) -> dict[str,
   return batch
 
 
-def first_losses(mesh_shape, devices, steps: int = 5) -> list[float]:
+def train(mesh_shape, devices, steps: int = 5) -> tuple[list[float], dict]:
+  """Each step's loss and the final parameters (as NumPy) of a few steps on `mesh_shape`."""
   mesh = partitioning.create_mesh(mesh_shape, devices)
   rules = partitioning.DEFAULT_RULES
   model = models.TranslationModel(TINY)
-  optimizer = trainer.make_optimizer(trainer.inverse_sqrt_schedule(1e-3, 10))
+  # Adam's eps well above rounding noise: a key bias's gradient is zero but for rounding
+  # (softmax ignores a constant shift), and with eps=1e-9 Adam would blow that noise up to
+  # learning-rate-sized steps that differ between meshes.
+  optimizer = trainer.make_optimizer(trainer.inverse_sqrt_schedule(1e-3, 10), eps=1e-4)
   state, shardings = partitioning.shard_init(
       lambda rng: trainer.init_train_state(model, optimizer, rng, 24, 24), mesh, rules,
       jax.random.PRNGKey(0))
@@ -57,17 +61,23 @@ def first_losses(mesh_shape, devices, steps: int = 5) -> list[float]:
     batch = partitioning.host_batch_to_global(packed_batch(i), mesh)
     state, metrics = step(state, batch, jax.random.PRNGKey(1))
     losses.append(float(metrics['loss_sum'] / metrics['tokens']))
-  return losses
+  return losses, jax.device_get(state.params)
 
 
-def test_losses_agree_across_meshes():
+@pytest.fixture(scope='module')
+def single_device_run():
   assert jax.device_count() == 8, 'tests/conftest.py fakes 8 CPU devices'
-  single = first_losses((1, 1), jax.devices()[:1])
-  data_parallel = first_losses((8, 1), jax.devices())
-  data_and_model = first_losses((4, 2), jax.devices())
-  assert single[-1] < single[0]  # The model learns, so equal curves are not all-constant.
-  np.testing.assert_allclose(data_parallel, single, rtol=1e-5)
-  np.testing.assert_allclose(data_and_model, single, rtol=1e-5)
+  return train((1, 1), jax.devices()[:1])
+
+
+@pytest.mark.parametrize('mesh_shape', [(8, 1), (4, 2), (1, 8, 1), (2, 2, 2), (4, 1, 2)])
+def test_losses_and_parameters_agree_across_meshes(single_device_run, mesh_shape):
+  single_losses, single_params = single_device_run
+  losses, params = train(mesh_shape, jax.devices())
+  assert single_losses[-1] < single_losses[0]  # It learns: equal curves are not constant.
+  np.testing.assert_allclose(losses, single_losses, rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               params, single_params)
 
 
 def test_parameters_are_sharded_over_model_axis():
@@ -78,14 +88,37 @@ def test_parameters_are_sharded_over_model_axis():
       lambda rng: trainer.init_train_state(model, optimizer, rng, 8, 8), mesh,
       partitioning.DEFAULT_RULES, jax.random.PRNGKey(0))
   wi = state.params['encoder']['layers_0']['mlp']['wi']['kernel']
-  assert wi.sharding.spec == jax.sharding.PartitionSpec(None, 'model')
+  assert wi.sharding.spec == jax.sharding.PartitionSpec('fsdp', 'model')
   assert wi.addressable_shards[0].data.shape == (TINY.emb_dim, TINY.mlp_dim // 2)
   embedding = state.params['shared_embedding']['embedding']
   assert embedding.addressable_shards[0].data.shape == (TINY.vocab_size // 2, TINY.emb_dim)
 
 
+def test_parameters_and_optimizer_state_are_sharded_over_fsdp():
+  mesh = partitioning.create_mesh((1, 4, 2))
+  model = models.TranslationModel(TINY)
+  state, _ = partitioning.shard_init(
+      lambda rng: trainer.init_train_state(model, trainer.make_optimizer(), rng, 8, 8), mesh,
+      partitioning.DEFAULT_RULES, jax.random.PRNGKey(0))
+  wi = state.params['encoder']['layers_0']['mlp']['wi']['kernel']
+  assert wi.addressable_shards[0].data.shape == (TINY.emb_dim // 4, TINY.mlp_dim // 2)
+  moments = [leaf for leaf in jax.tree.leaves(state.opt_state) if leaf.shape == wi.shape]
+  assert moments and all(m.addressable_shards[0].data.shape == (TINY.emb_dim // 4,
+                                                                TINY.mlp_dim // 2)
+                         for m in moments)
+
+
+def test_activations_shard_their_batch_over_data_and_fsdp():
+  mesh = partitioning.create_mesh((2, 2, 2))
+  assert partitioning.batch_shards(mesh) == 4
+  batch = partitioning.host_batch_to_global(packed_batch(0, batch_size=8), mesh)
+  rows = {shard.data.shape[0] for shard in batch['encoder_input_tokens'].addressable_shards}
+  assert rows == {2}
+
+
 def test_mesh_shape_fills_minus_one_and_rejects_mismatch():
-  assert partitioning.create_mesh((-1, 2)).shape == {'data': 4, 'model': 2}
+  assert partitioning.create_mesh((-1, 2)).shape == {'data': 4, 'fsdp': 1, 'model': 2}
+  assert partitioning.create_mesh((2, -1, 2)).shape == {'data': 2, 'fsdp': 2, 'model': 2}
   with pytest.raises(UserError, match='MESH_SHAPE'):
     partitioning.create_mesh((3, 2))
 
