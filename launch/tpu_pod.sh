@@ -34,6 +34,9 @@ Options:
   --python=PYTHON            the interpreter of the workers' virtual env (default
                              python3.11, installed with apt-get where missing)
   --libtpu_init_args=FLAGS   LIBTPU_INIT_ARGS for train (default: async collectives)
+  --env=NAME=VALUE           for train: an environment variable of train.py on every
+                             worker, e.g. --env=T5X_MT_SHARED_DATA=/mnt/disks/data
+                             (repeatable)
   --num_workers=N            for fetch-logs: the slice's workers (default: asked of gcloud)
   --log_dir=DIR              for fetch-logs: where logs land (default: tpu_logs/NAME)
   --print_only               print every command, one per line, and run none
@@ -164,8 +167,9 @@ install_repository() {
 }
 
 train() {
+  local exports=("LIBTPU_INIT_ARGS=${libtpu_init_args}" "${train_env[@]}")
   on_all_workers "set -o pipefail; mkdir -p $(dirname "${REMOTE_LOG}") && cd ${REMOTE_REPO} \
-&& export LIBTPU_INIT_ARGS=$(quote "${libtpu_init_args}") \
+&& export $(quote "${exports[@]}") \
 && .venv/bin/python launch/train.py $(quote "${train_args[@]}") 2>&1 | tee -a ../${REMOTE_LOG}"
 }
 
@@ -209,6 +213,9 @@ parse_arguments() {
       --python=*) python_bin="${1#*=}" ;;
       --libtpu_init_args=*) libtpu_init_args="${1#*=}" ;;
       --num_workers=*) num_workers="${1#*=}" ;;
+      --env=*)
+        [[ "${1#*=}" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || fail "$1: expected --env=NAME=VALUE"
+        train_env+=("${1#*=}") ;;
       --log_dir=*) log_dir="${1#*=}" ;;
       --print_only) print_only=true ;;
       -h|--help) usage; exit 0 ;;
@@ -238,7 +245,7 @@ main() {
   command='' name='' zone='' project='' accelerator_type='' runtime_version='' spot=false
   repo_url='' ref='' python_bin=python3.11 num_workers='' log_dir='' print_only=false
   libtpu_init_args="${ASYNC_COLLECTIVES}"
-  train_args=()
+  train_args=() train_env=()
   parse_arguments "$@"
   check_arguments
   log_dir="${log_dir:-tpu_logs/${name}}"

@@ -126,7 +126,7 @@ def remote_command(words: list[str]) -> list[str]:
 
 
 def test_tpu_pod_runs_the_same_train_py_command_on_all_workers_and_runs_nothing(fake_bin):
-  lines = tpu_pod_all(fake_bin)
+  lines = tpu_pod_all(fake_bin, '--env=T5X_MT_SHARED_DATA=/mnt/disks/mt data')
   assert not (fake_bin.parent / 'calls.log').exists()
   assert not list(fake_bin.parent.glob('*.tar.gz'))
   verbs = [words[4] for words in lines if words[0] == 'gcloud']
@@ -141,6 +141,8 @@ def test_tpu_pod_runs_the_same_train_py_command_on_all_workers_and_runs_nothing(
   assert train[train.index('launch/train.py') - 1] == '.venv/bin/python'
   [libtpu] = [word for word in train if word.startswith('LIBTPU_INIT_ARGS=')]
   assert '--xla_tpu_enable_async_collective_fusion=true' in libtpu.split()
+  assert train[train.index(libtpu) - 1:train.index(libtpu) + 2] == [
+      'export', libtpu, 'T5X_MT_SHARED_DATA=/mnt/disks/mt data']
   assert train[-3:] == ['tee', '-a', '../t5x_mt_logs/train.log']
 
 
@@ -173,6 +175,8 @@ SLURM_JOB = slurm_job(nodes=2, tasks=8)
     (TPU_POD, ['train', '--name=a', '--zone=b', '--workers=2', '--', '-x'], {},
      '--workers=2: unknown option'),
     (TPU_POD, ['train', '--zone=b', '--', '-x'], {}, '--name: needed'),
+    (TPU_POD, ['train', '--name=a', '--zone=b', '--env=DATA', '--', '-x'], {},
+     '--env=DATA: expected --env=NAME=VALUE'),
     (TPU_POD, ['train', '--name=a', '--zone=b'], {}, "train: give train.py's arguments"),
     (TPU_POD, ['up', '--name=a', '--zone=b', '--accelerator_type=v3-8'], {},
      '--runtime_version: needed for --accelerator_type=v3-8'),
