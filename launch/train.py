@@ -9,6 +9,7 @@ import json
 
 from t5x_mt import cli
 from t5x_mt import gin_utils
+from t5x_mt.errors import UserError
 
 
 def main(argv: list[str]) -> int:
@@ -20,7 +21,13 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--vocab_size', type=int, default=None,
                       help='with --dry_run: vocabulary size to assume (default: the '
                       "run's vocabulary file, else VOCAB_SIZE)")
+  parser.add_argument('--topology', default=None,
+                      help='with --dry_run: also compile the train step for this TPU '
+                      'topology (e.g. v5e:16x16, v4:4x4x8) and report its bytes per chip '
+                      'and flops; needs libtpu (docs/dry_run.md)')
   args = parser.parse_args(rest)
+  if args.topology and not args.dry_run:
+    raise UserError('--topology: only with --dry_run')
   gin_utils.check_gin_files(args.gin_file)
   cli.start_tensorflow()
   # pylint: disable=g-import-not-at-top  (gin needs the configurables)
@@ -31,12 +38,11 @@ def main(argv: list[str]) -> int:
   gin_utils.parse_gin(args.gin_file, args.gin_bindings + bindings)
   spec = configurables.run_spec()
   if args.dry_run:
-    report = dry_run.run_report(spec, args.vocab_size)
+    report = (dry_run.compile_report(spec, args.topology, args.vocab_size) if args.topology
+              else dry_run.run_report(spec, args.vocab_size))
     print(json.dumps(report, indent=1))
-    print(f"parameters: {report['parameters'] / 1e6:.2f}M  per device: params "
-          f"{report['param_bytes_per_device'] / 2**20:.1f} MiB, optimizer state "
-          f"{report['optimizer_bytes_per_device'] / 2**20:.1f} MiB under mesh "
-          f"{tuple(report['mesh_shape'])}")
+    print(dry_run.describe(report), flush=True)
+    dry_run.check_fits(report)
     return 0
   train_loop.train(spec)
   return 0

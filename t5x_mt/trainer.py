@@ -190,13 +190,19 @@ def check_microbatches(batch_size: int, num_microbatches: int, data_parallel: in
                     f'({data_parallel})')
 
 
-def jit_train_step(train_step, state_shardings, mesh, rules):
-  """Compiles the step with explicit shardings; the input state's buffers are donated."""
+def sharded_train_step(train_step, state_shardings, mesh):
+  """The step jitted with explicit shardings, the input state's buffers donated: call or
+  lower it under `partitioning.activation_sharding` (`--dry_run --topology` lowers it)."""
   batch_sharding = partitioning.batch_sharding(mesh)
   replicated = partitioning.replicated(mesh)
-  jitted = jax.jit(train_step,
-                   in_shardings=(state_shardings, batch_sharding, replicated, replicated),
-                   out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+  return jax.jit(train_step,
+                 in_shardings=(state_shardings, batch_sharding, replicated, replicated),
+                 out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+
+
+def jit_train_step(train_step, state_shardings, mesh, rules):
+  """Compiles the step (`sharded_train_step`) to run under the mesh and rules."""
+  jitted = sharded_train_step(train_step, state_shardings, mesh)
 
   def step(state, batch, rng, direction_scales=None):
     with partitioning.activation_sharding(mesh, rules):

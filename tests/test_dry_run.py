@@ -1,4 +1,10 @@
-"""--dry_run: parameter counts and per-device memory from shapes alone."""
+"""--dry_run: parameter counts and per-device memory from shapes alone, and with --topology
+the train step compiled for TPU chips."""
+
+import functools
+import json
+import subprocess
+import sys
 
 import gin
 import pytest
@@ -9,6 +15,7 @@ from t5x_mt import gin_utils
 from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import run_vocabulary
+from t5x_mt.errors import UserError
 
 
 def parse(model_file: str, *bindings: str) -> None:
@@ -72,3 +79,103 @@ def test_without_a_built_vocabulary_the_configured_size_is_used(tmp_path):
   per_adapter = lambda b: 2 * 256 + 256 * b + b + b * 256 + 256
   adapters_total = 6 * sum(per_adapter(b) for b in (256, 256, 256, 256, 128, 128, 64))
   assert report['parameters'] == base + adapters_total
+
+
+def test_dry_run_follows_the_run_axis_rules():
+  """No devices needed for any MESH_SHAPE; parameters shard as the run's rules say."""
+  unsharded_embed = ("partitioning.logical_axis_rules.rules = [('batch', ('data', 'fsdp')), "
+                     "('embed', None)]")
+  sharded = dry_run('gin/models/base.gin', 'MESH_SHAPE = (1, 8, 1)')
+  replicated = dry_run('gin/models/base.gin', 'MESH_SHAPE = (1, 8, 1)', unsharded_embed)
+  assert sharded['param_bytes_per_device'] < replicated['param_bytes_per_device'] / 7
+  assert replicated['param_bytes_per_device'] == 4 * replicated['parameters']
+
+
+# --dry_run --topology: the real train step compiled for TPU chips on this CPU machine.
+needs_libtpu = pytest.mark.skipif(
+    dry_runs.libtpu_library() is None,
+    reason=f'libtpu is not installed (.ci/run installs it in {dry_runs.LIBTPU_DIR}: pip '
+    f'install --no-deps --target {dry_runs.LIBTPU_DIR} "{dry_runs.libtpu_requirement()}")')
+
+SMALL_MODEL = ('network.TransformerConfig.emb_dim = 512', 'network.TransformerConfig.num_heads = 2',
+               'network.TransformerConfig.head_dim = 32', 'network.TransformerConfig.mlp_dim = 128',
+               'network.TransformerConfig.num_encoder_layers = 1',
+               'network.TransformerConfig.num_decoder_layers = 1',
+               'INPUTS_LENGTH = 16', 'TARGETS_LENGTH = 16')
+
+
+@functools.cache
+def compiled_report(topology: str, *bindings: str) -> dict:
+  parse('gin/models/tiny.gin', *SMALL_MODEL, *bindings)
+  return dry_runs.compile_report(configurables.run_spec(), topology, vocab_size=256)
+
+
+@needs_libtpu
+def test_compiled_flops_double_with_the_batch():
+  small = compiled_report('v5e:2x2', 'MESH_SHAPE = (1, 4, 1)', 'BATCH_SIZE = 8')
+  large = compiled_report('v5e:2x2', 'MESH_SHAPE = (1, 4, 1)', 'BATCH_SIZE = 16')
+  assert (small['chip'], small['chips'], small['chip_memory_bytes']) == ('TPU v5 lite', 4, 2**34)
+  assert small['compiled_bytes_per_chip'] > small['argument_bytes_per_chip'] > 0
+  assert small['flops_per_step'] == 4 * small['flops_per_chip'] > 0
+  assert large['flops_per_chip'] / small['flops_per_chip'] == pytest.approx(2.0, rel=0.05)
+
+
+@needs_libtpu
+def test_fsdp_shards_the_compiled_state_over_the_chips():
+  """Parameters and Adam's moments, the bulk of the step's arguments, split 4 ways (an
+  'embed' of 512 keeps each chip's 128 wide, a whole TPU tile)."""
+  fsdp = compiled_report('v5e:2x2', 'MESH_SHAPE = (1, 4, 1)', 'BATCH_SIZE = 8')
+  data = compiled_report('v5e:2x2', 'MESH_SHAPE = (4, 1, 1)', 'BATCH_SIZE = 8')
+  assert data['param_bytes_per_device'] / fsdp['param_bytes_per_device'] > 3.9
+  assert fsdp['argument_bytes_per_chip'] < 0.27 * data['argument_bytes_per_chip']
+
+
+@needs_libtpu
+def test_a_v4_chip_is_one_device():
+  """libtpu describes v4's two cores per chip; JAX runs a chip as one device (megacore)."""
+  devices = dry_runs.topology_devices('v4:2x2x1')
+  assert len(devices) == 4 and {device.device_kind for device in devices} == {'TPU v4'}
+
+
+@needs_libtpu
+def test_an_unknown_topology_is_named_with_examples():
+  with pytest.raises(UserError, match=r"--topology=v9z:2x2: libtpu does not know .* v5e:16x16"):
+    dry_runs.topology_devices('v9z:2x2')
+
+
+@needs_libtpu
+def test_mesh_shape_must_cover_the_topology_chips():
+  with pytest.raises(UserError, match=r'MESH_SHAPE under --topology=v5e:2x2 \(4 chips\): '
+                     r'\(1, 2, 4\) does not cover the 4 devices'):
+    compiled_report('v5e:2x2', 'MESH_SHAPE = (1, 2, 4)')
+
+
+def test_without_libtpu_the_error_says_how_to_install_it(monkeypatch, tmp_path):
+  monkeypatch.delenv('TPU_LIBRARY_PATH', raising=False)
+  monkeypatch.setattr(dry_runs, 'LIBTPU_DIR', tmp_path)
+  monkeypatch.setattr(dry_runs.importlib.util, 'find_spec', lambda name: None)
+  with pytest.raises(UserError, match=rf'--topology=v5e:2x2: needs libtpu.* --target '
+                     rf'{tmp_path} "libtpu==\S+"$'):
+    dry_runs.topology_devices('v5e:2x2')
+
+
+@needs_libtpu
+def test_a_model_too_big_for_the_chip_prints_its_bytes_then_exits_2():
+  """An 8M-piece vocabulary (1.0B parameters, replicated): the TPU compiler refuses it, yet
+  the figures come out, then one line says by how much it misses the chip's 16 GiB."""
+  done = subprocess.run(
+      [sys.executable, 'launch/train.py', '--gin_file=gin/runs/demo.gin', '--dry_run',
+       '--topology=v5e:2x2', '--vocab_size=8000000', '--gin.MESH_SHAPE=(4, 1, 1)',
+       '--gin.BATCH_SIZE=8', '--gin.network.TransformerConfig.emb_dim=128',
+       *(f'--gin.{binding.replace(" ", "")}' for binding in SMALL_MODEL[4:])],
+      capture_output=True, text=True, check=False)
+  assert done.returncode == 2, done.stderr
+  assert '}' in done.stdout, done.stderr[-3000:]
+  report = json.loads(done.stdout[:done.stdout.rindex('}') + 1])
+  missing = (report['compiled_bytes_per_chip'] - 2**34) / 2**30
+  assert missing > 1
+  assert done.stderr.strip().splitlines()[-1] == (
+      f"error: --topology=v5e:2x2: the train step needs "
+      f"{report['compiled_bytes_per_chip'] / 2**30:.2f} GiB per chip, {missing:.2f} GiB more "
+      "than the TPU v5 lite chip's 16 GiB; try remat_policy, NUM_MICROBATCHES, "
+      "loss_chunk_length or a larger 'fsdp' axis in MESH_SHAPE")
