@@ -35,6 +35,7 @@ SINGLE_DIRECTION_FLAGS = ('src_lang', 'tgt_lang', 'src_file', 'ref_file')
 def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser = cli.argument_parser(__doc__)
   cli.add_decoding_flags(parser, family_models=True)
+  cli.add_distributed_flags(parser)
   parser.add_argument('--src_lang', help='FLORES-200 code of --src_file, e.g. eng_Latn')
   parser.add_argument('--tgt_lang', help='FLORES-200 code of --ref_file, e.g. hau_Latn')
   parser.add_argument('--src_file', help='source sentences, one per line')
@@ -95,6 +96,7 @@ def _check_task(name: str) -> None:
 def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[str, Any]:
   """Scores every direction of the --tasks and writes the run's eval/step_<N>.json."""
   from t5x_mt import evaluation  # pylint: disable=g-import-not-at-top
+  from t5x_mt import processes  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt import actions  # pylint: disable=g-import-not-at-top
   from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
@@ -134,7 +136,8 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
     direction_scores.update(summary['directions'])
   summary = evaluation.summarize(step, direction_scores)
   summary['split'] = args.split
-  if args.checkpoint_dir is not None:  # Family models' scores belong to no one run.
+  # Family models' scores belong to no one run.
+  if args.checkpoint_dir is not None and processes.is_primary():
     evaluation.write_eval_json(args.checkpoint_dir, summary, args.split)
   return summary
 
@@ -142,7 +145,8 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
 def main(argv: list[str]) -> int:
   args = parse_flags(argv)
   decoding = cli.decoding_overrides(args)
-  cli.start_tensorflow()
+  cli.start_jax(args)
+  from t5x_mt import processes  # pylint: disable=g-import-not-at-top
   if args.tasks is None:
     result = evaluate_files(args, decoding)
     print(json.dumps(result, sort_keys=True), flush=True)
@@ -150,7 +154,7 @@ def main(argv: list[str]) -> int:
     result = evaluate_tasks(args, decoding)
     from t5x_mt import evaluation  # pylint: disable=g-import-not-at-top
     print(evaluation.format_table(result), flush=True)
-  if args.output_json is not None:
+  if args.output_json is not None and processes.is_primary():
     files.write_text_atomically(args.output_json,
                                 json.dumps(result, indent=2, sort_keys=True) + '\n')
   return 0

@@ -2,7 +2,10 @@
 
   python launch/train.py --gin_file=gin/runs/demo.gin [--gin.TRAIN_STEPS=200 ...] [--dry_run]
 
-Re-running the same command resumes from the latest checkpoint in MODEL_DIR.
+Re-running the same command resumes from the latest checkpoint in MODEL_DIR. A
+multi-process run starts the same command in every process, adding
+--coordinator_address=HOST:PORT --num_processes=N --process_id=I (auto-detected on Cloud
+TPU VMs and Slurm).
 """
 
 import json
@@ -16,6 +19,7 @@ def main(argv: list[str]) -> int:
   bindings, rest = gin_utils.split_gin_overrides(argv)
   parser = cli.argument_parser(__doc__)
   cli.add_gin_flags(parser, 'TRAIN_STEPS = 200')
+  cli.add_distributed_flags(parser)
   parser.add_argument('--dry_run', action='store_true',
                       help='print parameter count and per-device memory, then exit')
   parser.add_argument('--vocab_size', type=int, default=None,
@@ -29,7 +33,7 @@ def main(argv: list[str]) -> int:
   if args.topology and not args.dry_run:
     raise UserError('--topology: only with --dry_run')
   gin_utils.check_gin_files(args.gin_file)
-  cli.start_tensorflow()
+  cli.start_jax(args)
   # pylint: disable=g-import-not-at-top  (gin needs the configurables)
   from t5x_mt import configurables
   from t5x_mt import dry_run

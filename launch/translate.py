@@ -20,6 +20,7 @@ STDIN = '/dev/stdin'
 def main(argv: list[str]) -> int:
   parser = cli.argument_parser(__doc__)
   cli.add_decoding_flags(parser, family_models=True)
+  cli.add_distributed_flags(parser)
   parser.add_argument('--src_lang', required=True, help='FLORES-200 code, e.g. eng_Latn')
   parser.add_argument('--tgt_lang', required=True, help='FLORES-200 code, e.g. hau_Latn')
   parser.add_argument('--input', default=None, help='text file (default: stdin)')
@@ -30,19 +31,21 @@ def main(argv: list[str]) -> int:
   overrides = cli.decoding_overrides(args)
   if args.output is not None:
     files.check_output(args.output, '--output')
-  cli.start_tensorflow()
+  cli.start_jax(args)
+  from t5x_mt import processes  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import readers  # pylint: disable=g-import-not-at-top
   lines = readers.read_lines(args.input or STDIN)
   translator = run_loading.load_model(args.checkpoint_dir, cli.family_models(args), args.step,
                                       overrides)
   translations = run_loading.translate_lines(translator, lines, src_lang, tgt_lang,
-                                             progress_bar=args.input is not None,
+                                             progress_bar=(args.input is not None and
+                                                           processes.is_primary()),
                                              source_name=args.input or 'stdin')
   text = ''.join(line + '\n' for line in translations)
   if args.output is None:
     print(text, end='', flush=True)
-  else:
+  elif processes.is_primary():
     files.write_text_atomically(args.output, text)
   return 0
 

@@ -6,6 +6,7 @@ checkpoints are each one class here that holds its own state. Another program ad
 own job by passing one more Action.
 """
 
+from collections.abc import Sequence
 import dataclasses
 import json
 import logging
@@ -22,6 +23,7 @@ from t5x_mt import dro
 from t5x_mt import evaluation
 from t5x_mt import files
 from t5x_mt import inference
+from t5x_mt import processes
 from t5x_mt import run_config
 from t5x_mt import run_layout
 from t5x_mt.run import Run
@@ -44,12 +46,15 @@ class Action:
 
 
 class MetricsLog:
-  """metrics.jsonl (one object per logged step) and TensorBoard event files."""
+  """metrics.jsonl (one object per logged step) and TensorBoard event files, written by
+  process 0 (the others compute the same records and write nothing)."""
 
   def __init__(self, layout: run_layout.RunLayout, resume_step: int):
     self.path = layout.metrics
-    self._truncate_after(resume_step)
-    self._tensorboard = tensorboardX.SummaryWriter(str(layout.tensorboard))
+    self._writes = processes.is_primary()
+    if self._writes:
+      self._truncate_after(resume_step)
+      self._tensorboard = tensorboardX.SummaryWriter(str(layout.tensorboard))
 
   def _truncate_after(self, step: int) -> None:
     """A resumed run rewrites the steps after its checkpoint; drop their old records (and
@@ -61,6 +66,8 @@ class MetricsLog:
         json.dumps(record, sort_keys=True) + '\n' for record in kept))
 
   def write(self, record: dict[str, Any]) -> None:
+    if not self._writes:
+      return
     with self.path.open('a', encoding='utf-8') as f:
       f.write(json.dumps(record, sort_keys=True) + '\n')
     for name, value in record.items():
@@ -110,18 +117,21 @@ class UpdateDro(Action):
   interval's end, new weights go to the group sampler (the reweighting variant reads
   them through `direction_scales` at the next step). Saved with each checkpoint."""
 
-  def __init__(self, robust: dro.DroTraining, batches: Any):
+  def __init__(self, robust: dro.DroTraining, samplers: Sequence[group_sampler.GroupSampler]):
     self.robust = robust
-    self._sampler = batches if isinstance(batches, group_sampler.GroupSampler) else None
-    if self._sampler:
-      self._sampler.set_weights(robust.weights)
+    self._samplers = list(samplers)
+    self._send_weights()
+
+  def _send_weights(self) -> None:
+    for sampler in self._samplers:
+      sampler.set_weights(self.robust.weights)
 
   def after_step(self, run: Run, step: int, metrics: Metrics) -> None:
     loss_sums, tokens = jax.device_get((metrics['direction_loss_sums'],
                                         metrics['direction_tokens']))
     self.robust.observe(loss_sums, tokens)
-    if self.robust.after_step(step) and self._sampler:
-      self._sampler.set_weights(self.robust.weights)
+    if self.robust.after_step(step):
+      self._send_weights()
 
   def direction_scales(self) -> jax.Array | None:
     if self.robust.config.mode == 'reweighting':
@@ -129,7 +139,9 @@ class UpdateDro(Action):
     return None
 
   def write_state(self, prefix: str) -> None:
-    files.write_text_atomically(prefix, json.dumps(self.robust.state(), sort_keys=True) + '\n')
+    """Process 0 writes it: every process holds the same state."""
+    if processes.is_primary():
+      files.write_text_atomically(prefix, json.dumps(self.robust.state(), sort_keys=True) + '\n')
 
   def read_state(self, prefix: str) -> None:
     self.robust.restore(json.loads(pathlib.Path(prefix).read_text(encoding='utf-8')))
@@ -160,6 +172,9 @@ def evaluate_directions(translator: inference.Translator, mixture_or_task_name: 
 
 
 def write_evaluation(layout: run_layout.RunLayout, summary: dict[str, Any], test: bool) -> None:
+  """Process 0 writes and prints the scores (every process computed the same)."""
+  if not processes.is_primary():
+    return
   evaluation.write_eval_json(layout.root, summary, 'test' if test else 'validation')
   print(evaluation.format_table(summary), flush=True)
 
@@ -210,9 +225,10 @@ class BestRecord:
       self.best_step, self.best_chrf, self.evaluations_since_best = step, chrf, 0
     else:
       self.evaluations_since_best += 1
-    files.write_text_atomically(self.path, json.dumps({
-        'step': self.best_step, 'chrf': self.best_chrf,
-        'evaluations_since_best': self.evaluations_since_best}, indent=2) + '\n')
+    if processes.is_primary():
+      files.write_text_atomically(self.path, json.dumps({
+          'step': self.best_step, 'chrf': self.best_chrf,
+          'evaluations_since_best': self.evaluations_since_best}, indent=2) + '\n')
     return improved
 
 
@@ -245,9 +261,10 @@ class StopEarly(Action):
     """Names the best validation step beside the last one in the final summary and log."""
     summary['best'] = {'step': self.record.best_step, 'chrf': self.record.best_chrf}
     summary['last'] = {'step': summary['step'], 'chrf': summary['average']['chrf']}
-    print(f'best step {self.record.best_step} (average chrF++ {self.record.best_chrf:.2f}),'
-          f' last step {summary["step"]} (average chrF++ {summary["average"]["chrf"]:.2f})',
-          flush=True)
+    if processes.is_primary():
+      print(f'best step {self.record.best_step} (average chrF++ {self.record.best_chrf:.2f}),'
+            f' last step {summary["step"]} (average chrF++ {summary["average"]["chrf"]:.2f})',
+            flush=True)
 
 
 class SaveCheckpoints(Action):

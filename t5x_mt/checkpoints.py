@@ -3,10 +3,14 @@
 A checkpoint has two items, so that commands that only translate read only what they need:
   params      the model parameters
   optimizer   the step counter and the optimizer state
-and, beside it, each process's host-side state (`HostState`): the position of its input
-pipeline, so that a resumed run sees exactly the batches an uninterrupted run would have
+and, beside it, the run's host-side state (`HostState`): the position of each input
+shard, so that a resumed run sees exactly the batches an uninterrupted run would have
 seen, and DRO's loss averages. These are written before Orbax commits the step, so a
 step that exists always has them.
+
+Every process of a multi-process run saves and restores together: each writes the shards
+of the arrays it holds and Orbax's primary process the metadata; host states decide
+which process writes what, and process 0 writes their manifest.
 """
 
 from collections.abc import Iterator, Mapping
@@ -23,6 +27,7 @@ import orbax.checkpoint as ocp
 import tensorflow as tf
 
 from t5x_mt import files
+from t5x_mt import processes
 from t5x_mt import run_layout
 from t5x_mt.errors import UserError
 
@@ -32,7 +37,11 @@ HOST_STATES_SUFFIX = '.host_states.json'
 
 
 class HostState(Protocol):
-  """Host-side state a checkpoint saves beside its arrays, one file set per process."""
+  """Host-side state a checkpoint saves beside its arrays.
+
+  Every process calls `write_state` and `read_state`; a state shared by all processes is
+  written by process 0 alone, one split among them by each for its own part.
+  """
 
   def write_state(self, prefix: str) -> None:
     """Writes the state to files named `prefix` (plus suffixes of its own)."""
@@ -41,23 +50,11 @@ class HostState(Protocol):
     """Restores what `write_state` wrote."""
 
 
-class IteratorState:
-  """A tf.data iterator's position as a HostState (a tf.train.Checkpoint)."""
-
-  def __init__(self, iterator: Any):
-    self.iterator = iterator
-
-  def write_state(self, prefix: str) -> None:
-    tf.train.Checkpoint(iterator=self.iterator).write(prefix)
-
-  def read_state(self, prefix: str) -> None:
-    tf.train.Checkpoint(iterator=self.iterator).read(prefix).assert_consumed()
-
-
 class RunCheckpoints:
   """The checkpoints of one MODEL_DIR."""
 
-  def __init__(self, model_dir: str, *, keep: int = 3, read_only: bool = False):
+  def __init__(self, model_dir: str, *, keep: int = 3, read_only: bool = False,
+               asynchronous: bool = True):
     self.model_dir = pathlib.Path(model_dir)
     self.layout = run_layout.RunLayout(model_dir)
     self.directory = self.layout.checkpoints
@@ -65,7 +62,7 @@ class RunCheckpoints:
       raise UserError(f'{model_dir}: no checkpoints found (expected {self.directory})')
     self._protected = _ProtectedStep()
     options = ocp.CheckpointManagerOptions(
-        create=not read_only, read_only=read_only,
+        create=not read_only, read_only=read_only, enable_async_checkpointing=asynchronous,
         preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(
             [ocp.checkpoint_managers.LatestN(keep), self._protected]))
     # Handlers named up front let `item_metadata` read saved shapes before a restore.
@@ -96,18 +93,17 @@ class RunCheckpoints:
   def all_steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
 
-  def _host_state_prefix(self, step: int) -> str:
-    return self.layout.input_state_prefix(step, jax.process_index())
-
   def save(self, step: int, state: Any,
            host_states: Mapping[str, HostState] | None = None) -> None:
-    """Saves `state` (a TrainState) at `step`, the arrays asynchronously, and this
-    process's `host_states` beside it (named as `restore_host_states` will ask)."""
-    prefix = self._host_state_prefix(step)
+    """Saves `state` (a TrainState) at `step`, the arrays asynchronously unless the
+    manager was made otherwise, and `host_states` beside it (named as
+    `restore_host_states` will ask)."""
+    prefix = self.layout.host_state_prefix(step)
     for name, host_state in (host_states or {}).items():
       host_state.write_state(f'{prefix}.{name}')
-    files.write_text_atomically(prefix + HOST_STATES_SUFFIX,
-                                json.dumps(sorted(host_states or {})) + '\n')
+    if processes.is_primary():
+      files.write_text_atomically(prefix + HOST_STATES_SUFFIX,
+                                  json.dumps(sorted(host_states or {})) + '\n')
     self._manager.save(step, args=ocp.args.Composite(
         params=ocp.args.StandardSave(state.params),
         optimizer=ocp.args.StandardSave({'step': state.step, 'opt_state': state.opt_state})))
@@ -184,7 +180,7 @@ class RunCheckpoints:
 
   def restore_host_states(self, step: int, host_states: Mapping[str, HostState]) -> None:
     """Restores each of `host_states` to what it was when `step` was saved."""
-    prefix = self._host_state_prefix(step)
+    prefix = self.layout.host_state_prefix(step)
     manifest = prefix + HOST_STATES_SUFFIX
     saved = (json.loads(tf.io.gfile.GFile(manifest).read())
              if tf.io.gfile.exists(manifest) else [])
@@ -198,7 +194,7 @@ class RunCheckpoints:
   def _drop_stale_input_states(self) -> None:
     """Input positions of checkpoints Orbax has deleted go too."""
     root = self.layout.input_state
-    if jax.process_index() != 0 or not root.is_dir():
+    if not processes.is_primary() or not root.is_dir():
       return
     kept = {f'step_{step}' for step in self._manager.all_steps()}
     for child in root.iterdir():
@@ -267,6 +263,8 @@ def _abstract(tree: Any) -> Any:
 
 def check_writable(model_dir: str) -> None:
   """Fails early, naming MODEL_DIR, if the run could not write its outputs there; creates
-  nothing."""
+  nothing. Only process 0 writes run files, so only it checks."""
+  if not processes.is_primary():
+    return
   files.check_output(model_dir, 'MODEL_DIR', folder=True)
   logging.info('Writing to %s', os.path.abspath(model_dir))

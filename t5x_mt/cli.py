@@ -24,6 +24,7 @@ from t5x_mt import languages
 from t5x_mt.errors import UserError
 
 EXIT_USER_ERROR = 2
+_COORDINATOR_ADDRESS = re.compile(r'^(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d+$')
 
 # Lines TensorFlow's native code prints while it loads and looks for GPUs, whatever
 # TF_CPP_MIN_LOG_LEVEL says: that absl logs before it is set up, and (on every CPU-only
@@ -179,6 +180,58 @@ def add_gin_flags(parser: argparse.ArgumentParser, example_binding: str) -> None
                       help='gin file (repeatable); later files override earlier ones')
   parser.add_argument('--gin_bindings', action='append', default=[],
                       help=f'extra binding, e.g. "{example_binding}" (same as --gin.NAME=VALUE)')
+
+
+def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
+  """--coordinator_address, --num_processes, --process_id and --local_device_ids: how this
+  process joins a multi-process run (`start_jax`)."""
+  parser.add_argument('--coordinator_address', default=None,
+                      help='HOST:PORT where process 0 coordinates a multi-process run '
+                      '(default: read from a Cloud TPU VM slice or Slurm job, else one process)')
+  parser.add_argument('--num_processes', type=int, default=None,
+                      help='processes in the run (one per host, or per GPU)')
+  parser.add_argument('--process_id', type=int, default=None,
+                      help="this process's index, 0 to --num_processes - 1")
+  parser.add_argument('--local_device_ids', default=None,
+                      help='comma-separated accelerators this process uses (Slurm with one '
+                      "process per node: all the node's GPUs)")
+
+
+def _check_distributed_flags(args: argparse.Namespace) -> None:
+  """A multi-process run names its coordinator, its size and this process's index."""
+  given = {'--coordinator_address': args.coordinator_address,
+           '--num_processes': args.num_processes, '--process_id': args.process_id}
+  if all(value is None for value in given.values()):
+    return
+  missing = [flag for flag, value in given.items() if value is None]
+  if missing:
+    raise UserError(f'{missing[0]}: needed with '
+                    f'{", ".join(flag for flag in given if flag not in missing)} '
+                    '(a multi-process run names all three)')
+  if not _COORDINATOR_ADDRESS.match(args.coordinator_address):
+    raise UserError(f'--coordinator_address: {args.coordinator_address!r} is not HOST:PORT')
+  if args.num_processes < 1:
+    raise UserError(f'--num_processes: must be >= 1, got {args.num_processes}')
+  if not 0 <= args.process_id < args.num_processes:
+    raise UserError(f'--process_id: {args.process_id} is out of range for '
+                    f'--num_processes={args.num_processes} (0 to {args.num_processes - 1})')
+
+
+def start_jax(args: argparse.Namespace) -> None:
+  """Starts TensorFlow quietly, then joins this process to the run's others (with the
+  flags of `add_distributed_flags`): before anything touches a device."""
+  _check_distributed_flags(args)
+  local_device_ids = None
+  if args.local_device_ids is not None:
+    try:
+      local_device_ids = [int(i) for i in args.local_device_ids.split(',')]
+    except ValueError:
+      raise UserError(f'--local_device_ids: {args.local_device_ids!r} is not a comma-separated '
+                      'list of device numbers') from None
+  start_tensorflow()
+  from t5x_mt import processes  # pylint: disable=g-import-not-at-top  (imports JAX)
+  processes.initialize(args.coordinator_address, args.num_processes, args.process_id,
+                       local_device_ids)
 
 
 def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = False) -> None:

@@ -19,6 +19,7 @@ from t5x_mt import adapters
 from t5x_mt import decoding
 from t5x_mt import models
 from t5x_mt import partitioning
+from t5x_mt import processes
 from t5x_mt import validation
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
@@ -128,7 +129,10 @@ class Translator:
     self.max_decode_length = min(settings.max_decode_length, model.config.max_length)
     self._data_parallel = partitioning.batch_shards(mesh) if mesh is not None else 1
     parallel_batches = settings.parallel_batches
-    if parallel_batches is None:
+    if mesh is not None and mesh.is_multi_process:
+      # Every process must issue its batches in the same order: one at a time.
+      parallel_batches = 1
+    elif parallel_batches is None:
       on_cpu = (mesh is None or mesh.size == 1) and jax.default_backend() == 'cpu'
       parallel_batches = (os.cpu_count() or 1) if on_cpu else 1
     self.parallel_batches = parallel_batches
@@ -194,11 +198,19 @@ class Translator:
     with contextlib.ExitStack() as stack:
       if self.mesh is not None:
         stack.enter_context(partitioning.activation_sharding(self.mesh, self.rules))
-      return np.asarray(self.model.predict_batch(
-          self.params, tokens, input_length=max(len(ids) for ids in encoder_ids),
+      return processes.gather(self.model.predict_batch(
+          self.params, self._global_rows(tokens), input_length=max(len(ids) for ids in encoder_ids),
           direction=direction, prefix_id=prefix_id, max_decode_length=decode_length,
           beam_size=self.settings.beam_size, alpha=self.settings.alpha,
           stop=self.settings.stop, num_pieces=self.tokenizer.get_piece_size()))
+
+  def _global_rows(self, tokens: np.ndarray) -> np.ndarray | jax.Array:
+    """A batch every process made alike as one array whose rows are split among the
+    processes' devices (on one process, the batch as it is)."""
+    if self.mesh is None or not self.mesh.is_multi_process:
+      return tokens
+    return jax.make_array_from_process_local_data(partitioning.batch_sharding(self.mesh),
+                                                  tokens, tokens.shape)
 
   def pivots(self, src_lang: str, tgt_lang: str) -> bool:
     """Whether src_lang -> tgt_lang goes through the pivot language."""

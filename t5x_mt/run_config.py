@@ -30,7 +30,8 @@ DECODE_CONFIGURABLE = 'inference.Translator'
 MACROS = {'model_dir': 'MODEL_DIR', 'train_steps': 'TRAIN_STEPS', 'batch_size': 'BATCH_SIZE',
           'mixture_or_task_name': 'MIXTURE_OR_TASK_NAME', 'mesh_shape': 'MESH_SHAPE',
           'log_every_steps': 'LOG_EVERY_STEPS', 'eval_every_steps': 'EVAL_EVERY_STEPS',
-          'checkpoint_every_steps': 'CHECKPOINT_EVERY_STEPS', 'seed': 'SEED'}
+          'checkpoint_every_steps': 'CHECKPOINT_EVERY_STEPS', 'seed': 'SEED',
+          'dcn_mesh_shape': 'DCN_MESH_SHAPE', 'input_shards': 'INPUT_SHARDS'}
 # Counts and sizes that must be positive, or may also be 0.
 _POSITIVE = ('train_steps', 'batch_size', 'log_every_steps', 'checkpoint_every_steps',
              'keep_checkpoints', 'inputs_length', 'targets_length', 'num_microbatches')
@@ -55,7 +56,15 @@ class TrainConfig:
     batch_size: BATCH_SIZE, global rows per step; with `pack` each row holds as many
       sentence pairs as fit in inputs_length/targets_length, without it one pair.
     mixture_or_task_name: MIXTURE_OR_TASK_NAME, the seqio mixture or task trained on.
-    mesh_shape: MESH_SHAPE, sizes of the mesh axes ('data', 'fsdp', 'model') or ('data', 'model').
+    mesh_shape: MESH_SHAPE, sizes of the mesh axes ('data', 'fsdp', 'model'), or
+      ('data', 'model') without FSDP; with dcn_mesh_shape, the mesh within one TPU slice
+      or GPU node.
+    dcn_mesh_shape: DCN_MESH_SHAPE, how many slices (TPU) or processes (GPU nodes) lie
+      along each mesh axis, joined by the data-centre network; None: one slice.
+    input_shards: INPUT_SHARDS, the streams a global batch is read from
+      (sharded_input.py): the batches depend on it, never on the process count. None:
+      one per group of processes holding distinct rows (a resumed run keeps its own).
+    async_checkpointing: training goes on while a checkpoint's arrays are written.
     eval_every_steps: EVAL_EVERY_STEPS; 0 evaluates only at the end.
     evaluate_test_split: after training, also score the 'test' split into
       MODEL_DIR/test/eval/step_<N>.json.
@@ -82,6 +91,9 @@ class TrainConfig:
   batch_size: int
   mixture_or_task_name: str
   mesh_shape: Sequence[int] = (-1, 1)
+  dcn_mesh_shape: Sequence[int] | None = None
+  input_shards: int | None = None
+  async_checkpointing: bool = True
   log_every_steps: int = 50
   eval_every_steps: int = 0
   checkpoint_every_steps: int = 500
@@ -107,6 +119,8 @@ class TrainConfig:
       validation.integer(setting_name(field), getattr(self, field), minimum=1)
     for field in _NON_NEGATIVE:
       validation.integer(setting_name(field), getattr(self, field), minimum=0)
+    if self.input_shards is not None:
+      validation.integer(setting_name('input_shards'), self.input_shards, minimum=1)
     validation.number(setting_name('label_smoothing'), self.label_smoothing,
                       at_least=0.0, below=1.0)
     if not callable(self.learning_rate_schedule):

@@ -10,7 +10,7 @@ averaging, plots) and what a resumed run picks up again:
   best.json         early stopping's best step and evaluations since
   dro_groups.json   DRO's groups, data shares and baselines
   checkpoints/      Orbax checkpoints, one folder per step
-  input_state/      each host's input position per checkpoint step
+  input_state/      the input shards' positions and DRO's state per checkpoint step
   eval/             validation scores, step_<N>.json; <split>/eval/ for other splits
 
 Every module that reads or writes one of these asks a `RunLayout` for its path.
@@ -71,9 +71,10 @@ class RunLayout:
   def input_state(self) -> pathlib.Path:
     return self.root / 'input_state'
 
-  def input_state_prefix(self, step: int, process_index: int) -> str:
-    """The path prefix of one host's input position saved with checkpoint `step`."""
-    return str(self.input_state / f'step_{step}' / f'process_{process_index}')
+  def host_state_prefix(self, step: int) -> str:
+    """The path prefix of the host-side state (input positions, DRO) saved with
+    checkpoint `step`."""
+    return str(self.input_state / f'step_{step}' / 'state')
 
   def eval_dir(self, split: str = _VALIDATION) -> pathlib.Path:
     """Where scores on `split` go: eval/ for validation, <split>/eval/ for any other."""

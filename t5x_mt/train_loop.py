@@ -6,14 +6,17 @@ input position and DRO's state) and continues the same loss curve.
 """
 
 from collections.abc import Sequence
+import contextlib
 import dataclasses
 import json
 import logging
+import os
 import pathlib
 from typing import Any
 
 import jax
-import numpy as np
+import seqio
+import tensorflow as tf
 import tqdm
 
 import data_tasks
@@ -27,10 +30,12 @@ from t5x_mt import inference
 from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import partitioning
+from t5x_mt import processes
 from t5x_mt import run as run_lib
 from t5x_mt import run_config
 from t5x_mt import run_layout
 from t5x_mt import run_vocabulary
+from t5x_mt import sharded_input
 from t5x_mt import trainer
 from t5x_mt.data import group_sampler
 from t5x_mt.data import input_pipeline
@@ -48,6 +53,21 @@ def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, voc
   if robust:
     files.write_text_atomically(layout.dro_groups, json.dumps(
         robust.groups_record(), indent=2, sort_keys=True) + '\n')
+
+
+def _shared_vocabulary(spec: run_config.RunSpec, layout: run_layout.RunLayout) -> bytes:
+  """The run's SentencePiece model: process 0 reads (or builds) it and sends it to the
+  others, which keep a copy at VOCABULARY_PATH where their input pipelines read it (hosts
+  of a pod need not share a disk)."""
+  path = spec.data.vocabulary_path
+  vocabulary = processes.from_primary(lambda: run_vocabulary.run_vocabulary(
+      path, spec.train.mixture_or_task_name,
+      spec.vocabulary or run_vocabulary.VocabularyConfig(), layout.vocabulary))
+  if not processes.is_primary() and not (
+      tf.io.gfile.exists(path) and tf.io.gfile.GFile(path, 'rb').read() == vocabulary):
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    files.write_bytes_atomically(path, vocabulary)
+  return vocabulary
 
 
 def _run_directions(config: run_config.TrainConfig,
@@ -70,19 +90,28 @@ def _robust_training(config: dro.DroConfig, mixture_or_task_name: str,
       sampling_shares=group_sampler.group_shares(mixture, config.grouping, 'rates'))
 
 
-def _training_batches(config: run_config.TrainConfig, robust: dro.DroTraining | None):
-  """This process's batches: the mixture at its fixed rates, or DRO's group sampler."""
-  settings = dict(global_batch_size=config.batch_size, inputs_length=config.inputs_length,
-                  targets_length=config.targets_length, seed=config.seed, pack=config.pack)
-  if robust and robust.config.mode == 'sampling':
-    return group_sampler.GroupSampler(data_tasks.mixture_view(config.mixture_or_task_name),
-                                      grouping=robust.config.grouping, **settings)
-  return iter(input_pipeline.train_dataset(config.mixture_or_task_name, **settings))
+def _training_batches(config: run_config.TrainConfig, robust: dro.DroTraining | None,
+                      mesh: jax.sharding.Mesh, num_shards: int) -> sharded_input.ShardedBatches:
+  """The run's global batches: the mixture at its fixed rates, or DRO's group sampler,
+  read in `num_shards` input shards."""
+  def open_shard(shard: seqio.ShardInfo, rows: int) -> sharded_input.ShardStream:
+    settings = dict(batch_size=rows, inputs_length=config.inputs_length,
+                    targets_length=config.targets_length, seed=config.seed, pack=config.pack,
+                    shard=shard)
+    if robust and robust.config.mode == 'sampling':
+      return group_sampler.GroupSampler(data_tasks.mixture_view(config.mixture_or_task_name),
+                                        grouping=robust.config.grouping, **settings)
+    return sharded_input.DatasetStream(
+        input_pipeline.train_dataset(config.mixture_or_task_name, **settings))
+  return sharded_input.ShardedBatches(open_shard, mesh, config.batch_size, num_shards)
 
 
-def _input_state(batches: Any) -> checkpoints.HostState:
-  return (batches if isinstance(batches, group_sampler.GroupSampler)
-          else checkpoints.IteratorState(batches))
+def _input_shard_count(config: run_config.TrainConfig, run_checkpoints: checkpoints.RunCheckpoints,
+                       start_step: int, mesh: jax.sharding.Mesh) -> int:
+  """The run's INPUT_SHARDS, given the checkpoint it resumes from (step 0: none)."""
+  saved = (sharded_input.saved_shard_count(
+      f'{run_checkpoints.layout.host_state_prefix(start_step)}.input') if start_step else None)
+  return sharded_input.shard_count(config.input_shards, saved, mesh, config.batch_size)
 
 
 def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro | None]:
@@ -96,7 +125,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   run_dir = pathlib.Path(config.model_dir)
   layout = run_layout.RunLayout(run_dir)
   checkpoints.check_writable(config.model_dir)
-  mesh = partitioning.create_mesh(config.mesh_shape)
+  mesh = partitioning.create_mesh(config.mesh_shape, dcn_mesh_shape=config.dcn_mesh_shape)
   rules = spec.axis_rules
   partitioning.check_batch_divisible(config.batch_size, mesh)
   trainer.check_microbatches(config.batch_size, config.num_microbatches,
@@ -105,9 +134,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   data_tasks.configure(spec.data)  # The registry's vocabulary, tags and temperature.
   data_tasks.check_train_examples(config.mixture_or_task_name)
   direction_ids, direction_names = _run_directions(config, spec.model)
-  vocabulary = run_vocabulary.run_vocabulary(
-      spec.data.vocabulary_path, config.mixture_or_task_name,
-      spec.vocabulary or run_vocabulary.VocabularyConfig(), layout.vocabulary)
+  vocabulary = _shared_vocabulary(spec, layout)
   model = models.TranslationModel(dataclasses.replace(spec.model, vocab_size=(
       run_vocabulary.padded_vocab_size(run_vocabulary.num_pieces(vocabulary)))))
   state, state_shardings = partitioning.shard_init(
@@ -116,12 +143,16 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
       mesh, rules, jax.random.PRNGKey(config.seed))
   robust = config.dro and _robust_training(config.dro, config.mixture_or_task_name,
                                            direction_names)
-  batches = _training_batches(config, robust)
-  update_dro = robust and actions.UpdateDro(robust, batches)
-  host_states = {'input': _input_state(batches), **({'dro': update_dro} if robust else {})}
-  with files.removed_on_failure(run_dir):
-    run_checkpoints = checkpoints.RunCheckpoints(config.model_dir, keep=config.keep_checkpoints)
+  with files.removed_on_failure(run_dir) if processes.is_primary() else contextlib.nullcontext():
+    run_checkpoints = checkpoints.RunCheckpoints(config.model_dir, keep=config.keep_checkpoints,
+                                                 asynchronous=config.async_checkpointing)
     start_step = run_checkpoints.latest_step() or 0
+    batches = _training_batches(config, robust, mesh, _input_shard_count(
+        config, run_checkpoints, start_step, mesh))
+    update_dro = robust and actions.UpdateDro(
+        robust, [stream for stream in batches.streams.values()
+                 if isinstance(stream, group_sampler.GroupSampler)])
+    host_states = {'input': batches, **({'dro': update_dro} if robust else {})}
     if start_step:
       logging.info('Resuming from checkpoint at step %d', start_step)
       state = run_checkpoints.restore(start_step, state)
@@ -129,7 +160,8 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
     elif config.init_from:
       state = state.replace(params=fine_tuning.initial_params(config.init_from, vocabulary,
                                                               state.params))
-    _write_run_files(layout, spec, vocabulary, direction_names, robust)
+    if processes.is_primary():
+      _write_run_files(layout, spec, vocabulary, direction_names, robust)
   train_step = trainer.jit_train_step(
       trainer.make_train_step(model, optimizer, direction_ids=direction_ids,
                               label_smoothing=config.label_smoothing,
@@ -155,9 +187,8 @@ def run_steps(run: run_lib.Run, loop_actions: Sequence[actions.Action]) -> int:
   step_rng = jax.random.PRNGKey(run.config.seed + 1)
   step = run.start_step
   while step < run.config.train_steps and not any(a.stop_requested() for a in loop_actions):
-    batch = partitioning.host_batch_to_global(
-        {name: np.asarray(value) for name, value in next(run.batches).items()}, run.mesh)
-    run.state, metrics = run.train_step(run.state, batch, step_rng, run.direction_scales())
+    run.state, metrics = run.train_step(run.state, next(run.batches), step_rng,
+                                        run.direction_scales())
     step += 1
     run.progress.update(1)
     for action in loop_actions:
@@ -199,7 +230,8 @@ def train(spec: run_config.RunSpec) -> dict[str, Any]:
                                         actions.SaveCheckpoints(config.checkpoint_every_steps))
                   if action]
   run.progress = tqdm.tqdm(total=config.train_steps, initial=run.start_step,
-                           disable=not config.progress_bar, desc='train', unit='step',
+                           disable=not (config.progress_bar and processes.is_primary()),
+                           desc='train', unit='step',
                            dynamic_ncols=True)
   step = run_steps(run, loop_actions)
   run.progress.close()

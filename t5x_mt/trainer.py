@@ -20,6 +20,7 @@ from t5x_mt import adapters
 from t5x_mt import models
 from t5x_mt import optimizers
 from t5x_mt import partitioning
+from t5x_mt import processes
 from t5x_mt import validation
 from t5x_mt.errors import UserError
 
@@ -201,12 +202,22 @@ def sharded_train_step(train_step, state_shardings, mesh):
 
 
 def jit_train_step(train_step, state_shardings, mesh, rules):
-  """Compiles the step (`sharded_train_step`) to run under the mesh and rules."""
+  """Compiles the step (`sharded_train_step`) to run under the mesh and rules.
+
+  The step compiles at its first call, and the processes of a multi-process run wait for
+  each other once it has (`processes.wait_for_all`), so none starts its collectives long
+  before another.
+  """
   jitted = sharded_train_step(train_step, state_shardings, mesh)
+  compiled = {}
 
   def step(state, batch, rng, direction_scales=None):
+    arguments = (state, batch, rng, direction_scales)
     with partitioning.activation_sharding(mesh, rules):
-      return jitted(state, batch, rng, direction_scales)
+      if not compiled:
+        compiled['step'] = jitted.lower(*arguments).compile()
+        processes.wait_for_all('train step compiled')
+      return compiled['step'](*arguments)
 
   return step
 

@@ -192,7 +192,7 @@ INPUTS_LENGTH, TARGETS_LENGTH = 40, 36  # Room for two or three pairs per row.
 
 
 def _train_dataset(seed: int) -> tf.data.Dataset:
-  return input_pipeline.train_dataset(MIXTURE, global_batch_size=4,
+  return input_pipeline.train_dataset(MIXTURE, batch_size=4,
                                       inputs_length=INPUTS_LENGTH,
                                       targets_length=TARGETS_LENGTH, seed=seed)
 
@@ -248,13 +248,6 @@ def test_other_seed_gives_other_batches(seed0_batches):
   other = _next_batches(iter(_train_dataset(seed=1)), 3)
   assert all(not np.array_equal(a['encoder_input_tokens'], b['encoder_input_tokens'])
              for a, b in zip(seed0_batches, other))
-
-
-def test_batch_must_split_over_processes(monkeypatch):
-  monkeypatch.setattr(input_pipeline.jax, 'process_count', lambda: 2)
-  with pytest.raises(UserError, match='BATCH_SIZE: 3 does not split over 2 processes'):
-    input_pipeline.train_dataset(MIXTURE, global_batch_size=3, inputs_length=8,
-                                 targets_length=8, seed=0)
 
 
 def test_every_cldr_direction_is_registered_and_other_corpora_on_demand():

@@ -58,7 +58,7 @@ def sampler_factory(tiny_mixture, tmp_path):
                                 tmp_path / 'run' / 'vocab.model')
   data_tasks.use_vocabulary(tmp_path / 'vocab.model')
   return lambda: group_sampler.GroupSampler(data_tasks.mixture_view(tiny_mixture),
-                                            grouping='direction', global_batch_size=8,
+                                            grouping='direction', batch_size=8,
                                             inputs_length=16, targets_length=16, seed=3)
 
 

@@ -170,6 +170,31 @@ def test_output_in_an_unwritable_folder_is_refused_before_any_work(script, workd
   assert len(finished.stderr.splitlines()) == 1 and not output.exists()
 
 
+@pytest.mark.parametrize('flags, error_line', [
+    (['--coordinator_address=127.0.0.1:4000', '--num_processes=2', '--process_id=2'],
+     'error: --process_id: 2 is out of range for --num_processes=2 (0 to 1)'),
+    (['--num_processes=2', '--process_id=0'],
+     'error: --coordinator_address: needed with --num_processes, --process_id (a '
+     'multi-process run names all three)'),
+    (['--coordinator_address=localhost', '--num_processes=2', '--process_id=0'],
+     "error: --coordinator_address: 'localhost' is not HOST:PORT"),
+    (['--local_device_ids=0,x'],
+     "error: --local_device_ids: '0,x' is not a comma-separated list of device numbers"),
+])
+def test_bad_distributed_flags_are_one_line_before_any_import(workdir, flags, error_line):
+  finished = launch('train.py', '--gin_file=gin/runs/demo.gin', *flags, cwd=workdir)
+  assert_refused(finished, error_line)
+  assert finished.imported == [] and files_under(workdir) == []
+
+
+def test_mesh_shape_that_does_not_cover_the_devices_is_one_line(workdir):
+  finished = launch('train.py', '--gin_file=gin/runs/demo.gin', '--gin.MESH_SHAPE=(2, 2, 1)',
+                    f"--gin.MODEL_DIR='{workdir / 'run'}'", cwd=workdir)
+  assert_refused(finished, 'error: MESH_SHAPE: (2, 2, 1) does not cover the 1 devices (the '
+                 'product of the sizes must equal the device count)')
+  assert files_under(workdir) == []
+
+
 def test_missing_gin_file_is_named_before_any_import(workdir):
   finished = launch('train.py', '--gin_file=gin/runs/no_such_run.gin', cwd=workdir)
   assert_refused(finished, 'error: --gin_file: gin/runs/no_such_run.gin not found')

@@ -21,7 +21,7 @@ def test_a_trained_run_holds_exactly_the_files_its_layout_names(trained_run):
                            TINY_RUN_CHECKPOINT_EVERY))
   assert sorted(int(path.name) for path in layout.checkpoints.iterdir()) == saved_steps
   for step in saved_steps:
-    prefix = pathlib.Path(layout.input_state_prefix(step, process_index=0))
+    prefix = pathlib.Path(layout.host_state_prefix(step))
     assert list(prefix.parent.glob(prefix.name + '*'))
   assert list(layout.eval_dir().iterdir()) == [layout.eval_record(TRAIN_STEPS)]
   assert layout.trained_directions() == ['eng_Latn-hau_Latn']

@@ -17,7 +17,6 @@ uninterrupted one draws.
 from collections.abc import Sequence
 import json
 
-import jax
 import numpy as np
 import seqio
 import tensorflow as tf
@@ -43,20 +42,19 @@ def group_shares(mixture: MixtureView, grouping: str, by: str) -> dict[str, floa
 
 
 class GroupSampler:
-  """An iterator of this process's NumPy batches, each row drawn from a group by weight."""
+  """An iterator of an input shard's NumPy batches of `batch_size` rows, each row drawn
+  from a group by weight; shards draw independently (their own seqio shards and
+  generator)."""
 
-  def __init__(self, mixture: MixtureView, *, grouping: str, global_batch_size: int,
-               inputs_length: int, targets_length: int, seed: int, pack: bool = True):
-    if global_batch_size % jax.process_count():
-      raise UserError(f'BATCH_SIZE: {global_batch_size} does not split over '
-                      f'{jax.process_count()} processes')
-    self.rows = global_batch_size // jax.process_count()
+  def __init__(self, mixture: MixtureView, *, grouping: str, batch_size: int,
+               inputs_length: int, targets_length: int, seed: int, pack: bool = True,
+               shard: seqio.ShardInfo = input_pipeline.WHOLE):
+    self.rows = batch_size
     groups = mixture.groups(grouping)
     self.groups = list(groups)
     self.weights = np.full(len(self.groups), 1.0 / len(self.groups))
-    self._rng = np.random.Generator(np.random.PCG64([seed, jax.process_index()]))
+    self._rng = np.random.Generator(np.random.PCG64([seed, shard.index]))
     lengths = input_pipeline.task_feature_lengths(inputs_length, targets_length)
-    shard = seqio.ShardInfo(index=jax.process_index(), num_shards=jax.process_count())
     self._iterators = []
     for index, (group, members) in enumerate(groups.items()):
       source = seqio.Mixture(f'{mixture.name}/{group}',

@@ -1,19 +1,20 @@
-"""From a registered seqio mixture to this host's stream of packed NumPy batches.
+"""From a registered seqio mixture to a stream of packed NumPy batches.
 
-Each process reads its own shard of every task (seqio.ShardInfo), packs sentence pairs
-into rows with DirectionEncDecFeatureConverter and batches its slice of the global batch.
-The tf.data iterator is checkpointable, so a resumed run continues mid-epoch exactly.
+A training input shard reads its own shard of every task (seqio.ShardInfo), packs
+sentence pairs into rows with DirectionEncDecFeatureConverter and batches its rows of the
+global batch. The tf.data iterator is checkpointable, so a resumed run continues
+mid-epoch exactly.
 """
 
 from collections.abc import Iterator, Mapping
 
-import jax
 import numpy as np
 import seqio
 import tensorflow as tf
 
 from t5x_mt.data.feature_converters import DirectionEncDecFeatureConverter
-from t5x_mt.errors import UserError
+
+WHOLE = seqio.ShardInfo(index=0, num_shards=1)
 
 
 def task_feature_lengths(inputs_length: int, targets_length: int) -> dict[str, int]:
@@ -22,24 +23,20 @@ def task_feature_lengths(inputs_length: int, targets_length: int) -> dict[str, i
           'targets_direction': targets_length}
 
 
-def train_dataset(mixture_or_task_name: str, *, global_batch_size: int, inputs_length: int,
-                  targets_length: int, seed: int, pack: bool = True) -> tf.data.Dataset:
-  """An endless, shuffled, packed and batched dataset of this process's slice of batches.
+def train_dataset(mixture_or_task_name: str, *, batch_size: int, inputs_length: int,
+                  targets_length: int, seed: int, pack: bool = True,
+                  shard: seqio.ShardInfo = WHOLE) -> tf.data.Dataset:
+  """An endless, shuffled, packed dataset of `shard`'s batches of `batch_size` rows.
 
   seqio shuffles each task's examples and samples tasks at random by their rates, so
   consecutive packed sentences already come from different directions.
   """
-  num_processes = jax.process_count()
-  if global_batch_size % num_processes:
-    raise UserError(f'BATCH_SIZE: {global_batch_size} does not split over '
-                    f'{num_processes} processes')
   dataset = seqio.get_dataset(
       mixture_or_task_name,
       task_feature_lengths=task_feature_lengths(inputs_length, targets_length),
-      dataset_split='train', shuffle=True, num_epochs=None, seed=seed,
-      shard_info=seqio.ShardInfo(index=jax.process_index(), num_shards=num_processes),
+      dataset_split='train', shuffle=True, num_epochs=None, seed=seed, shard_info=shard,
       feature_converter=DirectionEncDecFeatureConverter(pack=pack))
-  dataset = dataset.batch(global_batch_size // num_processes, drop_remainder=True)
+  dataset = dataset.batch(batch_size, drop_remainder=True)
   return dataset.prefetch(tf.data.AUTOTUNE)
 
 

@@ -1,0 +1,159 @@
+"""Several processes on localhost train exactly as one process with as many devices.
+
+Each run is `launch/train.py` on gin/runs/demo.gin, as a user starts it: two processes
+with two CPU devices each, joined by gloo through --coordinator_address, against one
+process with four devices. Their losses agree to rounding, a run stopped and resumed
+continues the same curve, and a checkpoint moves between process counts and meshes.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+STEPS = 20
+HALF = 10
+DEVICES = 4
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def demo_flags(model_dir: pathlib.Path, vocabulary: pathlib.Path, steps: int,
+               *bindings: str) -> list[str]:
+  """The demo for `steps` steps, logging every step and scoring a few sentences at the
+  end so the decoding that processes share is part of every run."""
+  return ['--gin_file=gin/runs/demo.gin', f"--gin.MODEL_DIR='{model_dir}'",
+          f'--gin.TRAIN_STEPS={steps}', f"--gin.VOCABULARY_PATH='{vocabulary}'",
+          f'--gin.CHECKPOINT_EVERY_STEPS={HALF}', '--gin.LOG_EVERY_STEPS=1',
+          '--gin.train_loop.train.evaluate_test_split=False',
+          '--gin.train_loop.train.progress_bar=False',
+          '--gin.train_loop.evaluate_directions.max_sentences=2',
+          '--gin.inference.Translator.beam_size=1', *(f'--gin.{b}' for b in bindings)]
+
+
+def run_processes(num_processes: int, flags: list[str]) -> list[subprocess.CompletedProcess]:
+  """launch/train.py in `num_processes` processes sharing DEVICES devices evenly."""
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count='
+             f'{DEVICES // num_processes}')
+  distributed = []
+  if num_processes > 1:
+    distributed = [f'--coordinator_address=127.0.0.1:{free_port()}',
+                   f'--num_processes={num_processes}']
+  started = [subprocess.Popen(
+      [sys.executable, 'launch/train.py', *flags, *distributed,
+       *([f'--process_id={index}'] if num_processes > 1 else [])],
+      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      for index in range(num_processes)]
+  finished = []
+  for process in started:
+    stdout, stderr = process.communicate(timeout=900)
+    finished.append(subprocess.CompletedProcess(process.args, process.returncode, stdout,
+                                                stderr))
+  for index, done in enumerate(finished):
+    assert done.returncode == 0, f'process {index} failed:\n{done.stderr[-3000:]}'
+  return finished
+
+
+def losses(model_dir: pathlib.Path) -> dict[int, float]:
+  records = [json.loads(line) for line in (model_dir / 'metrics.jsonl').read_text().splitlines()]
+  steps = [record['step'] for record in records]
+  assert steps == sorted(set(steps)), f'steps logged more than once: {steps}'
+  return {record['step']: record['loss'] for record in records}
+
+
+def assert_same_curve(model_dir: pathlib.Path, reference: dict[int, float]) -> None:
+  curve = losses(model_dir)
+  assert sorted(curve) == sorted(reference)
+  np.testing.assert_allclose([curve[s] for s in sorted(curve)],
+                             [reference[s] for s in sorted(reference)], rtol=1e-5)
+
+
+def keep_until(source: pathlib.Path, target: pathlib.Path, step: int) -> pathlib.Path:
+  """A copy of run `source` as it was when checkpoint `step` was its latest."""
+  shutil.copytree(source, target)
+  for folder in (target / 'checkpoints', target / 'input_state'):
+    for child in folder.iterdir():
+      saved_at = child.name.removeprefix('step_')
+      if saved_at.isdigit() and int(saved_at) > step:
+        shutil.rmtree(child)
+  return target
+
+
+@pytest.fixture(scope='module')
+def workspace(tmp_path_factory) -> pathlib.Path:
+  return tmp_path_factory.mktemp('multiprocess')
+
+
+@pytest.fixture(scope='module')
+def one_process(workspace) -> pathlib.Path:
+  """One process with four devices, reading the two input shards two processes read."""
+  model_dir = workspace / 'one'
+  run_processes(1, demo_flags(model_dir, workspace / 'vocab.model', STEPS, 'INPUT_SHARDS=2'))
+  return model_dir
+
+
+@pytest.fixture(scope='module')
+def reference(one_process) -> dict[int, float]:
+  curve = losses(one_process)
+  assert sorted(curve) == list(range(1, STEPS + 1))
+  assert curve[STEPS] < curve[1] - 1.0  # It learns: equal curves are not constant.
+  return curve
+
+
+@pytest.fixture(scope='module')
+def two_processes_half(workspace, one_process) -> pathlib.Path:
+  """Two processes, stopped at the first checkpoint."""
+  model_dir = workspace / 'two_half'
+  run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', HALF))
+  return model_dir
+
+
+def test_two_processes_train_as_one_process_with_as_many_devices(workspace, reference):
+  model_dir = workspace / 'two'
+  finished = run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS))
+  assert_same_curve(model_dir, reference)
+  # Process 0 writes the run's files and prints the scores; process 1 neither, and
+  # its log lines name it.
+  assert (model_dir / 'eval' / f'step_{STEPS}.json').is_file()
+  assert 'ALL' in finished[0].stdout and 'ALL' not in finished[1].stdout
+  logged = [line for line in finished[1].stderr.splitlines()
+            if line.startswith(('INFO', 'WARNING', '[process'))]
+  assert logged and all(line.startswith('[process 1] ') for line in logged)
+  scores = json.loads((model_dir / 'eval' / f'step_{STEPS}.json').read_text())
+  reference_scores = json.loads(
+      (workspace / 'one' / 'eval' / f'step_{STEPS}.json').read_text())
+  assert scores['average'] == reference_scores['average']
+
+
+def test_two_processes_stopped_and_resumed_continue_the_same_curve(workspace, reference,
+                                                                   two_processes_half):
+  model_dir = keep_until(two_processes_half, workspace / 'two_resumed', HALF)
+  run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS))
+  assert_same_curve(model_dir, reference)
+
+
+def test_checkpoint_of_two_processes_resumes_in_one(workspace, reference, two_processes_half):
+  model_dir = keep_until(two_processes_half, workspace / 'two_to_one', HALF)
+  # No INPUT_SHARDS given: the run keeps the two shards its checkpoint was read with.
+  run_processes(1, demo_flags(model_dir, workspace / 'vocab.model', STEPS))
+  assert_same_curve(model_dir, reference)
+
+
+def test_checkpoint_of_one_process_resumes_in_two_under_another_mesh(workspace, reference,
+                                                                     one_process):
+  model_dir = keep_until(one_process, workspace / 'one_to_two', HALF)
+  # Parameters and optimizer state sharded over 'fsdp' now, replicated before.
+  run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS,
+                              'MESH_SHAPE=(1, 2, 2)'))
+  assert_same_curve(model_dir, reference)
