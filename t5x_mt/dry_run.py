@@ -240,6 +240,8 @@ def compile_report(spec: run_config.RunSpec, topology: str,
                                   + memory.temp_size_in_bytes - memory.alias_size_in_bytes),
       'flops_per_chip': flops_per_chip,
       'flops_per_step': flops_per_chip * len(devices),
+      # XLA's cost analysis counts a loop's body once: a scanned stack as one layer.
+      'flops_count_scanned_layers_once': config.scan_layers,
       'chip_memory_bytes': CHIP_MEMORY_BYTES.get(chip),
   }
 
@@ -265,7 +267,9 @@ def describe(report: dict[str, Any]) -> str:
   if 'compiled_bytes_per_chip' not in report:
     return line
   memory = report['chip_memory_bytes']
+  scanned = report['flops_count_scanned_layers_once']
   return (f"{line}; compiled for {report['topology']}: "
           f"{report['compiled_bytes_per_chip'] / GIB:.2f} GiB per chip of "
           f"{'an unknown amount' if memory is None else f'{memory / GIB:.0f} GiB'}, "
-          f"{report['flops_per_chip'] / 1e12:.2f} TFLOP per chip and step")
+          f"{report['flops_per_chip'] / 1e12:.2f} TFLOP per chip and step"
+          f"{' (scanned layers counted once)' if scanned else ''}")

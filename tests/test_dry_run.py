@@ -117,6 +117,7 @@ def test_compiled_flops_double_with_the_batch():
   assert (small['chip'], small['chips'], small['chip_memory_bytes']) == ('TPU v5 lite', 4, 2**34)
   assert small['compiled_bytes_per_chip'] > small['argument_bytes_per_chip'] > 0
   assert small['flops_per_step'] == 4 * small['flops_per_chip'] > 0
+  assert not small['flops_count_scanned_layers_once']
   assert large['flops_per_chip'] / small['flops_per_chip'] == pytest.approx(2.0, rel=0.05)
 
 
