@@ -10,13 +10,13 @@ from collections.abc import Sequence
 import dataclasses
 import json
 import logging
-import pathlib
 import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import tensorboardX
+import tensorflow as tf
 
 import data_tasks
 from t5x_mt import dro
@@ -45,6 +45,21 @@ class Action:
     return False
 
 
+class _GfileEventFiles:
+  """tensorboardX's event files under a gs:// logdir, written through TensorFlow's gfile
+  (as the run's other files are) instead of tensorboardX's google-cloud-storage client,
+  which t5x_mt does not install."""
+
+  def open(self, path: str):
+    return tf.io.gfile.GFile(path, 'wb')
+
+  def directory_check(self, path: str) -> None:
+    tf.io.gfile.makedirs(path)
+
+
+tensorboardX.record_writer.register_writer_factory('gs', _GfileEventFiles())
+
+
 class MetricsLog:
   """metrics.jsonl (one object per logged step) and TensorBoard event files, written by
   process 0 (the others compute the same records and write nothing)."""
@@ -68,8 +83,7 @@ class MetricsLog:
   def write(self, record: dict[str, Any]) -> None:
     if not self._writes:
       return
-    with self.path.open('a', encoding='utf-8') as f:
-      f.write(json.dumps(record, sort_keys=True) + '\n')
+    files.append_text(self.path, json.dumps(record, sort_keys=True) + '\n')
     for name, value in record.items():
       if name != 'step':
         self._tensorboard.add_scalar(name, value, record['step'])
@@ -144,7 +158,7 @@ class UpdateDro(Action):
       files.write_text_atomically(prefix, json.dumps(self.robust.state(), sort_keys=True) + '\n')
 
   def read_state(self, prefix: str) -> None:
-    self.robust.restore(json.loads(pathlib.Path(prefix).read_text(encoding='utf-8')))
+    self.robust.restore(json.loads(files.path(prefix).read_text(encoding='utf-8')))
 
 
 def evaluate_directions(translator: inference.Translator, mixture_or_task_name: str, step: int,
@@ -204,7 +218,7 @@ class Evaluate(Action):
 class BestRecord:
   """The best validation average chrF++ so far, its step, and evaluations since; kept in
   MODEL_DIR/best.json so that a resumed run keeps counting."""
-  path: pathlib.Path
+  path: files.AnyPath
   best_step: int | None = None
   best_chrf: float = float('-inf')
   evaluations_since_best: int = 0

@@ -17,9 +17,6 @@ from collections.abc import Iterator, Mapping
 import contextlib
 import json
 import logging
-import os
-import pathlib
-import shutil
 from typing import Any, Protocol
 
 import jax
@@ -55,7 +52,7 @@ class RunCheckpoints:
 
   def __init__(self, model_dir: str, *, keep: int = 3, read_only: bool = False,
                asynchronous: bool = True):
-    self.model_dir = pathlib.Path(model_dir)
+    self.model_dir = files.path(model_dir)
     self.layout = run_layout.RunLayout(model_dir)
     self.directory = self.layout.checkpoints
     if read_only and not self.directory.is_dir():
@@ -67,7 +64,7 @@ class RunCheckpoints:
             [ocp.checkpoint_managers.LatestN(keep), self._protected]))
     # Handlers named up front let `item_metadata` read saved shapes before a restore.
     self._manager = ocp.CheckpointManager(
-        self.directory.absolute(), options=options,
+        files.absolute(self.directory), options=options,
         item_handlers={name: ocp.StandardCheckpointHandler() for name in ITEMS})
 
   def protect(self, step: int | None) -> None:
@@ -201,7 +198,7 @@ class RunCheckpoints:
       step = child.name.removeprefix('step_')
       if child.name not in kept and step.isdigit() and int(step) < max(
           self._manager.all_steps(), default=0):
-        shutil.rmtree(child, ignore_errors=True)
+        files.remove_folder(child)
 
   def wait(self) -> None:
     """Blocks until asynchronous saves are on disk."""
@@ -267,4 +264,4 @@ def check_writable(model_dir: str) -> None:
   if not processes.is_primary():
     return
   files.check_output(model_dir, 'MODEL_DIR', folder=True)
-  logging.info('Writing to %s', os.path.abspath(model_dir))
+  logging.info('Writing to %s', files.absolute(model_dir))

@@ -14,7 +14,6 @@ averages over categories of directions (X-ENG, ENG-X, X-FRA, FRA-X, X-X, ALL);
 import json
 import logging
 import os
-import pathlib
 import statistics
 from typing import Any, Optional, Sequence
 
@@ -131,7 +130,7 @@ def summarize(step: int | None, direction_scores: dict[str, dict[str, Any]]) -> 
 
 
 def write_eval_json(model_dir: str | os.PathLike, summary: dict[str, Any],
-                    split: str = 'validation') -> pathlib.Path:
+                    split: str = 'validation') -> files.AnyPath:
   """Writes `summary`, scores on `split`, as the run's record of its step
   (`RunLayout.eval_record`) atomically and returns the path.
 

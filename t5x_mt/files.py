@@ -1,4 +1,4 @@
-"""Files that appear whole or not at all.
+"""Files that appear whole or not at all, on a local disk or an object store.
 
 Every output a command writes (configs, metrics, eval records, vocabularies,
 translations) goes through here: the bytes go to a temporary file in the target's folder,
@@ -6,6 +6,11 @@ are flushed to disk, and replace the target in one rename. A crash or kill mid-w
 leaves the previous file (or none), never half a file. Outputs that are whole folders (a
 cleaned corpus, an averaged run) are built beside their target and renamed into place
 (`staged_folder`).
+
+A gs://bucket/... location is on Google Cloud Storage, reached through `etils.epath`
+(TensorFlow's gfile): there one object write is already whole, so it is written directly,
+and a log that grows is rewritten whole since objects cannot be appended to. Local paths
+stay `pathlib.Path`s and behave as above.
 """
 
 from collections.abc import Iterator
@@ -17,14 +22,53 @@ import pathlib
 import shutil
 import tempfile
 
+from etils import epath
+
 from t5x_mt.errors import UserError
 
+# A local path, or a file or folder on an object store (`path`).
+AnyPath = pathlib.Path | epath.Path
+# The schemes whose reads and writes TensorFlow's gfile (epath's backend) brings.
+_OBJECT_STORE_SCHEMES = ('gs://',)
 
-def write_bytes_atomically(path: str | os.PathLike, data: bytes) -> pathlib.Path:
-  """Writes `data` to `path` (creating its folder) through a temporary file and a rename."""
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+
+def on_object_store(location: str | os.PathLike) -> bool:
+  """True for a location on an object store (gs://)."""
+  return os.fspath(location).startswith(_OBJECT_STORE_SCHEMES)
+
+
+def path(location: str | os.PathLike) -> AnyPath:
+  """`location` as a path that keeps its scheme: an epath for an object store, which
+  reads and writes through the store's client (`pathlib` would make gs://bucket/run the
+  local folder gs:/bucket/run), a `pathlib.Path` otherwise."""
+  if on_object_store(location):
+    return epath.Path(location)
+  if '://' in os.fspath(location):
+    raise UserError(f'{os.fspath(location)}: unsupported scheme; a location is a local '
+                    f'path or on an object store ({", ".join(_OBJECT_STORE_SCHEMES)})')
+  return pathlib.Path(location)
+
+
+def absolute(location: str | os.PathLike) -> AnyPath:
+  """`location` made absolute (as Orbax wants it); an object-store URL already is."""
+  location = path(location)
+  return location if on_object_store(location) else location.absolute()
+
+
+def write_bytes_atomically(target: str | os.PathLike, data: bytes) -> AnyPath:
+  """Writes `data` to `target` (creating its folder) through a temporary file and a
+  rename; on an object store, as one object write."""
+  target = path(target)
+  target.parent.mkdir(parents=True, exist_ok=True)
+  if on_object_store(target):
+    target.write_bytes(data)
+    return target
+  return _replace_through_temporary(target, data)
+
+
+def _replace_through_temporary(local: pathlib.Path, data: bytes) -> pathlib.Path:
+  """Puts `data` at `local` through a temporary file beside it and a rename."""
+  fd, temporary = tempfile.mkstemp(dir=local.parent, prefix=f'.{local.name}.', suffix='.tmp')
   try:
     with os.fdopen(fd, 'wb') as f:
       f.write(data)
@@ -33,16 +77,37 @@ def write_bytes_atomically(path: str | os.PathLike, data: bytes) -> pathlib.Path
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 would hide outputs from others.
-    os.replace(temporary, path)
+    os.replace(temporary, local)
   except BaseException:
     pathlib.Path(temporary).unlink(missing_ok=True)
     raise
-  return path
+  return local
 
 
-def write_text_atomically(path: str | os.PathLike, text: str) -> pathlib.Path:
+def write_text_atomically(target: str | os.PathLike, text: str) -> AnyPath:
   """UTF-8 text version of write_bytes_atomically."""
-  return write_bytes_atomically(path, text.encode('utf-8'))
+  return write_bytes_atomically(target, text.encode('utf-8'))
+
+
+def append_text(target: str | os.PathLike, text: str) -> None:
+  """Adds `text` at the end of log `target` (created if missing). An object cannot be
+  appended to: on an object store the log is rewritten whole, earlier records with it."""
+  target = path(target)
+  if on_object_store(target):
+    earlier = target.read_text(encoding='utf-8') if target.exists() else ''
+    write_text_atomically(target, earlier + text)
+    return
+  with target.open('a', encoding='utf-8') as f:
+    f.write(text)
+
+
+def remove_folder(folder: str | os.PathLike) -> None:
+  """Removes `folder` and everything in it; a missing folder is no error."""
+  folder = path(folder)
+  if not on_object_store(folder):
+    shutil.rmtree(folder, ignore_errors=True)
+  elif folder.exists():
+    folder.rmtree()
 
 
 @contextlib.contextmanager
@@ -50,18 +115,17 @@ def removed_on_failure(folder: str | os.PathLike) -> Iterator[None]:
   """Removes `folder` if the block fails and the folder did not exist before it: a run
   that could not start leaves no half-made MODEL_DIR behind, and an existing one is
   never removed."""
-  folder = pathlib.Path(folder)
-  existed = folder.exists()
+  existed = path(folder).exists()
   try:
     yield
   except BaseException:
     if not existed:
-      shutil.rmtree(folder, ignore_errors=True)
+      remove_folder(folder)
     raise
 
 
 @contextlib.contextmanager
-def staged_folder(final_path: str | os.PathLike) -> Iterator[pathlib.Path]:
+def staged_folder(final_path: str | os.PathLike) -> Iterator[AnyPath]:
   """An empty folder beside `final_path` to build a folder output in; it becomes
   `final_path` only when the block succeeds.
 
@@ -69,7 +133,14 @@ def staged_folder(final_path: str | os.PathLike) -> Iterator[pathlib.Path]:
   `final_path` (if any) is renamed aside, the new folder renamed into place and the old
   one deleted, so a reader finds the old folder or the new one, never a mix. A staging
   folder left by a killed earlier attempt is cleared first.
+
+  An object store cannot rename a folder: there the output is built at `final_path`
+  itself, which a failure removes if it did not exist before.
   """
+  if on_object_store(final_path):
+    with removed_on_failure(final_path):
+      yield path(final_path)
+    return
   final = pathlib.Path(final_path)
   staging = final.parent / f'.{final.name}.partial'
   shutil.rmtree(staging, ignore_errors=True)
@@ -94,35 +165,57 @@ def _replace_folder(new: pathlib.Path, final: pathlib.Path) -> None:
   shutil.rmtree(previous)
 
 
-def check_output(path: str | os.PathLike, flag: str, folder: bool = False) -> None:
+def check_output(output: str | os.PathLike, flag: str, folder: bool = False) -> None:
   """Refuses an output (a file, or a `folder` to create or add to) that cannot be written.
 
   Checked before any work, so a typo in the output costs nothing. Missing folders on the
   way are fine (writers create them) as long as they can be created.
+
+  On an object store only the output's kind is checked, with one look-up that also fails
+  for a missing bucket or credentials: write permission there belongs to the bucket, and
+  probing it would leave an object behind, so a refused write shows at the first one.
   """
-  target = pathlib.Path(path)
-  if target.exists() and target.is_dir() != folder:
-    raise UserError(f'{flag}: {path} is a {"file" if folder else "folder"}, '
-                    f'not a {"folder" if folder else "file"}')
+  target = path(output)
+  if on_object_store(target):
+    _check_kind(output, flag, folder, _looked_up(target, flag))
+    return
+  _check_kind(output, flag, folder, target.exists())
   where = target if folder and target.is_dir() else target.parent
   existing = next(p for p in (where, *where.parents) if p.exists())
   if not existing.is_dir():
-    raise UserError(f'{flag}: cannot create {path}: {existing} is a file')
+    raise UserError(f'{flag}: cannot create {output}: {existing} is a file')
   try:
     with tempfile.TemporaryFile(dir=existing):
       pass
   except OSError as error:
-    raise UserError(f'{flag}: cannot write {path}: {existing} is not writable '
+    raise UserError(f'{flag}: cannot write {output}: {existing} is not writable '
                     f'({error.strerror})') from None
 
 
-def read_json_lines(path: str | os.PathLike) -> list[dict]:
+def _looked_up(target: epath.Path, flag: str) -> bool:
+  """Whether object-store `target` exists; an error of the store (no such bucket, no
+  credentials) is one line naming the flag."""
+  try:
+    return target.exists()
+  except Exception as error:  # pylint: disable=broad-except
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    raise UserError(f'{flag}: cannot reach {target}: {first_line}') from None
+
+
+def _check_kind(output: str | os.PathLike, flag: str, folder: bool, exists: bool) -> None:
+  """Refuses an existing file where a folder is wanted, or the other way round."""
+  if exists and path(output).is_dir() != folder:
+    raise UserError(f'{flag}: {output} is a {"file" if folder else "folder"}, '
+                    f'not a {"folder" if folder else "file"}')
+
+
+def read_json_lines(log: str | os.PathLike) -> list[dict]:
   """The records of a JSON-lines log that a run appends to (metrics.jsonl).
 
   A last line cut short (the run was killed while appending it) is dropped with a
   warning; a damaged line before it is a UserError naming the line.
   """
-  lines = pathlib.Path(path).read_text(encoding='utf-8').splitlines()
+  lines = path(log).read_text(encoding='utf-8').splitlines()
   records = []
   for number, line in enumerate(lines, start=1):
     if not line.strip():
@@ -131,8 +224,8 @@ def read_json_lines(path: str | os.PathLike) -> list[dict]:
       records.append(json.loads(line))
     except json.JSONDecodeError:
       if number < len(lines):
-        raise UserError(f'{path}:{number}: not a JSON record; repair or remove the line'
+        raise UserError(f'{log}:{number}: not a JSON record; repair or remove the line'
                         ) from None
       logging.warning('%s:%d: dropping an incomplete last record (the run was stopped '
-                      'while writing it)', path, number)
+                      'while writing it)', log, number)
   return records

@@ -2,7 +2,6 @@
 
 from collections.abc import Callable
 import logging
-import pathlib
 from typing import Any
 
 from flax import traverse_util
@@ -10,6 +9,7 @@ import jax
 
 from t5x_mt import adapters
 from t5x_mt import checkpoints
+from t5x_mt import files
 from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import run_layout
@@ -19,7 +19,7 @@ from t5x_mt.errors import UserError
 def initial_params(init_from: str, vocabulary: bytes, target: Any) -> Any:
   """The latest parameters of run `init_from`, which must share this run's vocabulary,
   shaped, laid out and placed as `target`."""
-  parent = pathlib.Path(init_from)
+  parent = files.path(init_from)
   parent_vocabulary = run_layout.RunLayout(parent).vocabulary
   if not parent_vocabulary.is_file():
     raise UserError(f'train.init_from: {parent_vocabulary} not found (not a run folder)')

@@ -14,9 +14,12 @@ import traceback
 
 import gin
 
+from t5x_mt import files
 from t5x_mt.errors import UserError
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+# A run's config.gin on an object store (gs://) is read as the run's other files are.
+gin.config.register_file_reader(lambda name: files.path(name).open(), files.on_object_store)
 
 
 def split_gin_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -36,7 +39,7 @@ def split_gin_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 def check_gin_files(gin_files: Sequence[str]) -> None:
   """A UserError naming the first --gin_file found neither here nor in the repository."""
   for gin_file in gin_files:
-    if not pathlib.Path(gin_file).exists() and not (REPO_ROOT / gin_file).exists():
+    if not files.path(gin_file).exists() and not (REPO_ROOT / gin_file).exists():
       raise UserError(f'--gin_file: {gin_file} not found')
 
 

@@ -13,14 +13,14 @@ averaging, plots) and what a resumed run picks up again:
   input_state/      the input shards' positions and DRO's state per checkpoint step
   eval/             validation scores, step_<N>.json; <split>/eval/ for other splits
 
-Every module that reads or writes one of these asks a `RunLayout` for its path.
+Every module that reads or writes one of these asks a `RunLayout` for its path. A run
+folder on an object store (gs://bucket/run) keeps its scheme in every path (`files.path`).
 """
 
 from collections.abc import Iterable
 import dataclasses
 import json
 import os
-import pathlib
 
 from t5x_mt import files
 
@@ -30,45 +30,45 @@ _VALIDATION = 'validation'
 @dataclasses.dataclass(frozen=True)
 class RunLayout:
   """The paths of the files in run folder `root` (nothing is read or created)."""
-  root: pathlib.Path
+  root: files.AnyPath
 
   def __init__(self, root: str | os.PathLike):
-    object.__setattr__(self, 'root', pathlib.Path(root))
+    object.__setattr__(self, 'root', files.path(root))
 
   @property
-  def config(self) -> pathlib.Path:
+  def config(self) -> files.AnyPath:
     return self.root / 'config.gin'
 
   @property
-  def vocabulary(self) -> pathlib.Path:
+  def vocabulary(self) -> files.AnyPath:
     return self.root / 'vocab.model'
 
   @property
-  def directions(self) -> pathlib.Path:
+  def directions(self) -> files.AnyPath:
     return self.root / 'directions.json'
 
   @property
-  def metrics(self) -> pathlib.Path:
+  def metrics(self) -> files.AnyPath:
     return self.root / 'metrics.jsonl'
 
   @property
-  def tensorboard(self) -> pathlib.Path:
+  def tensorboard(self) -> files.AnyPath:
     return self.root / 'tensorboard'
 
   @property
-  def best(self) -> pathlib.Path:
+  def best(self) -> files.AnyPath:
     return self.root / 'best.json'
 
   @property
-  def dro_groups(self) -> pathlib.Path:
+  def dro_groups(self) -> files.AnyPath:
     return self.root / 'dro_groups.json'
 
   @property
-  def checkpoints(self) -> pathlib.Path:
+  def checkpoints(self) -> files.AnyPath:
     return self.root / 'checkpoints'
 
   @property
-  def input_state(self) -> pathlib.Path:
+  def input_state(self) -> files.AnyPath:
     return self.root / 'input_state'
 
   def host_state_prefix(self, step: int) -> str:
@@ -76,11 +76,11 @@ class RunLayout:
     checkpoint `step`."""
     return str(self.input_state / f'step_{step}' / 'state')
 
-  def eval_dir(self, split: str = _VALIDATION) -> pathlib.Path:
+  def eval_dir(self, split: str = _VALIDATION) -> files.AnyPath:
     """Where scores on `split` go: eval/ for validation, <split>/eval/ for any other."""
     return (self.root if split == _VALIDATION else self.root / split) / 'eval'
 
-  def eval_record(self, step: int, split: str = _VALIDATION) -> pathlib.Path:
+  def eval_record(self, step: int, split: str = _VALIDATION) -> files.AnyPath:
     """The scores of checkpoint `step` on `split`."""
     return self.eval_dir(split) / f'step_{step}.json'
 

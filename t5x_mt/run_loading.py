@@ -18,8 +18,6 @@ from collections.abc import Sequence
 import dataclasses
 import itertools
 import logging
-import pathlib
-import shutil
 import sys
 from typing import Any
 
@@ -49,9 +47,9 @@ from t5x_mt.errors import UserError
 TRANSLATE_CHUNK_BATCHES = 16
 
 
-def _run_file(checkpoint_dir: str, path: pathlib.Path, what: str) -> pathlib.Path:
+def _run_file(checkpoint_dir: str, path: files.AnyPath, what: str) -> files.AnyPath:
   """`path` (a file of the run `checkpoint_dir`), or a UserError naming what is missing."""
-  if not pathlib.Path(checkpoint_dir).is_dir():
+  if not files.path(checkpoint_dir).is_dir():
     raise UserError(f'--checkpoint_dir: {checkpoint_dir} is not a directory')
   if not path.is_file():
     raise UserError(f'{path}: not found; --checkpoint_dir must be the MODEL_DIR of a '
@@ -59,7 +57,7 @@ def _run_file(checkpoint_dir: str, path: pathlib.Path, what: str) -> pathlib.Pat
   return path
 
 
-def load_run_config(checkpoint_dir: str) -> pathlib.Path:
+def load_run_config(checkpoint_dir: str) -> files.AnyPath:
   """Replaces the process's gin config with the run's config.gin, and the registry's data
   settings with the run's; returns the run folder.
 
@@ -112,7 +110,7 @@ def abstract_params(config: network.TransformerConfig, mesh: jax.sharding.Mesh,
       nn.unbox(boxed), shardings)
 
 
-def _restore_params(run_dir: pathlib.Path, step: int, target: Any) -> Any:
+def _restore_params(run_dir: files.AnyPath, step: int, target: Any) -> Any:
   run_checkpoints = checkpoints.RunCheckpoints(str(run_dir), read_only=True)
   try:
     return run_checkpoints.restore_params(step, target)
@@ -170,8 +168,8 @@ def load_model(checkpoint_dir: str | None, family_models: Mapping[int, str] | No
 @dataclasses.dataclass(frozen=True)
 class _Run:
   """A run's files and its model, with the abstract (shape-only) parameters to restore."""
-  run_dir: pathlib.Path
-  vocabulary_file: pathlib.Path
+  run_dir: files.AnyPath
+  vocabulary_file: files.AnyPath
   config: network.TransformerConfig
   mesh: jax.sharding.Mesh
   rules: partitioning.LogicalRules
@@ -200,7 +198,7 @@ def average_checkpoints(checkpoint_dir: str, steps: Sequence[int], output_dir: s
   run. It appears whole or not at all (`files.staged_folder`).
   Returns the step it was saved at.
   """
-  output = pathlib.Path(output_dir)
+  output = files.path(output_dir)
   if output.exists() and any(output.iterdir()):
     raise UserError(f'--output_dir: {output} exists and is not empty')
   for step in steps:
@@ -223,7 +221,7 @@ def _copy_run_files(source: run_layout.RunLayout, target: run_layout.RunLayout) 
   """What a run's readers need besides its checkpoints: config, vocabulary, directions."""
   for name in ('config', 'vocabulary', 'directions'):
     if getattr(source, name).is_file():
-      shutil.copy(getattr(source, name), getattr(target, name))
+      files.write_bytes_atomically(getattr(target, name), getattr(source, name).read_bytes())
 
 
 def _saved_params(run_checkpoints: checkpoints.RunCheckpoints, steps: Sequence[int],

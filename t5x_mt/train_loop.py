@@ -11,7 +11,6 @@ import dataclasses
 import json
 import logging
 import os
-import pathlib
 from typing import Any
 
 import jax
@@ -122,7 +121,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   (re)written only once a resumed checkpoint has restored into this model.
   """
   config = spec.train
-  run_dir = pathlib.Path(config.model_dir)
+  run_dir = files.path(config.model_dir)
   layout = run_layout.RunLayout(run_dir)
   checkpoints.check_writable(config.model_dir)
   mesh = partitioning.create_mesh(config.mesh_shape, dcn_mesh_shape=config.dcn_mesh_shape)
@@ -168,7 +167,9 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
                               num_microbatches=config.num_microbatches,
                               loss_chunk_length=config.loss_chunk_length),
       state_shardings, mesh, rules)
-  translator = inference.Translator(model, state.params, str(layout.vocabulary),
+  # VOCABULARY_PATH holds vocab.model's bytes on every process, where SentencePiece can
+  # open it by name (it cannot open a gs:// MODEL_DIR's copy).
+  translator = inference.Translator(model, state.params, spec.data.vocabulary_path,
                                     spec.data.tag_strategy, spec.decode or inference.DecodeSettings(),
                                     mesh=mesh, rules=rules)
   run = run_lib.Run(config=config, layout=layout, model=model, mesh=mesh, rules=rules,

@@ -4,8 +4,13 @@ import os
 import stat
 
 import pytest
+import tensorflow as tf
 
 from t5x_mt import files
+from t5x_mt.errors import UserError
+
+import fake_object_store
+from fake_object_store import gcs_bucket  # pylint: disable=unused-import
 
 
 class Interrupted(Exception):
@@ -82,3 +87,66 @@ def test_a_finished_staged_folder_replaces_the_previous_one_whole(tmp_path, monk
   # Each rename leaves the old folder, the new one or (between the two) none at the output.
   assert seen_at_output and all(seen in (None, {'old.txt': 'old'}, {'new.txt': 'new'})
                                 for seen in seen_at_output)
+
+
+def test_a_write_to_gs_lands_in_the_object_store_and_nothing_local(gcs_bucket, tmp_path,
+                                                                   monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  target = f'{gcs_bucket}/run/eval/step_3.json'
+  assert str(files.write_text_atomically(target, 'old\n')) == target
+  files.write_text_atomically(target, 'new\n')
+  assert tf.io.gfile.GFile(fake_object_store.in_ram(target)).read() == 'new\n'
+  assert list(tmp_path.iterdir()) == []  # pathlib would have made ./gs:/bucket/run.
+
+
+def test_appends_to_a_log_on_gs_keep_the_earlier_records(gcs_bucket):
+  log = f'{gcs_bucket}/run/metrics.jsonl'
+  files.append_text(log, '{"step": 1}\n')
+  files.append_text(log, '{"step": 2}\n')
+  assert files.read_json_lines(log) == [{'step': 1}, {'step': 2}]
+
+
+def test_an_output_on_gs_is_checked_for_its_kind_and_nothing_is_written(gcs_bucket):
+  tf.io.gfile.makedirs(f'{gcs_bucket}/run')
+  with tf.io.gfile.GFile(f'{gcs_bucket}/run/metrics.jsonl', 'w') as log:
+    log.write('{"step": 1}\n')
+  before = list(tf.io.gfile.walk(gcs_bucket))
+  files.check_output(f'{gcs_bucket}/run', 'MODEL_DIR', folder=True)
+  files.check_output(f'{gcs_bucket}/new/run', 'MODEL_DIR', folder=True)
+  files.check_output(f'{gcs_bucket}/run/best.json', '--output')
+  assert list(tf.io.gfile.walk(gcs_bucket)) == before
+  with pytest.raises(UserError, match=f'^MODEL_DIR: {gcs_bucket}/run/metrics.jsonl is a '
+                     'file, not a folder$'):
+    files.check_output(f'{gcs_bucket}/run/metrics.jsonl', 'MODEL_DIR', folder=True)
+  with pytest.raises(UserError, match=f'^--output: {gcs_bucket}/run is a folder, not a file$'):
+    files.check_output(f'{gcs_bucket}/run', '--output')
+
+
+def test_a_store_that_refuses_the_look_up_is_one_line_naming_the_flag(gcs_bucket,
+                                                                      monkeypatch):
+  def refuse(path):
+    raise tf.errors.PermissionDeniedError(None, None, 'caller has no storage.objects.get '
+                                          'access\nsee the bucket IAM policy')
+
+  monkeypatch.setattr(tf.io.gfile, 'exists', refuse)
+  with pytest.raises(UserError) as error:
+    files.check_output(f'{gcs_bucket}/run', 'MODEL_DIR', folder=True)
+  assert str(error.value) == (f'MODEL_DIR: cannot reach {gcs_bucket}/run: caller has no '
+                              'storage.objects.get access')
+
+
+def test_a_staged_folder_on_gs_is_built_in_place_and_removed_on_failure(gcs_bucket):
+  with pytest.raises(Interrupted):
+    with files.staged_folder(f'{gcs_bucket}/failed') as staging:
+      files.write_text_atomically(staging / 'config.gin', 'x')
+      raise Interrupted()
+  with files.staged_folder(f'{gcs_bucket}/averaged') as staging:
+    assert str(staging) == f'{gcs_bucket}/averaged'
+    files.write_text_atomically(staging / 'config.gin', 'x')
+  assert tf.io.gfile.listdir(gcs_bucket) == ['averaged']
+  assert tf.io.gfile.listdir(f'{gcs_bucket}/averaged') == ['config.gin']
+
+
+def test_a_location_with_a_scheme_other_than_gs_is_refused_in_one_line():
+  with pytest.raises(UserError, match=r'^s3://bucket/run: unsupported scheme'):
+    files.path('s3://bucket/run')

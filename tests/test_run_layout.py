@@ -1,12 +1,20 @@
 """Tests for t5x_mt.run_layout: the names a run folder's writers and readers share."""
 
+import json
 import pathlib
+import time
 
+import tensorflow as tf
+
+from t5x_mt import actions
 from t5x_mt import evaluation
+from t5x_mt import files
 from t5x_mt import run_layout
 
 from conftest import TINY_RUN_CHECKPOINT_EVERY
 from conftest import TINY_RUN_STEPS as TRAIN_STEPS
+import fake_object_store
+from fake_object_store import gcs_bucket  # pylint: disable=unused-import
 
 
 def test_a_trained_run_holds_exactly_the_files_its_layout_names(trained_run):
@@ -44,3 +52,55 @@ def test_recorded_directions_read_back_sorted_once_each(tmp_path):
   assert layout.trained_directions() == ['eng_Latn-hau_Latn', 'hau_Latn-eng_Latn']
   assert layout.directions.read_text() == (
       '{\n  "directions": [\n    "eng_Latn-hau_Latn",\n    "hau_Latn-eng_Latn"\n  ]\n}\n')
+
+
+def test_a_run_folder_on_gs_keeps_its_scheme_in_every_path():
+  layout = run_layout.RunLayout('gs://bucket/run')
+  paths = {name: str(getattr(layout, name)) for name in (
+      'config', 'vocabulary', 'directions', 'metrics', 'tensorboard', 'best', 'dro_groups',
+      'checkpoints', 'input_state')}
+  assert paths == {
+      'config': 'gs://bucket/run/config.gin', 'vocabulary': 'gs://bucket/run/vocab.model',
+      'directions': 'gs://bucket/run/directions.json',
+      'metrics': 'gs://bucket/run/metrics.jsonl', 'tensorboard': 'gs://bucket/run/tensorboard',
+      'best': 'gs://bucket/run/best.json', 'dro_groups': 'gs://bucket/run/dro_groups.json',
+      'checkpoints': 'gs://bucket/run/checkpoints', 'input_state': 'gs://bucket/run/input_state'}
+  assert layout.host_state_prefix(5) == 'gs://bucket/run/input_state/step_5/state'
+  assert str(layout.eval_record(3, 'test')) == 'gs://bucket/run/test/eval/step_3.json'
+  # What Orbax is given: pathlib's absolute() would make it ./gs:/bucket/run/checkpoints.
+  assert str(files.absolute(layout.checkpoints)) == 'gs://bucket/run/checkpoints'
+
+
+def _logged_scalars(event_folder: str, count: int) -> list[tuple[int, str, float]]:
+  """(step, tag, value) of the scalars in the event files of `event_folder`, once `count`
+  are there: tensorboardX hands events to a thread of its own, which its flush does not
+  wait for."""
+  deadline = time.monotonic() + 30
+  while True:
+    scalars = [(event.step, value.tag, round(value.simple_value, 4))
+               for name in tf.io.gfile.listdir(event_folder)
+               for event in tf.compat.v1.train.summary_iterator(
+                   fake_object_store.in_ram(f'{event_folder}/{name}'))
+               for value in event.summary.value]
+    if len(scalars) >= count or time.monotonic() > deadline:
+      return scalars
+    time.sleep(0.05)
+
+
+def test_a_run_on_gs_writes_its_files_into_the_store_and_reads_them_back(gcs_bucket):
+  layout = run_layout.RunLayout(f'{gcs_bucket}/run')
+  layout.write_directions(['hau_Latn-eng_Latn', 'eng_Latn-hau_Latn'])
+  assert layout.trained_directions() == ['eng_Latn-hau_Latn', 'hau_Latn-eng_Latn']
+  log = actions.MetricsLog(layout, resume_step=0)
+  for step, loss in ((1, 2.5), (2, 2.0)):
+    log.write({'step': step, 'loss': loss})
+  assert _logged_scalars(str(layout.tensorboard), 2) == [(1, 'loss', 2.5), (2, 'loss', 2.0)]
+  resumed = actions.MetricsLog(layout, resume_step=1)  # Drops step 2, then logs it again.
+  resumed.write({'step': 2, 'loss': 1.75})
+  assert files.read_json_lines(layout.metrics) == [{'loss': 2.5, 'step': 1},
+                                                   {'loss': 1.75, 'step': 2}]
+  summary = evaluation.summarize(3, {'eng_Latn-hau_Latn': {
+      'bleu': 1.0, 'chrf': 2.0, 'spbleu': None, 'n': 4}})
+  written = evaluation.write_eval_json(layout.root, summary)
+  assert str(written) == f'{gcs_bucket}/run/eval/step_3.json'
+  assert json.loads(tf.io.gfile.GFile(fake_object_store.in_ram(str(written))).read()) == summary
