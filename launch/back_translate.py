@@ -28,6 +28,7 @@ from t5x_mt.errors import UserError
 def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser = cli.argument_parser(__doc__)
   cli.add_decoding_flags(parser)
+  cli.add_distributed_flags(parser)
   parser.add_argument('--lang', required=True,
                       help='language of the monolingual text (FLORES-200 code)')
   parser.add_argument('--into', required=True,
@@ -59,7 +60,7 @@ def main(argv: list[str]) -> int:
       lang=languages.check_language(args.lang, '--lang'),
       other_lang=languages.check_language(args.into, '--into'), mode=args.mode, tag=args.tag)
   decoding = cli.decoding_overrides(args)
-  cli.start_tensorflow()
+  cli.start_jax(args)
   from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import monolingual  # pylint: disable=g-import-not-at-top

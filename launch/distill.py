@@ -23,6 +23,7 @@ from t5x_mt.errors import UserError
 def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser = cli.argument_parser(__doc__)
   cli.add_decoding_flags(parser)
+  cli.add_distributed_flags(parser)
   parser.add_argument('--corpus', required=True, help='registered corpus to distil')
   parser.add_argument('--directions', required=True,
                       help='comma-separated <src>-<tgt> directions, e.g. eng_Latn-hau_Latn')
@@ -45,7 +46,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
   args = parse_flags(argv)
   decoding = cli.decoding_overrides(args)
-  cli.start_tensorflow()
+  cli.start_jax(args)
   from t5x_mt import back_translation  # pylint: disable=g-import-not-at-top
   from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top

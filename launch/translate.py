@@ -39,8 +39,7 @@ def main(argv: list[str]) -> int:
   translator = run_loading.load_model(args.checkpoint_dir, cli.family_models(args), args.step,
                                       overrides)
   translations = run_loading.translate_lines(translator, lines, src_lang, tgt_lang,
-                                             progress_bar=(args.input is not None and
-                                                           processes.is_primary()),
+                                             progress_bar=args.input is not None,
                                              source_name=args.input or 'stdin')
   text = ''.join(line + '\n' for line in translations)
   if args.output is None:

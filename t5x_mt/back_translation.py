@@ -174,6 +174,21 @@ def _finish(output_dir: pathlib.Path, job: Job, sentences: Sequence[str],
   return len(pairs)
 
 
+def _plan(output_dir: pathlib.Path, job: Job, partial_dir: pathlib.Path,
+          expected: dict) -> dict[str, int]:
+  """Where a direction's translation starts: {'pairs': n} if it is finished from the same
+  input, else {'resumed_from': translations an interrupted run left}."""
+  output_dir.mkdir(parents=True, exist_ok=True)
+  finished = _manifest(output_dir)['directions'].get(job.direction)
+  if finished and not partial_dir.exists():
+    if finished.get('made_from') == expected:
+      return {'pairs': finished['pairs']}
+    raise UserError(f'{output_dir}: already holds {job.direction} made from other input, '
+                    'model or flags; choose another --output')
+  _check_partial(partial_dir, expected)
+  return {'resumed_from': len(ResumableLines(partial_dir / TRANSLATIONS).lines)}
+
+
 def translate_into_corpus(
     translate_chunks: Callable[[Sequence[str], int], Iterator[list[str]]], job: Job,
     sentences: Sequence[str], output_dir: str | os.PathLike[str],
@@ -188,23 +203,28 @@ def translate_into_corpus(
     output_dir: the corpus folder (created if needed).
     provenance: what else identifies the output (checkpoint, step, decoding flags); a
       restart with different provenance is refused rather than mixed in.
+
+  In a multi-process run every process translates (decoding splits each batch over all
+  processes' devices) and process 0 alone reads and writes the corpus folder.
   """
+  from t5x_mt import processes  # pylint: disable=g-import-not-at-top  (loads JAX)
   if not sentences:
     raise UserError(f'no {job.lang} sentences to translate')
   output_dir = pathlib.Path(output_dir)
-  output_dir.mkdir(parents=True, exist_ok=True)
   expected = fingerprint(job, sentences, provenance)
-  finished = _manifest(output_dir)['directions'].get(job.direction)
   partial_dir = output_dir / PARTIAL / job.direction
-  if finished and not partial_dir.exists():
-    if finished.get('made_from') == expected:
-      return Summary(job.direction, 0, len(sentences), finished['pairs'], 0.0)
-    raise UserError(f'{output_dir}: already holds {job.direction} made from other input, '
-                    'model or flags; choose another --output')
-  _check_partial(partial_dir, expected)
-  done = ResumableLines(partial_dir / TRANSLATIONS)
-  resumed_from = len(done.lines)
+  plan = json.loads(processes.from_primary(lambda: json.dumps(
+      _plan(output_dir, job, partial_dir, expected)).encode()))
+  if 'pairs' in plan:
+    return Summary(job.direction, 0, len(sentences), plan['pairs'], 0.0)
+  resumed_from = plan['resumed_from']
   started = time.perf_counter()
+  if not processes.is_primary():
+    for _ in translate_chunks(sentences, resumed_from):
+      pass
+    return Summary(job.direction, len(sentences) - resumed_from, resumed_from, 0,
+                   time.perf_counter() - started)
+  done = ResumableLines(partial_dir / TRANSLATIONS)
   for chunk in translate_chunks(sentences, resumed_from):
     done.append(chunk)
   seconds = time.perf_counter() - started

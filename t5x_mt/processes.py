@@ -39,6 +39,7 @@ def initialize(coordinator_address: str | None, num_processes: int | None,
                       '--coordinator_address, --num_processes and --process_id)')
     return
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  _native_output_to_stderr()
   jax.distributed.initialize(coordinator_address=coordinator_address,
                              num_processes=num_processes, process_id=process_id,
                              local_device_ids=local_device_ids)
@@ -56,6 +57,16 @@ def _cluster_detected() -> bool:
     return any(cluster.is_env_present() for cluster in clusters.ClusterEnv._cluster_types)  # pylint: disable=protected-access
   except (ImportError, AttributeError):
     return False
+
+
+def _native_output_to_stderr() -> None:
+  """Points file descriptor 1 at stderr and keeps Python's stdout on the real one: the
+  collectives' native code reports its connections on descriptor 1, which would mix
+  with what a command prints (translations, scores)."""
+  sys.stdout.flush()
+  real_stdout = os.dup(1)
+  os.dup2(2, 1)
+  sys.stdout = os.fdopen(real_stdout, 'w', encoding='utf-8', buffering=1)
 
 
 def _prefix_log_lines(prefix: str) -> None:

@@ -37,6 +37,7 @@ from t5x_mt import inference
 from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import partitioning
+from t5x_mt import processes
 from t5x_mt import run_layout
 from t5x_mt import run_vocabulary
 from t5x_mt.data.directions import Direction
@@ -269,10 +270,11 @@ def translation_chunks(translator: inference.Translator, sentences: Sequence[str
   A caller that stores each chunk as it comes (launch/back_translate.py) loses at most
   one chunk to a kill. A newline inside a translation becomes a space, so a translation
   is always one line. The progress bar (stderr, away from translations on stdout) counts
-  from `start`.
+  from `start`; process 0 alone shows it.
   """
   chunk_size = translator.batch_size * TRANSLATE_CHUNK_BATCHES
-  with tqdm.tqdm(total=len(sentences), initial=start, disable=not progress_bar,
+  with tqdm.tqdm(total=len(sentences), initial=start,
+                 disable=not (progress_bar and processes.is_primary()),
                  file=sys.stderr, desc=f'{src_lang}-{tgt_lang}', unit='sentence',
                  dynamic_ncols=True) as bar:
     for chunk_start in range(start, len(sentences), chunk_size):

@@ -85,7 +85,7 @@ def test_sampler_draws_at_the_weights_each_dro_update_sets(sampler_factory, tmp_
   sampler.set_weights(robust.weights)
   metrics = {'direction_loss_sums': np.array([10.0, 40.0]),
              'direction_tokens': np.array([10.0, 10.0])}
-  actions.UpdateDro(robust, sampler).after_step(None, 1, metrics)
+  actions.UpdateDro(robust, [sampler]).after_step(None, 1, metrics)
   target = robust.weights[1]
   assert target == pytest.approx(0.5 + np.sqrt(2 * 0.1 * 0.25), abs=1e-4)
   drawn = [d for _ in range(40) for d in _row_directions(next(sampler))]

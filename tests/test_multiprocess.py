@@ -17,6 +17,9 @@ import sys
 import numpy as np
 import pytest
 
+from t5x_mt import back_translation
+from test_back_translation import read_pairs
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS = 20
 HALF = 10
@@ -39,11 +42,13 @@ def demo_flags(model_dir: pathlib.Path, vocabulary: pathlib.Path, steps: int,
           '--gin.train_loop.train.evaluate_test_split=False',
           '--gin.train_loop.train.progress_bar=False',
           '--gin.train_loop.evaluate_directions.max_sentences=2',
-          '--gin.inference.Translator.beam_size=1', *(f'--gin.{b}' for b in bindings)]
+          '--gin.inference.Translator.beam_size=1',
+          '--gin.inference.Translator.max_decode_length=16', *(f'--gin.{b}' for b in bindings)]
 
 
-def run_processes(num_processes: int, flags: list[str]) -> list[subprocess.CompletedProcess]:
-  """launch/train.py in `num_processes` processes sharing DEVICES devices evenly."""
+def run_processes(num_processes: int, flags: list[str], script: str = 'train.py'
+                  ) -> list[subprocess.CompletedProcess]:
+  """launch/<script> in `num_processes` processes sharing DEVICES devices evenly."""
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count='
              f'{DEVICES // num_processes}')
   distributed = []
@@ -51,7 +56,7 @@ def run_processes(num_processes: int, flags: list[str]) -> list[subprocess.Compl
     distributed = [f'--coordinator_address=127.0.0.1:{free_port()}',
                    f'--num_processes={num_processes}']
   started = [subprocess.Popen(
-      [sys.executable, 'launch/train.py', *flags, *distributed,
+      [sys.executable, f'launch/{script}', *flags, *distributed,
        *([f'--process_id={index}'] if num_processes > 1 else [])],
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
       for index in range(num_processes)]
@@ -112,21 +117,19 @@ def reference(one_process) -> dict[int, float]:
 
 
 @pytest.fixture(scope='module')
-def two_processes_half(workspace, one_process) -> pathlib.Path:
-  """Two processes, stopped at the first checkpoint."""
-  model_dir = workspace / 'two_half'
-  run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', HALF))
-  return model_dir
-
-
-def test_two_processes_train_as_one_process_with_as_many_devices(workspace, reference):
+def two_processes(workspace, one_process) -> tuple[pathlib.Path, list]:
+  """Two processes with two devices each: the run and what each process printed."""
   model_dir = workspace / 'two'
-  finished = run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS))
+  return model_dir, run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS))
+
+
+def test_two_processes_train_as_one_process_with_as_many_devices(workspace, reference,
+                                                                 two_processes):
+  model_dir, finished = two_processes
   assert_same_curve(model_dir, reference)
   # Process 0 writes the run's files and prints the scores; process 1 neither, and
   # its log lines name it.
-  assert (model_dir / 'eval' / f'step_{STEPS}.json').is_file()
-  assert 'ALL' in finished[0].stdout and 'ALL' not in finished[1].stdout
+  assert 'ALL' in finished[0].stdout and finished[1].stdout == ''
   logged = [line for line in finished[1].stderr.splitlines()
             if line.startswith(('INFO', 'WARNING', '[process'))]
   assert logged and all(line.startswith('[process 1] ') for line in logged)
@@ -137,16 +140,18 @@ def test_two_processes_train_as_one_process_with_as_many_devices(workspace, refe
 
 
 def test_two_processes_stopped_and_resumed_continue_the_same_curve(workspace, reference,
-                                                                   two_processes_half):
-  model_dir = keep_until(two_processes_half, workspace / 'two_resumed', HALF)
+                                                                   two_processes):
+  model_dir = keep_until(two_processes[0], workspace / 'two_resumed', HALF)
   run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS))
   assert_same_curve(model_dir, reference)
 
 
-def test_checkpoint_of_two_processes_resumes_in_one(workspace, reference, two_processes_half):
-  model_dir = keep_until(two_processes_half, workspace / 'two_to_one', HALF)
+def test_checkpoint_of_two_processes_resumes_in_one_under_another_mesh(workspace, reference,
+                                                                       two_processes):
+  model_dir = keep_until(two_processes[0], workspace / 'two_to_one', HALF)
   # No INPUT_SHARDS given: the run keeps the two shards its checkpoint was read with.
-  run_processes(1, demo_flags(model_dir, workspace / 'vocab.model', STEPS))
+  run_processes(1, demo_flags(model_dir, workspace / 'vocab.model', STEPS,
+                              'MESH_SHAPE=(2, 1, 2)'))
   assert_same_curve(model_dir, reference)
 
 
@@ -157,3 +162,29 @@ def test_checkpoint_of_one_process_resumes_in_two_under_another_mesh(workspace, 
   run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS,
                               'MESH_SHAPE=(1, 2, 2)'))
   assert_same_curve(model_dir, reference)
+
+SENTENCES = ['Good morning.', 'Monday', 'Thank you very much.', 'Tuesday', 'Where is it?',
+             'Friday']
+DECODING = ['--src_lang=eng_Latn', '--tgt_lang=fra_Latn', '--beam_size=1', '--batch_size=4']
+
+
+def test_commands_that_decode_split_the_work_and_write_once(workspace, one_process):
+  source = workspace / 'source.txt'
+  source.write_text(''.join(line + '\n' for line in SENTENCES), encoding='utf-8')
+  flags = [f'--checkpoint_dir={one_process}', f'--input={source}', *DECODING]
+  run_processes(1, [*flags, f'--output={workspace / "one.txt"}'], 'translate.py')
+  expected = (workspace / 'one.txt').read_text(encoding='utf-8').splitlines()
+  assert len(expected) == len(SENTENCES)
+  finished = run_processes(2, [*flags, f'--output={workspace / "two.txt"}'], 'translate.py')
+  assert (workspace / 'two.txt').read_text(encoding='utf-8').splitlines() == expected
+  assert finished[1].stdout == ''
+  # Forward translation into a corpus: the synthetic side is what translate.py gave.
+  finished = run_processes(2, [
+      f'--checkpoint_dir={one_process}', '--lang=eng_Latn', '--into=fra_Latn', '--mode=ft',
+      '--tag=none', f'--monolingual={source}', f'--output={workspace / "ft"}',
+      '--beam_size=1', '--batch_size=4'], 'back_translate.py')
+  job = back_translation.Job('eng_Latn', 'fra_Latn', mode='ft', tag='none')
+  assert read_pairs(workspace / 'ft', job) == [
+      pair for pair in zip(SENTENCES, expected) if pair[1].strip()]
+  assert json.loads(finished[0].stdout.splitlines()[-1])['translated_now'] == len(SENTENCES)
+  assert finished[1].stdout == ''
