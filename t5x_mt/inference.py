@@ -13,7 +13,6 @@ from typing import Any
 
 import jax
 import numpy as np
-import sentencepiece as spm
 
 from t5x_mt import adapters
 from t5x_mt import decoding
@@ -116,7 +115,7 @@ class Translator:
     self.params = params  # In the model's layout (scanned layers stay stacked).
     self.settings = settings
     self.vocabulary_file = str(vocabulary_file)
-    self.tokenizer = spm.SentencePieceProcessor(model_file=self.vocabulary_file)
+    self.tokenizer = vocab.sentencepiece_processor(self.vocabulary_file)
     self.tag_strategy = tags.check_tag_strategy(tag_strategy)
     # A model trained on tagged synthetic targets ([y'; <DA>]) may end its output with the
     # tag; it marks data, never text, so it never reaches a translation.

@@ -24,7 +24,6 @@ from typing import Any
 import flax.linen as nn
 import gin
 import jax
-import sentencepiece as spm
 import tqdm
 
 import data_tasks
@@ -40,6 +39,7 @@ from t5x_mt import partitioning
 from t5x_mt import processes
 from t5x_mt import run_layout
 from t5x_mt import run_vocabulary
+from t5x_mt.data import vocab
 from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
@@ -183,7 +183,7 @@ def _load_run(checkpoint_dir: str, mesh_shape: Sequence[int]) -> _Run:
   vocabulary_file = _run_file(checkpoint_dir, run_layout.RunLayout(run_dir).vocabulary,
                               'a copy of its SentencePiece model')
   data_tasks.use_vocabulary(vocabulary_file)
-  num_pieces = spm.SentencePieceProcessor(model_file=str(vocabulary_file)).get_piece_size()
+  num_pieces = vocab.sentencepiece_processor(vocabulary_file).get_piece_size()
   config = configurables.model_config(run_vocabulary.padded_vocab_size(num_pieces))
   mesh = partitioning.create_mesh(mesh_shape)
   rules = configurables.axis_rules()

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 import dataclasses
 import io
 import logging
+import os
 
 import numpy as np
 import sentencepiece as spm
@@ -137,6 +138,15 @@ class VocabularyReport:
   """The model's size and what it gives each language."""
   num_pieces: int
   languages: tuple[LanguageReport, ...]
+
+
+def sentencepiece_processor(model_path: str | os.PathLike) -> spm.SentencePieceProcessor:
+  """The SentencePiece model at `model_path`, a local file (opened by name, so a file that
+  is no model is named in the error) or one on an object store (gs://), which
+  SentencePiece cannot open itself."""
+  if not files.on_object_store(model_path):
+    return spm.SentencePieceProcessor(model_file=str(model_path))
+  return spm.SentencePieceProcessor(model_proto=files.path(model_path).read_bytes())
 
 
 def vocabulary_report(model_path: str, sentences: Mapping[str, Sequence[str]], *,

@@ -3,10 +3,13 @@
 import pytest
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
+import tensorflow as tf
 
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
 from t5x_mt.errors import UserError
+
+from fake_object_store import gcs_bucket  # pylint: disable=unused-import
 
 # Three languages of very different sizes, in the spirit of eng vs. a low-resource language.
 SENTENCES = {
@@ -130,3 +133,12 @@ def test_report_gives_sampled_shares_and_segmentation(model_path):
   table = vocab.format_report(report)
   assert table.splitlines()[-1] == f'pieces: {report.num_pieces}'
   assert len(table.splitlines()) == 5
+
+
+def test_a_model_on_an_object_store_segments_as_the_local_file(model_path, gcs_bucket):
+  remote = f'{gcs_bucket}/run/vocab.model'
+  with open(model_path, 'rb') as local, tf.io.gfile.GFile(remote, 'wb') as copy:
+    copy.write(local.read())
+  text = SENTENCES['eng_Latn'][0]
+  assert (vocab.sentencepiece_processor(remote).encode(text) ==
+          spm.SentencePieceProcessor(model_file=model_path).encode(text))
