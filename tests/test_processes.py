@@ -1,0 +1,27 @@
+"""Which environments start a multi-process run without flags."""
+
+import pytest
+
+from t5x_mt import processes
+from t5x_mt.errors import UserError
+
+SLURM_JOB = {'SLURM_JOB_ID': '77', 'SLURM_STEP_NODELIST': 'node[1-2]', 'SLURM_NTASKS': '2',
+             'SLURM_PROCID': '1', 'SLURM_LOCALID': '0'}
+
+
+def test_a_slurm_job_is_detected_and_a_plain_machine_is_not(monkeypatch):
+  for name in SLURM_JOB:
+    monkeypatch.delenv(name, raising=False)
+  monkeypatch.setenv('TPU_SKIP_MDS_QUERY', '1')  # No metadata server to ask here.
+  assert not processes._cluster_detected()  # pylint: disable=protected-access
+  for name, value in SLURM_JOB.items():
+    monkeypatch.setenv(name, value)
+  assert processes._cluster_detected()  # pylint: disable=protected-access
+
+
+def test_device_ids_without_a_multi_process_run_are_refused(monkeypatch):
+  for name in SLURM_JOB:
+    monkeypatch.delenv(name, raising=False)
+  monkeypatch.setenv('TPU_SKIP_MDS_QUERY', '1')
+  with pytest.raises(UserError, match='--local_device_ids: only for a multi-process'):
+    processes.initialize(None, None, None, [0, 1])
