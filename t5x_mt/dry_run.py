@@ -106,9 +106,23 @@ def run_model_config(spec: run_config.RunSpec,
                              vocab_size=run_vocabulary.padded_vocab_size(vocab_size))
 
 
+def _whole_mesh_shape(train: run_config.TrainConfig) -> Sequence[int]:
+  """MESH_SHAPE, or with DCN_MESH_SHAPE the hybrid mesh's sizes: per axis, a slice's
+  times the slices along it (both without -1, as no devices are there to fill it)."""
+  if train.dcn_mesh_shape is None:
+    return train.mesh_shape
+  if -1 in train.mesh_shape or -1 in train.dcn_mesh_shape:
+    raise UserError('DCN_MESH_SHAPE: the dry run of a hybrid mesh needs MESH_SHAPE and '
+                    'DCN_MESH_SHAPE without -1')
+  within, across = (partitioning.mesh_axis_sizes(shape, int(np.prod(shape)), setting)
+                    for shape, setting in ((train.mesh_shape, 'MESH_SHAPE'),
+                                           (train.dcn_mesh_shape, 'DCN_MESH_SHAPE')))
+  return [within[axis] * across[axis] for axis in partitioning.MESH_AXES]
+
+
 def run_report(spec: run_config.RunSpec, vocab_size: int | None = None) -> dict[str, Any]:
   """`memory_report` of a configured run (its model as `run_model_config` sizes it)."""
-  return memory_report(run_model_config(spec, vocab_size), spec.train.mesh_shape,
+  return memory_report(run_model_config(spec, vocab_size), _whole_mesh_shape(spec.train),
                        spec.train.inputs_length, spec.train.targets_length,
                        partitioning.logical_axis_rules(spec.axis_rules))
 

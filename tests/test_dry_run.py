@@ -65,6 +65,20 @@ def test_memory_per_device_shrinks_with_model_parallelism():
   assert 0.25 < ratio < 0.26
 
 
+def test_fsdp_and_a_hybrid_mesh_shard_the_state_without_the_devices():
+  single = dry_run('gin/models/base.gin', 'MESH_SHAPE = (1, 1, 1)')
+  fsdp = dry_run('gin/models/base.gin', 'MESH_SHAPE = (1, 64, 1)')
+  # Two slices of (1, 32, 1) joined along 'fsdp': the same 64-way split.
+  hybrid = dry_run('gin/models/base.gin', 'MESH_SHAPE = (1, 32, 1)',
+                   'DCN_MESH_SHAPE = (1, 2, 1)')
+  assert fsdp['mesh_shape'] == hybrid['mesh_shape'] == [1, 64, 1]
+  for figure in ('param_bytes_per_device', 'optimizer_bytes_per_device'):
+    assert hybrid[figure] == fsdp[figure]
+    # Every matrix splits along 'embed' (512 = 64 x 8); the few vectors without an
+    # 'embed' axis (biases of FFN units and heads) stay whole.
+    assert 1 / 64 < fsdp[figure] / single[figure] < 1.05 / 64
+
+
 def test_without_a_built_vocabulary_the_configured_size_is_used(tmp_path):
   # VOCAB_SIZE is a macro: its value, not the reference, sizes the embedding.
   gin.clear_config()

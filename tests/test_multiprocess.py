@@ -142,7 +142,10 @@ def test_two_processes_train_as_one_process_with_as_many_devices(workspace, refe
 def test_two_processes_stopped_and_resumed_continue_the_same_curve(workspace, reference,
                                                                    two_processes):
   model_dir = keep_until(two_processes[0], workspace / 'two_resumed', HALF)
-  run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS))
+  # On a hybrid mesh: 'fsdp' within each process, 'data' across the two, as across the
+  # slices of a multi-slice TPU or the nodes of a GPU cluster.
+  run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS,
+                              'MESH_SHAPE=(1, 2, 1)', 'DCN_MESH_SHAPE=(2, 1, 1)'))
   assert_same_curve(model_dir, reference)
 
 
