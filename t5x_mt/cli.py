@@ -27,10 +27,12 @@ EXIT_USER_ERROR = 2
 _COORDINATOR_ADDRESS = re.compile(r'^(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d+$')
 
 # Lines TensorFlow's native code prints while it loads and looks for GPUs, whatever
-# TF_CPP_MIN_LOG_LEVEL says: that absl logs before it is set up, and (on every CPU-only
-# machine) that no CUDA driver was found. None of them is about the command.
+# TF_CPP_MIN_LOG_LEVEL says: that absl logs before it is set up, (on CPUs with AVX-512
+# VNNI or AMX) that its oneDNN kernels are on, and (on every CPU-only machine) that no
+# CUDA driver was found. None of them is about the command.
 _START_UP_NOISE = re.compile('|'.join((
     r'All log messages before absl::InitializeLog\(\) is called',
+    r'port\.cc:\d+\] oneDNN custom operations are on',
     r'cudart_stub\.cc:\d+\] Could not find cuda drivers',
     r'failed call to cuInit',
 )))
