@@ -39,9 +39,12 @@ VARIANTS = {
     '2b_v5e256_fsdp64_model4_remat': Variant('volctrans_2b', 'v5e:16x16', (1, 64, 4), REMAT),
     '2b_v5e256_fsdp256': Variant('volctrans_2b', 'v5e:16x16', (1, 256, 1)),
     '2b_v5e256_fsdp256_remat': Variant('volctrans_2b', 'v5e:16x16', (1, 256, 1), REMAT),
-    'deep_v4128_fsdp128': Variant('transf_deep', 'v4:4x4x8', (1, 128, 1)),
-    'deep_v4128_fsdp128_remat': Variant('transf_deep', 'v4:4x4x8', (1, 128, 1), REMAT),
-    'deep_v4128_fsdp32_model4': Variant('transf_deep', 'v4:4x4x8', (1, 32, 4)),
+    # Cloud TPU names a v4 slice by its TensorCores, two a chip: v4-128 is 64 chips.
+    'deep_v4-128_fsdp64': Variant('transf_deep', 'v4:4x4x4', (1, 64, 1)),
+    'deep_v4-128_fsdp64_remat': Variant('transf_deep', 'v4:4x4x4', (1, 64, 1), REMAT),
+    'deep_v4-128_fsdp16_model4': Variant('transf_deep', 'v4:4x4x4', (1, 16, 4)),
+    'deep_v4-256_fsdp128': Variant('transf_deep', 'v4:4x4x8', (1, 128, 1)),
+    'deep_v4-256_fsdp32_model4': Variant('transf_deep', 'v4:4x4x8', (1, 32, 4)),
 }
 
 

@@ -231,6 +231,10 @@ def compile_report(spec: run_config.RunSpec, topology: str,
   train step's bytes per chip (arguments + outputs + temporaries - donated), its flops
   per chip and on all chips together (work replicated over 'model' counts on each chip)
   and the chip's memory."""
+  if spec.train.dcn_mesh_shape is not None:
+    raise UserError(f'--topology={topology}: compiles one slice, not the hybrid mesh of '
+                    'DCN_MESH_SHAPE; leave DCN_MESH_SHAPE out and give BATCH_SIZE one '
+                    "slice's share, which needs the same memory per chip")
   devices = topology_devices(topology)
   mesh_sizes = partitioning.mesh_axis_sizes(
       spec.train.mesh_shape, len(devices),

@@ -8,6 +8,7 @@ Changing the mesh shape or the rules changes how the work is split, never what i
 
 from collections.abc import Callable, Sequence
 import contextlib
+import logging
 import math
 from typing import Any
 
@@ -105,10 +106,14 @@ def _granule_count(devices: Sequence[jax.Device]) -> int:
 
 
 def _device_mesh(shape: tuple[int, ...], devices: list[jax.Device]) -> np.ndarray:
-  """Devices arranged as `shape`: by physical topology where JAX knows it, else in order."""
+  """Devices arranged as `shape`: by physical topology where JAX knows it, else in order
+  (said in a warning on accelerators, whose collectives are then slower)."""
   try:
     return mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
-  except (ValueError, NotImplementedError, AssertionError):
+  except (ValueError, NotImplementedError, AssertionError) as error:
+    if devices[0].platform != 'cpu':
+      logging.warning('MESH_SHAPE %s: devices placed in order, not by the %s topology (%s)',
+                      shape, devices[0].platform, error)
     return np.asarray(devices).reshape(shape)
 
 

@@ -50,11 +50,15 @@ def initialize(coordinator_address: str | None, num_processes: int | None,
 
 
 def _cluster_detected() -> bool:
-  """Whether JAX finds a cluster (Cloud TPU VM, Slurm, MPI, Kubernetes) to read the
-  processes from; JAX's detection is private, so a JAX without it finds none."""
+  """Whether JAX finds a cluster (Cloud TPU VM, Slurm, Open MPI, Kubernetes) to read the
+  processes from, as `jax.distributed.initialize()` looks for one: clusters that JAX uses
+  only when asked by name (mpi4py, present wherever the package is installed) do not
+  count. JAX's detection is private, so a JAX without it finds none."""
   try:
     from jax._src import clusters  # pylint: disable=g-import-not-at-top
-    return any(cluster.is_env_present() for cluster in clusters.ClusterEnv._cluster_types)  # pylint: disable=protected-access
+    return any(cluster.is_env_present()
+               for cluster in clusters.ClusterEnv._cluster_types  # pylint: disable=protected-access
+               if not getattr(cluster, 'opt_in_only_method', False))
   except (ImportError, AttributeError):
     return False
 

@@ -63,3 +63,23 @@ def test_restore_into_a_smaller_model_is_a_user_error(tmp_path):
   with pytest.raises(UserError, match='saved with shape'):
     run.restore(1, _state(dataclasses.replace(CONFIG, emb_dim=8, head_dim=4), seed=0))
   run.close()
+
+
+@pytest.mark.parametrize('asynchronous', [True, False])
+def test_an_asynchronous_save_returns_while_its_arrays_are_still_being_written(
+    tmp_path, asynchronous):
+  """async_checkpointing: training goes on while Orbax writes (about 100 MB here) in the
+  background, and the checkpoint is whole once waited for; without it, save returns with
+  the checkpoint written."""
+  saved = _with_moments(_state(dataclasses.replace(CONFIG, vocab_size=32768, emb_dim=256,
+                                                   head_dim=128), seed=0))
+  run = checkpoints.RunCheckpoints(str(tmp_path), asynchronous=asynchronous)
+  run.save(7, saved)
+  assert run._manager.is_saving_in_progress() == asynchronous  # pylint: disable=protected-access
+  run.wait()
+  restored = checkpoints.RunCheckpoints(str(tmp_path), read_only=True).restore(
+      7, _state(dataclasses.replace(CONFIG, vocab_size=32768, emb_dim=256, head_dim=128),
+                seed=1))
+  run.close()
+  np.testing.assert_array_equal(np.asarray(restored.params['shared_embedding']['embedding']),
+                                np.asarray(saved.params['shared_embedding']['embedding']))

@@ -165,6 +165,13 @@ def test_mesh_shape_must_cover_the_topology_chips():
     compiled_report('v5e:2x2', 'MESH_SHAPE = (1, 2, 4)')
 
 
+def test_a_hybrid_mesh_is_compiled_one_slice_at_a_time():
+  """DCN_MESH_SHAPE names several slices; --topology compiles one, and says so."""
+  with pytest.raises(UserError, match=r'--topology=v5e:2x2: compiles one slice, not the '
+                     'hybrid mesh of DCN_MESH_SHAPE'):
+    compiled_report('v5e:2x2', 'MESH_SHAPE = (1, 4, 1)', 'DCN_MESH_SHAPE = (2, 1, 1)')
+
+
 def test_without_libtpu_the_error_says_how_to_install_it(monkeypatch, tmp_path):
   monkeypatch.delenv('TPU_LIBRARY_PATH', raising=False)
   monkeypatch.setattr(dry_runs, 'LIBTPU_DIR', tmp_path)

@@ -72,6 +72,7 @@ def printed_lines(result: subprocess.CompletedProcess) -> list[list[str]]:
 
 
 def test_slurm_runs_one_train_py_per_gpu_with_ids_0_to_n_and_one_coordinator(fake_bin):
+  """Each task is bound to its own GPU (--gpus-per-task=1), which it sees as device 0."""
   result = run_launcher(SBATCH, ['--print_only', *TRAIN_ARGS], fake_bin,
                         **slurm_job(nodes=2, tasks=8))
   srun, *processes = printed_lines(result)
@@ -82,7 +83,7 @@ def test_slurm_runs_one_train_py_per_gpu_with_ids_0_to_n_and_one_coordinator(fak
   assert [flags['--process_id'] for flags, _ in calls] == [str(i) for i in range(8)]
   assert {flags['--num_processes'] for flags, _ in calls} == {'8'}
   assert {flags['--coordinator_address'] for flags, _ in calls} == {'gpu-a:24242'}
-  assert all('--local_device_ids' not in flags for flags, _ in calls)
+  assert {flags['--local_device_ids'] for flags, _ in calls} == {'0'}
   assert all(args == TRAIN_ARGS for _, args in calls)
   assert {words[1] for words in processes} == {
       'XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true'}
@@ -103,13 +104,14 @@ def test_slurm_one_process_per_node_drives_all_the_nodes_gpus(fake_bin):
 
 
 def test_a_slurm_task_runs_train_py_from_the_repository_as_its_own_process(fake_bin):
-  task = {'T5X_MT_SLURM_COORDINATOR': 'gpu-a:24242', 'SLURM_PROCID': '5', 'SLURM_NTASKS': '8'}
+  task = {'T5X_MT_SLURM_COORDINATOR': 'gpu-a:24242', 'SLURM_PROCID': '5', 'SLURM_NTASKS': '8',
+          'CUDA_VISIBLE_DEVICES': '5'}
   result = run_launcher(SBATCH, TRAIN_ARGS, fake_bin, **task)
   assert result.returncode == 0, result.stderr
   *argv, xla_flags, workdir = result.stdout.splitlines()
   assert argv == [str(fake_bin / 'python'), 'launch/train.py',
                   '--coordinator_address=gpu-a:24242', '--num_processes=8', '--process_id=5',
-                  *TRAIN_ARGS]
+                  '--local_device_ids=0', *TRAIN_ARGS]
   assert xla_flags == 'XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true'
   assert pathlib.Path(workdir) == REPO
 
@@ -190,6 +192,9 @@ SLURM_JOB = slurm_job(nodes=2, tasks=8)
      'PROCESS_PER=node: the job has 8 tasks on 2 nodes'),
     (SBATCH, ['--print_only', *TRAIN_ARGS], {}, '$SLURM_JOB_ID is not set'),
     (SBATCH, ['--print_only'], SLURM_JOB, "give launch/train.py's arguments"),
+    (SBATCH, TRAIN_ARGS, {'T5X_MT_SLURM_COORDINATOR': 'gpu-a:24242', 'SLURM_PROCID': '5',
+                          'SLURM_NTASKS': '8', 'CUDA_VISIBLE_DEVICES': '0,1,2,3'},
+     'PROCESS_PER=gpu: task 5 sees 4 GPUs'),
 ])
 def test_bad_launcher_input_prints_one_line_and_exits_2(fake_bin, script, args, environment,
                                                          message):

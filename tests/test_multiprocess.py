@@ -85,13 +85,19 @@ def assert_same_curve(model_dir: pathlib.Path, reference: dict[int, float]) -> N
 
 
 def keep_until(source: pathlib.Path, target: pathlib.Path, step: int) -> pathlib.Path:
-  """A copy of run `source` as it was when checkpoint `step` was its latest."""
+  """A copy of run `source` as it was when checkpoint `step` was its latest: later
+  checkpoints, input positions, evaluations and metrics records removed, so that what the
+  resumed run logs is its own."""
   shutil.copytree(source, target)
-  for folder in (target / 'checkpoints', target / 'input_state'):
+  for folder in (target / 'checkpoints', target / 'input_state', target / 'eval'):
     for child in folder.iterdir():
-      saved_at = child.name.removeprefix('step_')
+      saved_at = child.name.removeprefix('step_').split('.')[0]
       if saved_at.isdigit() and int(saved_at) > step:
-        shutil.rmtree(child)
+        (shutil.rmtree if child.is_dir() else pathlib.Path.unlink)(child)
+  metrics = target / 'metrics.jsonl'
+  metrics.write_text(''.join(line + '\n' for line in metrics.read_text().splitlines()
+                             if json.loads(line)['step'] <= step))
+  assert max(losses(target)) == step
   return target
 
 
@@ -133,6 +139,9 @@ def test_two_processes_train_as_one_process_with_as_many_devices(workspace, refe
   logged = [line for line in finished[1].stderr.splitlines()
             if line.startswith(('INFO', 'WARNING', '[process'))]
   assert logged and all(line.startswith('[process 1] ') for line in logged)
+  # Each process reads only the input shard its devices' rows come from.
+  for index, done in enumerate(finished):
+    assert f'Reading input shards [{index}] of 2 (16 rows each)' in done.stderr
   scores = json.loads((model_dir / 'eval' / f'step_{STEPS}.json').read_text())
   reference_scores = json.loads(
       (workspace / 'one' / 'eval' / f'step_{STEPS}.json').read_text())
@@ -181,6 +190,15 @@ def test_commands_that_decode_split_the_work_and_write_once(workspace, one_proce
   finished = run_processes(2, [*flags, f'--output={workspace / "two.txt"}'], 'translate.py')
   assert (workspace / 'two.txt').read_text(encoding='utf-8').splitlines() == expected
   assert finished[1].stdout == ''
+  # Scores: the same JSON from one process and from two.
+  references = workspace / 'references.txt'
+  references.write_text(''.join(line + '\n' for line in expected), encoding='utf-8')
+  scoring = [f'--checkpoint_dir={one_process}', f'--src_file={source}',
+             f'--ref_file={references}', *DECODING]
+  scores = [json.loads(run_processes(count, scoring, 'evaluate.py')[0].stdout)
+            for count in (1, 2)]
+  assert scores[0] == scores[1] and scores[0]['n'] == len(SENTENCES)
+  assert scores[0]['chrf'] == pytest.approx(100.0)
   # Forward translation into a corpus: the synthetic side is what translate.py gave.
   finished = run_processes(2, [
       f'--checkpoint_dir={one_process}', '--lang=eng_Latn', '--into=fra_Latn', '--mode=ft',

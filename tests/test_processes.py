@@ -19,6 +19,18 @@ def test_a_slurm_job_is_detected_and_a_plain_machine_is_not(monkeypatch):
   assert processes._cluster_detected()  # pylint: disable=protected-access
 
 
+def test_an_installed_mpi4py_is_no_cluster(monkeypatch):
+  """JAX joins an mpi4py job only when asked by name; mpi4py is 'present' wherever it is
+  installed, so a plain run on such a machine must stay one process."""
+  from jax._src.clusters import mpi4py_cluster  # pylint: disable=g-import-not-at-top
+  for name in SLURM_JOB:
+    monkeypatch.delenv(name, raising=False)
+  monkeypatch.setenv('TPU_SKIP_MDS_QUERY', '1')
+  monkeypatch.setattr(mpi4py_cluster.Mpi4pyCluster, 'is_env_present', classmethod(
+      lambda cls: True))
+  assert not processes._cluster_detected()  # pylint: disable=protected-access
+
+
 def test_device_ids_without_a_multi_process_run_are_refused(monkeypatch):
   for name in SLURM_JOB:
     monkeypatch.delenv(name, raising=False)
