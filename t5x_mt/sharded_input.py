@@ -15,7 +15,6 @@ it, and a run resumes exactly on any number of processes that reads the same sha
 
 from collections.abc import Callable
 import json
-import logging
 from typing import Any, Protocol
 
 import jax
@@ -107,8 +106,6 @@ class ShardedBatches:
     # Each shard's position is saved once, by the first process reading it.
     self._saved_here = [shard for shard in self.streams
                         if readers[shard] == jax.process_index()]
-    logging.info('Reading input shards %s of %d (%d rows each)', sorted(self.streams),
-                 num_shards, self._rows_per_shard)
 
   def _shards_of(self, ranges: list[tuple[int, int]]) -> list[int]:
     size = self._rows_per_shard
