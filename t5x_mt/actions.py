@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import dataclasses
 import json
 import logging
+import math
 import time
 from typing import Any
 
@@ -28,6 +29,7 @@ from t5x_mt import run_config
 from t5x_mt import run_layout
 from t5x_mt.run import Run
 from t5x_mt import trainer
+from t5x_mt.errors import RunFailure
 from t5x_mt.data import corpora
 from t5x_mt.data import group_sampler
 
@@ -81,13 +83,21 @@ class MetricsLog:
         json.dumps(record, sort_keys=True) + '\n' for record in kept))
 
   def write(self, record: dict[str, Any]) -> None:
+    """One record; a value that is not a finite number is written as null (strict JSON
+    readers reject NaN) and left out of TensorBoard."""
     if not self._writes:
       return
-    files.append_text(self.path, json.dumps(record, sort_keys=True) + '\n')
+    record = {name: value if _finite_or_not_a_number(value) else None
+              for name, value in record.items()}
+    files.append_text(self.path, json.dumps(record, sort_keys=True, allow_nan=False) + '\n')
     for name, value in record.items():
-      if name != 'step':
+      if name != 'step' and value is not None:
         self._tensorboard.add_scalar(name, value, record['step'])
     self._tensorboard.flush()
+
+
+def _finite_or_not_a_number(value: Any) -> bool:
+  return not isinstance(value, float) or math.isfinite(value)
 
 
 class LogMetrics(Action):
@@ -118,6 +128,7 @@ class LogMetrics(Action):
                         'learning_rate': float(run.schedule(step - 1)),
                         'tokens_per_second': summary['tokens'] / max(elapsed, 1e-9),
                         'grad_norm': float(metrics['grad_norm']),
+                        'nonfinite_steps': int(self._window_sums['nonfinite']),
                         **{k: v for k, v in summary.items() if k.startswith('loss/')},
                         **(self._robust.log_record() if self._robust else {})}
     self._log.write(self.last_record)
@@ -279,6 +290,35 @@ class StopEarly(Action):
       print(f'best step {self.record.best_step} (average chrF++ {self.record.best_chrf:.2f}),'
             f' last step {summary["step"]} (average chrF++ {summary["average"]["chrf"]:.2f})',
             flush=True)
+
+
+class StopOnNonFinite(Action):
+  """Ends the run (RunFailure, exit 1) after `limit` steps in a row whose loss or gradient
+  norm was not finite; the train step skipped each of them, so no checkpoint holds a
+  non-finite value. Each step's flag is read one step late, once the next step is queued,
+  so the device is never left idle waiting for the host."""
+
+  def __init__(self, limit: int):
+    self._limit = limit
+    self._in_a_row = 0
+    self._pending: tuple[int, jax.Array] | None = None
+
+  def after_step(self, run: Run, step: int, metrics: Metrics) -> None:
+    self.check()
+    self._pending = (step, metrics['nonfinite'])
+
+  def check(self) -> None:
+    """Counts the pending step; the loop calls it once more after the last step."""
+    if self._pending is None:
+      return
+    step, nonfinite = self._pending
+    self._pending = None
+    self._in_a_row = self._in_a_row + 1 if int(nonfinite) else 0
+    if self._in_a_row >= self._limit:
+      raise RunFailure(
+          f'step {step}: the loss or gradient norm was not finite for {self._in_a_row} '
+          f'steps in a row (steps {step - self._in_a_row + 1}-{step}, all skipped, so '
+          'every checkpoint is finite); lower LEARNING_RATE or raise WARMUP_STEPS')
 
 
 class SaveCheckpoints(Action):

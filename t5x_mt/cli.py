@@ -21,9 +21,11 @@ from typing import Any, NoReturn
 
 from t5x_mt import host_memory
 from t5x_mt import languages
+from t5x_mt.errors import RunFailure
 from t5x_mt.errors import UserError
 
 EXIT_USER_ERROR = 2
+EXIT_RUN_FAILURE = 1
 _COORDINATOR_ADDRESS = re.compile(r'^(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d+$')
 
 # Lines TensorFlow's native code prints while it loads and looks for GPUs, whatever
@@ -39,7 +41,8 @@ _START_UP_NOISE = re.compile('|'.join((
 
 
 def run(main: Callable[[list[str]], int | None]) -> None:
-  """Runs `main(argv)`; bad input prints `error: <one line>` on stderr and exits 2.
+  """Runs `main(argv)`; bad input prints `error: <one line>` on stderr and exits 2, a run
+  that cannot go on (RunFailure) the same and exits 1.
 
   Bad input is a UserError, or a library error that only bad input causes (a file that
   is no SentencePiece model). Before anything starts a thread, malloc is set to keep
@@ -59,6 +62,8 @@ def run(main: Callable[[list[str]], int | None]) -> None:
     code = main(sys.argv[1:])
   except UserError as error:
     _exit_with(error)
+  except RunFailure as error:
+    _exit_with(error, EXIT_RUN_FAILURE)
   except (RuntimeError, OSError) as error:
     model_file = _unloadable_sentencepiece_model(error)
     if model_file is None:
@@ -75,9 +80,9 @@ def _not_a_gin_search_miss(record: logging.LogRecord) -> bool:
               and pathlib.Path(record.pathname).match('gin/resource_reader.py'))
 
 
-def _exit_with(error: Exception) -> NoReturn:
+def _exit_with(error: Exception, status: int = EXIT_USER_ERROR) -> NoReturn:
   print(f'error: {_first_line(error)}', file=sys.stderr)
-  sys.exit(EXIT_USER_ERROR)
+  sys.exit(status)
 
 
 def _first_line(error: Exception) -> str:

@@ -34,7 +34,8 @@ MACROS = {'model_dir': 'MODEL_DIR', 'train_steps': 'TRAIN_STEPS', 'batch_size': 
           'dcn_mesh_shape': 'DCN_MESH_SHAPE', 'input_shards': 'INPUT_SHARDS'}
 # Counts and sizes that must be positive, or may also be 0.
 _POSITIVE = ('train_steps', 'batch_size', 'log_every_steps', 'checkpoint_every_steps',
-             'keep_checkpoints', 'inputs_length', 'targets_length', 'num_microbatches')
+             'keep_checkpoints', 'inputs_length', 'targets_length', 'num_microbatches',
+             'max_nonfinite_steps')
 _NON_NEGATIVE = ('eval_every_steps', 'loss_chunk_length', 'early_stopping_patience')
 
 
@@ -81,6 +82,10 @@ class TrainConfig:
       test split scores. 0 never stops early.
     dro: distributionally robust optimisation over groups of directions (gin/runs/dro/);
       None trains on the mixture's fixed rates.
+    max_nonfinite_steps: a step whose loss or gradient norm is not finite is skipped
+      (parameters and optimizer state unchanged) and counted in metrics.jsonl's
+      `nonfinite_steps`; after this many in a row the run stops with exit 1, its
+      checkpoints all finite.
     loss_chunk_length: > 0 computes the loss that many decoder positions at a time, from
       the decoder's states, with its gradients in the same pass
       (fused_loss.chunked_label_smoothed_objective): the same loss and gradients without
@@ -113,6 +118,7 @@ class TrainConfig:
   early_stopping_patience: int = 0
   dro: Any = None
   loss_chunk_length: int = 0
+  max_nonfinite_steps: int = 10
 
   def __post_init__(self):
     for field in _POSITIVE:

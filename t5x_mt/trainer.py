@@ -132,9 +132,11 @@ def make_train_step(model: models.TranslationModel, optimizer: optax.GradientTra
 
   Returns new state and metrics: the loss sum and token count of the whole batch, the
   learning rate, the global gradient norm, and per-direction loss sums and token counts
-  in the order of sorted `direction_ids`. `loss_chunk_length` > 0 computes the loss that
-  many decoder positions at a time (`fused_loss.chunked_label_smoothed_objective`): the
-  same loss and gradients without the [batch, length, vocab] logits.
+  in the order of sorted `direction_ids`, and `nonfinite`: 1 where the loss or gradient
+  norm was not finite and the update was skipped (its sums are then 0). `loss_chunk_length`
+  > 0 computes the loss that many decoder positions at a time
+  (`fused_loss.chunked_label_smoothed_objective`): the same loss and gradients without the
+  [batch, length, vocab] logits.
   """
   ids = _direction_id_array(direction_ids)
 
@@ -177,10 +179,24 @@ def make_train_step(model: models.TranslationModel, optimizer: optax.GradientTra
           (jnp.arange(num_microbatches), _microbatches(batch, num_microbatches)))
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = dict(sums, grad_norm=optax.tree.norm(grads))
-    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+    grad_norm = optax.tree.norm(grads)
+    finite = jnp.isfinite(sums['objective_sum']) & jnp.isfinite(grad_norm)
+    new_state = _unless_nonfinite(
+        finite, TrainState(step=state.step + 1, params=params, opt_state=opt_state), state)
+    # A skipped step's sums are zero: window means and DRO's averages leave it out.
+    sums = jax.tree_util.tree_map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)), sums)
+    return new_state, dict(sums, grad_norm=grad_norm,
+                           nonfinite=jnp.logical_not(finite).astype(jnp.int32))
 
   return train_step
+
+
+def _unless_nonfinite(finite: jax.Array, updated: TrainState, state: TrainState) -> TrainState:
+  """`updated` if the step's loss and gradient norm are finite, else `state` unchanged:
+  one bad batch (or an overflow) skips its update instead of turning every parameter
+  into NaN, and the step counter (dropout's key, the optimizer's schedule count) does not
+  move, so the run goes on exactly as without that batch."""
+  return jax.tree_util.tree_map(lambda new, old: jnp.where(finite, new, old), updated, state)
 
 
 def check_microbatches(batch_size: int, num_microbatches: int, data_parallel: int) -> None:
@@ -226,7 +242,9 @@ def summarize_metrics(metric_sums: dict, direction_names: Sequence[str]) -> dict
   """Host-side figures from summed step metrics: mean loss, tokens, per-direction losses."""
   metric_sums = jax.device_get(metric_sums)
   tokens = float(metric_sums['tokens'])
-  summary = {'loss': float(metric_sums['loss_sum']) / max(tokens, 1.0), 'tokens': tokens}
+  # NaN when every step of the window was skipped (non-finite): logged as null.
+  summary = {'loss': float(metric_sums['loss_sum']) / tokens if tokens else float('nan'),
+             'tokens': tokens}
   for name, loss_sum, count in zip(direction_names,
                                    np.asarray(metric_sums['direction_loss_sums']),
                                    np.asarray(metric_sums['direction_tokens'])):
