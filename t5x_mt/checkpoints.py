@@ -6,7 +6,9 @@ A checkpoint has two items, so that commands that only translate read only what 
 and, beside it, the run's host-side state (`HostState`): the position of each input
 shard, so that a resumed run sees exactly the batches an uninterrupted run would have
 seen, and DRO's loss averages. These are written before Orbax commits the step, so a
-step that exists always has them.
+step that exists always has them. A step whose write a crash cut short stays in Orbax's
+temporary folder, which the next run removes; a step that exists but cannot be read is
+set aside (`set_aside`) so that the run resumes from the one before it.
 
 Every process of a multi-process run saves and restores together: each writes the shards
 of the arrays it holds and Orbax's primary process the metadata; host states decide
@@ -31,6 +33,10 @@ from t5x_mt.errors import UserError
 ITEMS = ('params', 'optimizer')
 # Beside each process's host states: the names saved, written last.
 HOST_STATES_SUFFIX = '.host_states.json'
+
+
+class DamagedCheckpoint(UserError):
+  """A checkpoint that exists but cannot be read: a file cut short, missing or corrupt."""
 
 
 class HostState(Protocol):
@@ -60,6 +66,7 @@ class RunCheckpoints:
     self._protected = _ProtectedStep()
     options = ocp.CheckpointManagerOptions(
         create=not read_only, read_only=read_only, enable_async_checkpointing=asynchronous,
+        cleanup_tmp_directories=not read_only,
         preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(
             [ocp.checkpoint_managers.LatestN(keep), self._protected]))
     # Handlers named up front let `item_metadata` read saved shapes before a restore.
@@ -81,8 +88,8 @@ class RunCheckpoints:
     except UserError:
       raise
     except Exception as error:  # pylint: disable=broad-except
-      raise UserError(f'{self.directory / str(step)}: cannot be read, the checkpoint is '
-                      f'damaged or incomplete ({_root_cause(error)})') from None
+      raise DamagedCheckpoint(f'{self.directory / str(step)}: cannot be read, the checkpoint '
+                              f'is damaged or incomplete ({_root_cause(error)})') from None
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
@@ -199,6 +206,20 @@ class RunCheckpoints:
       if child.name not in kept and step.isdigit() and int(step) < max(
           self._manager.all_steps(), default=0):
         files.remove_folder(child)
+
+  def set_aside(self, step: int) -> None:
+    """Moves checkpoint `step` and its host states to MODEL_DIR/damaged/, out of the
+    steps a run resumes from or writes again (process 0 moves, every process waits)."""
+    if processes.is_primary():
+      target = self.layout.damaged / str(step)
+      files.remove_folder(target)
+      target.mkdir(parents=True)
+      (self.directory / str(step)).rename(target / 'checkpoint')
+      input_state = files.path(self.layout.host_state_prefix(step)).parent
+      if input_state.exists():
+        input_state.rename(target / 'input_state')
+    processes.wait_for_all(f'checkpoint {step} set aside')
+    self._manager.reload()
 
   def wait(self) -> None:
     """Blocks until asynchronous saves are on disk."""

@@ -11,6 +11,7 @@ averaging, plots) and what a resumed run picks up again:
   dro_groups.json   DRO's groups, data shares and baselines
   checkpoints/      Orbax checkpoints, one folder per step
   input_state/      the input shards' positions and DRO's state per checkpoint step
+  damaged/          checkpoints that could not be read, set aside when the run resumed
   eval/             validation scores, step_<N>.json; <split>/eval/ for other splits
 
 Every module that reads or writes one of these asks a `RunLayout` for its path. A run
@@ -70,6 +71,10 @@ class RunLayout:
   @property
   def input_state(self) -> files.AnyPath:
     return self.root / 'input_state'
+
+  @property
+  def damaged(self) -> files.AnyPath:
+    return self.root / 'damaged'
 
   def host_state_prefix(self, step: int) -> str:
     """The path prefix of the host-side state (input positions, DRO) saved with

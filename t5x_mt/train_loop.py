@@ -113,6 +113,21 @@ def _input_shard_count(config: run_config.TrainConfig, run_checkpoints: checkpoi
   return sharded_input.shard_count(config.input_shards, saved, mesh, config.batch_size)
 
 
+def _restore_latest_readable(run_checkpoints: checkpoints.RunCheckpoints,
+                             state: trainer.TrainState) -> tuple[int, trainer.TrainState]:
+  """The latest checkpoint that can be read, restored into `state` (step 0 and `state`
+  itself when there is none). Each damaged one after it is named in a warning and set
+  aside, so the run resumes from the one before and later writes that step anew."""
+  for step in reversed(run_checkpoints.all_steps()):
+    try:
+      return step, run_checkpoints.restore(step, state)
+    except checkpoints.DamagedCheckpoint as error:
+      logging.warning('%s; set aside in %s, resuming from the checkpoint before it', error,
+                      run_checkpoints.layout.damaged / str(step))
+      run_checkpoints.set_aside(step)
+  return 0, state
+
+
 def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro | None]:
   """The run of `spec`, resumed from MODEL_DIR's latest checkpoint if there is one, and
   DRO's action when the run is robust (its state is one of the run's host states).
@@ -145,7 +160,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   with files.removed_on_failure(run_dir) if processes.is_primary() else contextlib.nullcontext():
     run_checkpoints = checkpoints.RunCheckpoints(config.model_dir, keep=config.keep_checkpoints,
                                                  asynchronous=config.async_checkpointing)
-    start_step = run_checkpoints.latest_step() or 0
+    start_step, state = _restore_latest_readable(run_checkpoints, state)
     batches = _training_batches(config, robust, mesh, _input_shard_count(
         config, run_checkpoints, start_step, mesh))
     update_dro = robust and actions.UpdateDro(
@@ -154,7 +169,6 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
     host_states = {'input': batches, **({'dro': update_dro} if robust else {})}
     if start_step:
       logging.info('Resuming from checkpoint at step %d', start_step)
-      state = run_checkpoints.restore(start_step, state)
       run_checkpoints.restore_host_states(start_step, host_states)
     elif config.init_from:
       state = state.replace(params=fine_tuning.initial_params(config.init_from, vocabulary,

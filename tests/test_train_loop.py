@@ -57,6 +57,37 @@ def test_resume_continues_loss_curve(tiny_mixture, tmp_path):
     assert got['loss'] == pytest.approx(want['loss'], rel=1e-5)
 
 
+def test_a_damaged_latest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
+    tiny_mixture, tmp_path, caplog):
+  vocabulary = tmp_path / 'vocab.model'
+  configure(tmp_path / 'straight', vocabulary, tiny_mixture, train_steps=9)
+  train_configured()
+  run = tmp_path / 'cut'
+  configure(run, vocabulary, tiny_mixture, train_steps=6)
+  train_configured()
+  # The last checkpoint lost the end of its largest file (a disk that filled up), and a
+  # later save was killed before Orbax committed it.
+  data = max((run / 'checkpoints' / '6' / 'params').rglob('d/*'),
+             key=lambda path: path.stat().st_size)
+  data.write_bytes(data.read_bytes()[:100])
+  uncommitted = run / 'checkpoints' / '9.orbax-checkpoint-tmp'
+  (uncommitted / 'params').mkdir(parents=True)
+  configure(run, vocabulary, tiny_mixture, train_steps=9)
+  train_configured()
+  assert f'{run}/checkpoints/6: cannot be read, the checkpoint is damaged' in caplog.text
+  assert f'set aside in {run}/damaged/6, resuming from the checkpoint before it' in caplog.text
+  assert (run / 'damaged' / '6' / 'checkpoint').is_dir()
+  assert (run / 'damaged' / '6' / 'input_state').is_dir()
+  assert not uncommitted.exists()
+  assert sorted(int(p.name) for p in (run / 'checkpoints').iterdir()) == [3, 6, 9]
+  # Steps 4-9 trained again from checkpoint 3: the uninterrupted run's curve, each step once.
+  logged = files.read_json_lines(run / 'metrics.jsonl')
+  expected = files.read_json_lines(tmp_path / 'straight' / 'metrics.jsonl')
+  assert [r['step'] for r in logged] == list(range(1, 10))
+  for got, want in zip(logged, expected):
+    assert got['loss'] == pytest.approx(want['loss'], rel=1e-5)
+
+
 def test_a_damaged_metrics_record_before_the_last_is_named(tmp_path, caplog):
   path = tmp_path / 'metrics.jsonl'
   path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')
