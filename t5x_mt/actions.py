@@ -6,15 +6,19 @@ checkpoints are each one class here that holds its own state. Another program ad
 own job by passing one more Action.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+import contextlib
 import dataclasses
 import json
 import logging
 import math
+import signal
+import sys
 import time
 from typing import Any
 
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import tensorboardX
 import tensorflow as tf
@@ -319,6 +323,57 @@ class StopOnNonFinite(Action):
           f'step {step}: the loss or gradient norm was not finite for {self._in_a_row} '
           f'steps in a row (steps {step - self._in_a_row + 1}-{step}, all skipped, so '
           'every checkpoint is finite); lower LEARNING_RATE or raise WARMUP_STEPS')
+
+
+class SaveOnPreemption(Action):
+  """SIGTERM (how TPU VMs and Slurm announce preemption) or SIGINT: save the step every
+  process agrees on and stop, without evaluating; the same command resumes from it.
+
+  One process takes the signals itself (`listening`). In a multi-process run JAX's
+  preemption notifier, started with `jax.distributed`, takes SIGTERM and its sync point
+  names the first step every process can still reach, which each process asks for at
+  every step.
+  """
+
+  def __init__(self):
+    self.preempted_at: int | None = None
+    self._signal: str | None = None
+
+  @contextlib.contextmanager
+  def listening(self) -> Iterator[None]:
+    """Takes SIGTERM and SIGINT for the loop's duration (one process), then gives them
+    back to their previous handlers."""
+    if jax.process_count() > 1:
+      yield
+      return
+    def note(signal_number, frame):
+      del frame
+      self._signal = signal.Signals(signal_number).name
+    previous = {number: signal.signal(number, note)
+                for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+      yield
+    finally:
+      for number, handler in previous.items():
+        signal.signal(number, handler)
+
+  def _reached(self, step: int) -> bool:
+    if jax.process_count() > 1:
+      return multihost_utils.reached_preemption_sync_point(step)
+    return self._signal is not None
+
+  def after_step(self, run: Run, step: int, metrics: Metrics) -> None:
+    if self.preempted_at is not None or not self._reached(step):
+      return
+    run.save(step)
+    run.checkpoints.wait()
+    self.preempted_at = step
+    if processes.is_primary():
+      print(f'{self._signal or "SIGTERM"} at step {step}: saved checkpoint {step} and '
+            'stopped; run the same command to resume', file=sys.stderr, flush=True)
+
+  def stop_requested(self) -> bool:
+    return self.preempted_at is not None
 
 
 class SaveCheckpoints(Action):

@@ -242,20 +242,26 @@ def train(spec: run_config.RunSpec) -> dict[str, Any]:
   log_metrics = actions.LogMetrics(run, config.log_every_steps,
                                    update_dro.robust if update_dro else None)
   stop_on_nonfinite = actions.StopOnNonFinite(config.max_nonfinite_steps)
+  preemption = actions.SaveOnPreemption()
   loop_actions = [action for action in (stop_on_nonfinite, update_dro, log_metrics, evaluate,
                                         stop_early,
-                                        actions.SaveCheckpoints(config.checkpoint_every_steps))
+                                        actions.SaveCheckpoints(config.checkpoint_every_steps),
+                                        preemption)
                   if action]
   run.progress = tqdm.tqdm(total=config.train_steps, initial=run.start_step,
                            disable=not (config.progress_bar and processes.is_primary()),
                            desc='train', unit='step',
                            dynamic_ncols=True)
   try:
-    step = run_steps(run, loop_actions)
+    with preemption.listening():
+      step = run_steps(run, loop_actions)
     stop_on_nonfinite.check()
   finally:
     run.progress.close()
     run.checkpoints.wait()  # A run that stops here keeps the checkpoints it was writing.
+  if preemption.preempted_at is not None:
+    run.checkpoints.close()
+    return log_metrics.last_record
   _final_evaluations(run, step, evaluate, stop_early)
   run.checkpoints.close()
   return log_metrics.last_record

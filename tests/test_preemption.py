@@ -1,0 +1,62 @@
+"""Preemption: SIGTERM or SIGINT saves the step it arrives at and exits 0 within seconds,
+without evaluating; the same command resumes from that step."""
+
+import json
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import tiny_run_bindings
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _train(model_dir: pathlib.Path, vocabulary: pathlib.Path, steps: int) -> subprocess.Popen:
+  """launch/train.py on the tiny eng->hau run, as a user starts it."""
+  bindings = tiny_run_bindings(model_dir, vocabulary, 'cldr_eng_Latn.hau_Latn', steps,
+                               CHECKPOINT_EVERY_STEPS='1000')
+  flags = ['--gin.' + binding.replace(' = ', '=', 1) for binding in bindings]
+  return subprocess.Popen([sys.executable, 'launch/train.py', '--gin_file=gin/runs/demo.gin',
+                           *flags], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+def _logged_steps(model_dir: pathlib.Path) -> list[int]:
+  metrics = model_dir / 'metrics.jsonl'
+  if not metrics.exists():
+    return []
+  return [json.loads(line)['step'] for line in metrics.read_text().splitlines()
+          if line.endswith('}')]
+
+
+@pytest.mark.parametrize('signal_number', [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_the_step_and_exits_0_and_the_same_command_resumes(
+    trained_run, tmp_path, signal_number):
+  vocabulary = trained_run.parent / 'vocab' / 'eng_hau.model'
+  model_dir = tmp_path / 'run'
+  process = _train(model_dir, vocabulary, 1000)
+  deadline = time.monotonic() + 240
+  while len(_logged_steps(model_dir)) < 3 and time.monotonic() < deadline:
+    assert process.poll() is None, process.communicate()[1][-2000:]
+    time.sleep(0.2)
+  process.send_signal(signal_number)
+  signalled = time.monotonic()
+  _, stderr = process.communicate(timeout=120)
+  seconds = time.monotonic() - signalled
+  assert process.returncode == 0, stderr[-2000:]
+  assert seconds < 30
+  step = _logged_steps(model_dir)[-1]
+  assert step >= 3
+  name = signal.Signals(signal_number).name
+  assert f'{name} at step {step}: saved checkpoint {step} and stopped' in stderr
+  assert sorted(p.name for p in (model_dir / 'checkpoints').iterdir()) == [str(step)]
+  assert not (model_dir / 'eval').exists()  # No evaluation on the way out.
+  # The same command (with its end brought closer) resumes from that step.
+  resumed = _train(model_dir, vocabulary, step + 2)
+  _, stderr = resumed.communicate(timeout=300)
+  assert resumed.returncode == 0, stderr[-2000:]
+  assert _logged_steps(model_dir) == list(range(1, step + 3))
