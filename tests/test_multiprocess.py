@@ -10,9 +10,11 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -206,3 +208,29 @@ def test_commands_that_decode_split_the_work_and_write_once(workspace, one_proce
       pair for pair in zip(SENTENCES, expected) if pair[1].strip()]
   assert json.loads(finished[0].stdout.splitlines()[-1])['translated_now'] == len(SENTENCES)
   assert finished[1].stdout == ''
+
+
+def test_sigterm_to_one_process_saves_the_same_step_on_both_and_both_exit_0(workspace):
+  """A preemption notice reaches one worker: JAX's notifier tells the others, and every
+  process saves the step its sync point names and exits 0."""
+  model_dir = workspace / 'preempted'
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  port = free_port()
+  started = [subprocess.Popen(
+      [sys.executable, 'launch/train.py',
+       *demo_flags(model_dir, workspace / 'vocab.model', 1000, 'CHECKPOINT_EVERY_STEPS=1000'),
+       f'--coordinator_address=127.0.0.1:{port}', '--num_processes=2', f'--process_id={index}'],
+      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      for index in range(2)]
+  metrics = model_dir / 'metrics.jsonl'
+  for _ in range(1200):
+    if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+      break
+    assert all(process.poll() is None for process in started)
+    time.sleep(0.2)
+  started[1].send_signal(signal.SIGTERM)
+  finished = [process.communicate(timeout=180) for process in started]
+  assert [process.returncode for process in started] == [0, 0], finished[1][1][-2000:]
+  step = losses(model_dir) and max(losses(model_dir))
+  assert f'at step {step}: saved checkpoint {step} and stopped' in finished[0][1]
+  assert sorted(p.name for p in (model_dir / 'checkpoints').iterdir()) == [str(step)]
