@@ -35,6 +35,7 @@ from t5x_mt import validation
 from t5x_mt.data import cldr
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
+from t5x_mt.data import streamed
 from t5x_mt.data import tags
 from t5x_mt.data import wmt22
 from t5x_mt.data.directions import Direction
@@ -262,10 +263,18 @@ def output_features() -> dict[str, seqio.Feature]:
   }
 
 
+def _train_pair_count(corpus_name: str, src_lang: str, tgt_lang: str) -> int:
+  """Training pairs of one direction of a corpus, streamed corpora counted, not read."""
+  corpus = corpora.get_corpus(corpus_name)
+  if isinstance(corpus, streamed.StreamedCorpus):
+    return corpus.num_pairs('train', src_lang, tgt_lang)
+  return len(corpus.pairs('train', src_lang, tgt_lang))
+
+
 def num_train_pairs(task_name: str) -> int:
   """Training pairs of a registered translation Task's direction."""
   corpus, direction = TASK_SOURCES[task_name]
-  return len(corpora.get_corpus(corpus).pairs('train', *direction))
+  return _train_pair_count(corpus, *direction)
 
 
 def task_name(corpus: str, src_lang: str, tgt_lang: str) -> str:
@@ -370,11 +379,17 @@ def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
   languages.check_language(src_lang, f'{name}: source language')
   languages.check_language(tgt_lang, f'{name}: target language')
   source = TaskSource(corpus, Direction(src_lang, tgt_lang))
+  if corpora.is_streamed(corpus):
+    data_source = streamed.StreamedPairsSource(
+        functools.partial(corpora.get_corpus, corpus), src_lang, tgt_lang, name)
+  else:
+    data_source = seqio.FunctionDataSource(functools.partial(_pairs_dataset, source),
+                                           splits=('train', 'validation', 'test'))
   seqio.TaskRegistry.add(
       name,
-      source=seqio.FunctionDataSource(
-          functools.partial(_pairs_dataset, source),
-          splits=('train', 'validation', 'test')),
+      source=data_source,
+      # A streamed corpus shuffles itself, and its position is saved with its stream.
+      shuffle_buffer_size=None if corpora.is_streamed(corpus) else seqio.SHUFFLE_BUFFER_SIZE,
       preprocessors=[
           _to_inputs_targets,
           functools.partial(_tokenize, direction=source.direction.name),
@@ -422,17 +437,51 @@ def member_tasks(member: str) -> list[str]:
       provider.name]
 
 
+_STREAMED_SPEC_KEYS = ('languages', 'files', 'columns') + tuple(
+    field.name for field in dataclasses.fields(streamed.StreamSettings))
+
+
+def register_streamed_corpus(name: str, spec: Mapping, where: str) -> None:
+  """Registers a streamed TSV corpus from its spec: {'languages': [src, tgt], 'files':
+  [paths or globs], and optionally 'columns': [src, tgt] (default [0, 1]) and the
+  `streamed.StreamSettings` fields}; errors name `where`."""
+  if not isinstance(spec, Mapping):
+    raise UserError(f'{where}: expected a dict with languages and files')
+  unknown = sorted(set(spec) - set(_STREAMED_SPEC_KEYS))
+  if unknown:
+    raise UserError(f'{where}: unknown keys {unknown} (known: {", ".join(_STREAMED_SPEC_KEYS)})')
+  for pair_key, default in (('languages', None), ('columns', (0, 1))):
+    value = spec.get(pair_key, default)
+    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2:
+      raise UserError(f'{where}: {pair_key} must be a list of two, [source, target]')
+  src_column, tgt_column = spec.get('columns', (0, 1))
+  if not all(isinstance(column, int) and column >= 0 for column in (src_column, tgt_column)):
+    raise UserError(f'{where}: columns must be two column numbers from 0')
+  settings = streamed.StreamSettings(**{key: value for key, value in spec.items()
+                                        if key not in ('languages', 'files', 'columns')})
+  corpora.register_streamed_tsv(name, *spec['languages'], spec.get('files'),
+                                src_column=src_column, tgt_column=tgt_column,
+                                settings=settings, overwrite=True)
+
+
 def register_corpora_and_mixtures(corpora_dirs: Mapping[str, str] | None = None,
-                                  mixtures: Mapping[str, Sequence[str]] | None = None) -> None:
-  """Registers corpus folders and mixtures over them (those a run's config names).
+                                  mixtures: Mapping[str, Sequence[str]] | None = None,
+                                  streamed_corpora: Mapping[str, Mapping] | None = None
+                                  ) -> None:
+  """Registers corpus folders, streamed corpora and mixtures over them (those a run's
+  config names).
 
   `corpora_dirs` maps a corpus name to a folder written by launch/clean.py or
-  launch/back_translate.py; `mixtures` maps a mixture name to its members (see
-  `member_tasks`), e.g. {'ntrex128_bt': ['ntrex128', 'bt_round1']}. Safe to call again:
-  the same names are registered anew.
+  launch/back_translate.py; `streamed_corpora` maps a corpus name to the spec of TSV files
+  read by streaming (`register_streamed_corpus`); `mixtures` maps a mixture name to its
+  members (see `member_tasks`), e.g. {'ntrex128_bt': ['ntrex128', 'bt_round1']}. Safe to
+  call again: the same names are registered anew.
   """
   for name, directory in (corpora_dirs or {}).items():
     corpora.register_dir(name, os.path.expanduser(directory), overwrite=True)
+  for name, spec in (streamed_corpora or {}).items():
+    register_streamed_corpus(
+        name, spec, f'data_tasks.register_from_config.streamed_corpora[{name!r}]')
   for name, members in (mixtures or {}).items():
     tasks = list(dict.fromkeys(task for member in members for task in member_tasks(member)))
     register_task_mixture(name, tasks, overwrite=True)
@@ -499,7 +548,7 @@ def _has_train_pairs(corpus_name: str, src_lang: str, tgt_lang: str) -> bool:
   if 'train' not in corpus.splits() or not {src_lang, tgt_lang} <= set(corpus.languages()):
     return False
   try:
-    return bool(corpus.pairs('train', src_lang, tgt_lang))
+    return bool(_train_pair_count(corpus_name, src_lang, tgt_lang))
   except UserError:  # A pairs corpus that holds both languages, but not together.
     return False
 
@@ -540,12 +589,25 @@ def get_mixture_or_task(name: str) -> seqio.Task | seqio.Mixture:
                     f'corpora: {", ".join(corpora.registered_corpora())})') from None
 
 
+# Pairs of a streamed corpus direction a vocabulary is built from, evenly spaced.
+STREAMED_VOCABULARY_SAMPLE = 1_000_000
+
+
+def _training_pairs(corpus_name: str, direction: Direction) -> list[tuple[str, str]]:
+  """A direction's training pairs; those of a streamed corpus sampled."""
+  corpus = corpora.get_corpus(corpus_name)
+  if isinstance(corpus, streamed.StreamedCorpus):
+    return corpus.sample_pairs(*direction, limit=STREAMED_VOCABULARY_SAMPLE)
+  return corpus.pairs('train', *direction)
+
+
 def training_sentences(mixture_or_task_name: str) -> dict[str, list[str]]:
-  """Every distinct training sentence per language on either side of the mixture."""
+  """Every distinct training sentence per language on either side of the mixture (of a
+  streamed corpus, of `STREAMED_VOCABULARY_SAMPLE` pairs per direction)."""
   per_language: dict[str, dict[str, None]] = {}
   for member in mixture_view(mixture_or_task_name).members:
     src_lang, tgt_lang = member.direction
-    for src, tgt in corpora.get_corpus(member.corpus).pairs('train', src_lang, tgt_lang):
+    for src, tgt in _training_pairs(member.corpus, member.direction):
       per_language.setdefault(src_lang, {})[src] = None
       per_language.setdefault(tgt_lang, {})[tgt] = None
   return {lang: list(lines) for lang, lines in per_language.items()}

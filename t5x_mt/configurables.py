@@ -89,9 +89,10 @@ def _pair_groups(extra: Mapping[str, Sequence[str]] | None = None
 
 @gin.configurable('register_from_config', module='data_tasks')
 def _corpora_and_mixtures(corpora_dirs: Mapping[str, str] | None = None,
-                          mixtures: Mapping[str, Sequence[str]] | None = None
+                          mixtures: Mapping[str, Sequence[str]] | None = None,
+                          streamed_corpora: Mapping[str, Mapping] | None = None
                           ) -> dict[str, Any]:
-  return dict(corpora_dirs=corpora_dirs, mixtures=mixtures)
+  return dict(corpora_dirs=corpora_dirs, mixtures=mixtures, streamed_corpora=streamed_corpora)
 
 
 @gin.configurable('cleaning_steps', module='cleaning')

@@ -13,7 +13,7 @@ the mesh; each shard's position is saved with a checkpoint by the first process 
 it, and a run resumes exactly on any number of processes that reads the same shards.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 import json
 from typing import Any, Protocol
 
@@ -25,6 +25,7 @@ import tensorflow as tf
 from t5x_mt import files
 from t5x_mt import partitioning
 from t5x_mt import processes
+from t5x_mt.data import streamed
 from t5x_mt.errors import UserError
 
 Batch = dict[str, np.ndarray]
@@ -43,18 +44,22 @@ class ShardStream(Protocol):
 
 
 class DatasetStream:
-  """A tf.data dataset's batches as NumPy, its position a tf.train.Checkpoint."""
+  """A tf.data dataset's batches as NumPy, its position a tf.train.Checkpoint and the
+  positions of the streamed corpora it reads (`streamed.write_states`)."""
 
-  def __init__(self, dataset: tf.data.Dataset):
+  def __init__(self, dataset: tf.data.Dataset, streams: Sequence[streamed.PairStream] = ()):
     self._iterator = iter(dataset)
+    self._streams = list(streams)
 
   def __next__(self) -> Batch:
     return {name: value.numpy() for name, value in next(self._iterator).items()}
 
   def write_state(self, prefix: str) -> None:
+    streamed.write_states(self._streams, prefix)
     tf.train.Checkpoint(iterator=self._iterator).write(prefix)
 
   def read_state(self, prefix: str) -> None:
+    streamed.read_states(self._streams, prefix)
     tf.train.Checkpoint(iterator=self._iterator).read(prefix).assert_consumed()
 
 

@@ -38,6 +38,7 @@ from t5x_mt import sharded_input
 from t5x_mt import trainer
 from t5x_mt.data import group_sampler
 from t5x_mt.data import input_pipeline
+from t5x_mt.data import streamed
 
 def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, vocabulary: bytes,
                      direction_names: Sequence[str], robust: dro.DroTraining | None) -> None:
@@ -89,7 +90,7 @@ def _robust_training(config: dro.DroConfig, mixture_or_task_name: str,
       sampling_shares=group_sampler.group_shares(mixture, config.grouping, 'rates'))
 
 
-def _training_batches(config: run_config.TrainConfig, robust: dro.DroTraining | None,
+def training_batches(config: run_config.TrainConfig, robust: dro.DroTraining | None,
                       mesh: jax.sharding.Mesh, num_shards: int) -> sharded_input.ShardedBatches:
   """The run's global batches: the mixture at its fixed rates, or DRO's group sampler,
   read in `num_shards` input shards."""
@@ -100,8 +101,9 @@ def _training_batches(config: run_config.TrainConfig, robust: dro.DroTraining | 
     if robust and robust.config.mode == 'sampling':
       return group_sampler.GroupSampler(data_tasks.mixture_view(config.mixture_or_task_name),
                                         grouping=robust.config.grouping, **settings)
-    return sharded_input.DatasetStream(
-        input_pipeline.train_dataset(config.mixture_or_task_name, **settings))
+    with streamed.opened_streams() as streams:
+      dataset = input_pipeline.train_dataset(config.mixture_or_task_name, **settings)
+    return sharded_input.DatasetStream(dataset, streams)
   return sharded_input.ShardedBatches(open_shard, mesh, config.batch_size, num_shards)
 
 
@@ -161,7 +163,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
     run_checkpoints = checkpoints.RunCheckpoints(config.model_dir, keep=config.keep_checkpoints,
                                                  asynchronous=config.async_checkpointing)
     start_step, state = _restore_latest_readable(run_checkpoints, state)
-    batches = _training_batches(config, robust, mesh, _input_shard_count(
+    batches = training_batches(config, robust, mesh, _input_shard_count(
         config, run_checkpoints, start_step, mesh))
     update_dro = robust and actions.UpdateDro(
         robust, [stream for stream in batches.streams.values()

@@ -10,10 +10,11 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from t5x_mt.data import catalogue
 from t5x_mt.data import readers
+from t5x_mt.data import streamed
 from t5x_mt.data.corpus_types import Corpus
 from t5x_mt.data.corpus_types import MultiwayCorpus
 from t5x_mt.data.corpus_types import ParallelCorpus
@@ -27,14 +28,17 @@ from t5x_mt.languages import check_language
 # The registry: name -> factory, and name -> corpus once built.
 _FACTORIES: dict[str, Callable[[], Corpus]] = dict(catalogue.BUILTIN)
 _BUILT: dict[str, Corpus] = {}
+_STREAMED: set[str] = set()
 _NAME = re.compile(r'^[A-Za-z0-9_]+$')
 
 
 def register_corpus(name: str, factory: Callable[[], Corpus], *,
-                    overwrite: bool = False) -> None:
+                    overwrite: bool = False, is_streamed: bool = False) -> None:
   """Registers `factory` under `name`; it runs on the first `get_corpus(name)`.
 
   Names become part of task names (`<corpus>_<src>-<tgt>`), hence letters, digits and '_'.
+  `is_streamed` says the factory builds a `streamed.StreamedCorpus`, so that tasks can be
+  registered for it without building it.
   """
   if not _NAME.match(name):
     raise UserError(f'corpus name {name!r}: use only letters, digits and _')
@@ -42,6 +46,15 @@ def register_corpus(name: str, factory: Callable[[], Corpus], *,
     raise UserError(f'corpus {name!r} is already registered')
   _FACTORIES[name] = factory
   _BUILT.pop(name, None)
+  if is_streamed:
+    _STREAMED.add(name)
+  else:
+    _STREAMED.discard(name)
+
+
+def is_streamed(name: str) -> bool:
+  """Whether corpus `name` is read by streaming (`register_streamed_tsv`)."""
+  return name in _STREAMED
 
 
 def get_corpus(name: str) -> Corpus:
@@ -76,6 +89,21 @@ def register_tsv(name: str, src_lang: str, tgt_lang: str, path: str | os.PathLik
   check_language(tgt_lang, f'corpus {name!r} target language')
   register_corpus(name, lambda: ParallelCorpus(
       name, src_lang, tgt_lang, {split: readers.read_tsv(path, src_column, tgt_column)}))
+
+
+def register_streamed_tsv(name: str, src_lang: str, tgt_lang: str,
+                          files: Sequence[str | os.PathLike[str]], *, src_column: int = 0,
+                          tgt_column: int = 1,
+                          settings: streamed.StreamSettings = streamed.StreamSettings(),
+                          overwrite: bool = False) -> None:
+  """Registers (gzipped) TSV files, paths or glob patterns, as the 'train' split of a
+  one-pair corpus read by streaming, never loaded whole (`streamed.StreamedCorpus`)."""
+  check_language(src_lang, f'corpus {name!r} source language')
+  check_language(tgt_lang, f'corpus {name!r} target language')
+  paths = streamed.expand_files(files, f'corpus {name!r} files')
+  register_corpus(name, lambda: streamed.StreamedCorpus(
+      name, src_lang, tgt_lang, paths, src_column=src_column, tgt_column=tgt_column,
+      settings=settings), overwrite=overwrite, is_streamed=True)
 
 
 def register_multiway_dir(name: str, directory: str | os.PathLike[str], *, suffix: str = '.dev',

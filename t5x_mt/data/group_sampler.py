@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from t5x_mt import files
 from t5x_mt.data import input_pipeline
+from t5x_mt.data import streamed
 from t5x_mt.data.feature_converters import DirectionEncDecFeatureConverter
 from t5x_mt.data.mixtures import MixtureView
 from t5x_mt.errors import UserError
@@ -56,14 +57,15 @@ class GroupSampler:
     self._rng = np.random.Generator(np.random.PCG64([seed, shard.index]))
     lengths = input_pipeline.task_feature_lengths(inputs_length, targets_length)
     self._iterators = []
-    for index, (group, members) in enumerate(groups.items()):
-      source = seqio.Mixture(f'{mixture.name}/{group}',
-                             [(member.task, member.rate) for member in members])
-      dataset = seqio.get_dataset(
-          source, task_feature_lengths=lengths, dataset_split='train', shuffle=True,
-          num_epochs=None, seed=seed + index, shard_info=shard, verbose=False,
-          feature_converter=DirectionEncDecFeatureConverter(pack=pack))
-      self._iterators.append(iter(dataset.prefetch(tf.data.AUTOTUNE)))
+    with streamed.opened_streams() as self._streams:
+      for index, (group, members) in enumerate(groups.items()):
+        source = seqio.Mixture(f'{mixture.name}/{group}',
+                               [(member.task, member.rate) for member in members])
+        dataset = seqio.get_dataset(
+            source, task_feature_lengths=lengths, dataset_split='train', shuffle=True,
+            num_epochs=None, seed=seed + index, shard_info=shard, verbose=False,
+            feature_converter=DirectionEncDecFeatureConverter(pack=pack))
+        self._iterators.append(iter(dataset.prefetch(tf.data.AUTOTUNE)))
 
   def set_weights(self, weights: Sequence[float]) -> None:
     """The sampling weights of the next batches, one per group in `self.groups`."""
@@ -85,7 +87,9 @@ class GroupSampler:
     return tf.train.Checkpoint(**{f'group_{i}': it for i, it in enumerate(self._iterators)})
 
   def write_state(self, prefix: str) -> None:
-    """Saves the iterators' positions at `prefix` and the generator and weights beside."""
+    """Saves the iterators' positions at `prefix` and the generator, the weights and the
+    positions of streamed corpora beside."""
+    streamed.write_states(self._streams, prefix)
     self._checkpoint().write(prefix)
     state = {'groups': self.groups, 'weights': self.weights.tolist(),
              'bit_generator': self._rng.bit_generator.state}
@@ -98,6 +102,7 @@ class GroupSampler:
     if state['groups'] != self.groups:
       raise UserError(f'{prefix}: saved with DRO groups {state["groups"]}, the run now has '
                       f'{self.groups}; a different mixture or grouping needs a new MODEL_DIR')
+    streamed.read_states(self._streams, prefix)
     self._checkpoint().read(prefix).assert_consumed()
     self.weights = np.asarray(state['weights'], np.float64)
     self._rng.bit_generator.state = state['bit_generator']

@@ -11,9 +11,15 @@ produced exactly once per epoch.
 The order is a function of the seed alone, and `state()` captures everything (generator
 state, reader positions, buffer contents) as JSON-compatible values, so a run restored with
 `restore(state)` continues with exactly the examples an uninterrupted run would produce.
+
+A shuffle can read one shard of the files: shard i of n visits every n-th chunk of the
+files' chunks, so n shuffles with the same files and different shards share out every line
+exactly once. A gzipped file (`*.gz`) cannot be entered in the middle, so it is one chunk,
+read from start to end; corpora meant for several shards come in several files.
 """
 
 import dataclasses
+import gzip
 import os
 from typing import Any, Iterator, Sequence
 
@@ -26,16 +32,24 @@ _READ_AHEAD_BYTES = 1 << 16  # Per reader: a few hundred lines between seeks.
 
 @dataclasses.dataclass
 class _Reader:
-  """A position inside one chunk: file, next unread byte, end byte, and the lines read
-  ahead but not yet taken (in reverse order, so the next one pops off the end)."""
+  """A position inside one chunk: file, next unread byte, end byte (None: the end of the
+  file), and the lines read ahead but not yet taken (in reverse order, so the next one
+  pops off the end)."""
   file: int
   position: int
-  end: int
+  end: int | None
   pending: list[str] = dataclasses.field(default_factory=list)
 
 
-def _chunk_bounds(path: str, chunk_bytes: int) -> list[tuple[int, int]]:
-  """(start, end) byte ranges of about `chunk_bytes`, each starting at a line start."""
+def _is_gzipped(path: str) -> bool:
+  return path.endswith('.gz')
+
+
+def _chunk_bounds(path: str, chunk_bytes: int) -> list[tuple[int, int | None]]:
+  """(start, end) byte ranges of about `chunk_bytes`, each starting at a line start; one
+  range to the end of the file for a gzipped file."""
+  if _is_gzipped(path):
+    return [(0, None)]
   size = os.path.getsize(path)
   bounds, start = [], 0
   with open(path, 'rb') as f:
@@ -52,8 +66,9 @@ def _chunk_bounds(path: str, chunk_bytes: int) -> list[tuple[int, int]]:
 class StreamingShuffle:
   """Lines of `files` in a seeded, approximately uniform random order, epoch after epoch."""
 
-  def __init__(self, files: Sequence[str | os.PathLike[str]], *, seed: int = 0,
-               num_pointers: int = 64, buffer_size: int = 10_000, chunk_bytes: int = 1 << 20):
+  def __init__(self, files: Sequence[str | os.PathLike[str]], *, seed: int | Sequence[int] = 0,
+               num_pointers: int = 64, buffer_size: int = 10_000, chunk_bytes: int = 1 << 20,
+               shard_index: int = 0, num_shards: int = 1):
     if not files:
       raise UserError('streaming shuffle: no files given')
     if num_pointers < 1 or buffer_size < 1 or chunk_bytes < 1:
@@ -64,10 +79,15 @@ class StreamingShuffle:
       if not os.path.isfile(path):
         raise UserError(f'{path}: no such file')
     self.num_pointers, self.buffer_size = num_pointers, buffer_size
-    self._chunks = [(number, start, end) for number, path in enumerate(self.files)
-                    for start, end in _chunk_bounds(path, chunk_bytes)]
-    if not self._chunks:
+    chunks = [(number, start, end) for number, path in enumerate(self.files)
+              for start, end in _chunk_bounds(path, chunk_bytes)]
+    if not chunks:
       raise UserError(f'streaming shuffle: {", ".join(self.files)} hold no lines')
+    self._chunks = chunks[shard_index::num_shards]
+    if not self._chunks:
+      raise UserError(f'streaming shuffle: {len(chunks)} chunks of {", ".join(self.files)} '
+                      f'leave none for input shard {shard_index} of {num_shards} (a .gz '
+                      'file is one chunk: split the corpus into more files)')
     self._handles: dict[int, Any] = {}
     self._rng = np.random.default_rng(seed)
     self._epoch = 0
@@ -88,21 +108,40 @@ class StreamingShuffle:
     self._readers.append(_Reader(file, start, end))
     return True
 
-  def _read_line(self, reader: _Reader) -> str:
+  def _handle(self, file: int):
+    f = self._handles.get(file)
+    if f is None:
+      path = self.files[file]
+      f = self._handles[file] = gzip.open(path, 'rb') if _is_gzipped(path) else open(path, 'rb')
+    return f
+
+  def _read_ahead(self, reader: _Reader) -> None:
+    """Reads the lines of the next block of the reader's chunk into `pending`."""
+    f = self._handle(reader.file)
+    if f.tell() != reader.position:
+      f.seek(reader.position)  # In a gzipped file only a restored state seeks.
+    wanted = _READ_AHEAD_BYTES if reader.end is None else min(_READ_AHEAD_BYTES,
+                                                                reader.end - reader.position)
+    block = f.read(wanted)
+    if block and not block.endswith(b'\n') and (reader.end is None
+                                                or reader.position + len(block) < reader.end):
+      block += f.readline()  # Finish the last line of the block.
+    reader.position += len(block)
+    if reader.end is None and len(block) < wanted:
+      reader.end = reader.position  # The end of a gzipped file, now known.
+    lines = block.decode('utf-8', errors='replace').split('\n')
+    if lines[-1] == '':
+      lines.pop()
+    reader.pending = [line.rstrip('\r') for line in reversed(lines)]
+
+  def _read_line(self, reader: _Reader) -> str | None:
+    """The reader's next line, None where its chunk has no more (an empty gzipped file)."""
     if not reader.pending:
-      f = self._handles.get(reader.file)
-      if f is None:
-        f = self._handles[reader.file] = open(self.files[reader.file], 'rb')
-      f.seek(reader.position)
-      block = f.read(min(_READ_AHEAD_BYTES, reader.end - reader.position))
-      if reader.position + len(block) < reader.end and not block.endswith(b'\n'):
-        block += f.readline()  # Finish the last line of the block.
-      reader.position += len(block)
-      lines = block.decode('utf-8', errors='replace').split('\n')
-      if lines[-1] == '':
-        lines.pop()
-      reader.pending = [line.rstrip('\r') for line in reversed(lines)]
-    return reader.pending.pop()
+      self._read_ahead(reader)
+    return reader.pending.pop() if reader.pending else None
+
+  def _finished(self, reader: _Reader) -> bool:
+    return not reader.pending and reader.end is not None and reader.position >= reader.end
 
   def _fill(self) -> None:
     """Tops the buffer up from random readers, opening chunks as readers finish."""
@@ -113,8 +152,10 @@ class StreamingShuffle:
         return
       index = int(self._rng.integers(len(self._readers)))
       reader = self._readers[index]
-      self._buffer.append(self._read_line(reader))
-      if reader.position >= reader.end and not reader.pending:
+      line = self._read_line(reader)
+      if line is not None:
+        self._buffer.append(line)
+      if self._finished(reader):
         self._readers.pop(index)
 
   def __iter__(self) -> Iterator[str]:
