@@ -36,6 +36,7 @@ from t5x_mt.data import cldr
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
 from t5x_mt.data import streamed
+from t5x_mt.data import streamed_pipeline
 from t5x_mt.data import tags
 from t5x_mt.data import wmt22
 from t5x_mt.data.directions import Direction
@@ -380,7 +381,7 @@ def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
   languages.check_language(tgt_lang, f'{name}: target language')
   source = TaskSource(corpus, Direction(src_lang, tgt_lang))
   if corpora.is_streamed(corpus):
-    data_source = streamed.StreamedPairsSource(
+    data_source = streamed_pipeline.StreamedPairsSource(
         functools.partial(corpora.get_corpus, corpus), src_lang, tgt_lang, name)
   else:
     data_source = seqio.FunctionDataSource(functools.partial(_pairs_dataset, source),
@@ -425,9 +426,13 @@ def register_task_mixture(name: str, task_names: Sequence[str], *,
 def member_tasks(member: str) -> list[str]:
   """The direction Tasks a mixture member names: a registered mixture (its tasks), a Task
   (`<corpus>_<src>.<tgt>`), or a corpus that records its directions (a launch/clean.py or
-  launch/back_translate.py folder: every direction it holds)."""
+  launch/back_translate.py folder: every direction it holds; a streamed corpus: both
+  directions of its pair)."""
   if member in corpora.registered_corpora() and member not in seqio.MixtureRegistry.names():
     corpus = corpora.get_corpus(member)
+    if isinstance(corpus, streamed.StreamedCorpus):
+      return [register_direction_task(member, *direction)
+              for direction in (corpus.languages(), corpus.languages()[::-1])]
     if not isinstance(corpus, corpus_types.PairsCorpus):
       raise UserError(f'mixture member {member!r}: corpus {member!r} pairs any two of its '
                       'languages; name its directions as tasks, <corpus>_<src>.<tgt>')

@@ -34,7 +34,9 @@ from t5x_mt import run_layout
 from t5x_mt.run import Run
 from t5x_mt import trainer
 from t5x_mt.errors import RunFailure
+from t5x_mt.errors import UserError
 from t5x_mt.data import corpora
+from t5x_mt.data.directions import Direction
 from t5x_mt.data import group_sampler
 
 Metrics = dict[str, jax.Array]
@@ -183,14 +185,7 @@ def evaluate_directions(translator: inference.Translator, mixture_or_task_name: 
   eval/step_<N>.json summary). A direction several corpora train is evaluated once."""
   split = split or config.split
   scores = {}
-  for member in data_tasks.mixture_view(mixture_or_task_name).members:
-    direction = member.direction
-    source = corpora.get_corpus(config.corpus or member.corpus)
-    if direction.name in scores or (config.corpus is None and split not in source.splits()):
-      continue
-    pairs = source.pairs(split, direction.src_lang, direction.tgt_lang)[:config.max_sentences]
-    if not pairs:
-      continue
+  for direction, pairs in _evaluation_pairs(mixture_or_task_name, config, split):
     sources, references = zip(*pairs)
     hypotheses = translator.translate(list(sources), direction.src_lang, direction.tgt_lang)
     scores[direction.name] = evaluation.score_direction(hypotheses, list(references),
@@ -198,6 +193,32 @@ def evaluate_directions(translator: inference.Translator, mixture_or_task_name: 
   summary = evaluation.summarize(step, scores)
   summary['split'] = split
   return summary
+
+
+def _evaluation_pairs(mixture_or_task_name: str, config: run_config.EvalConfig, split: str
+                      ) -> Iterator[tuple[Direction, list[tuple[str, str]]]]:
+  """Each direction the run scores, once, with the pairs of `split` it is scored on."""
+  seen = set()
+  for member in data_tasks.mixture_view(mixture_or_task_name).members:
+    direction = member.direction
+    source = corpora.get_corpus(config.corpus or member.corpus)
+    if direction in seen or (config.corpus is None and split not in source.splits()):
+      continue
+    pairs = source.pairs(split, direction.src_lang, direction.tgt_lang)[:config.max_sentences]
+    if pairs:
+      seen.add(direction)
+      yield direction, pairs
+
+
+def check_evaluable(mixture_or_task_name: str, config: run_config.EvalConfig,
+                    splits: Sequence[str]) -> None:
+  """A UserError before training where a split the run scores would score no direction
+  (a streamed corpus, for one, has only a train split)."""
+  for split in splits:
+    if next(_evaluation_pairs(mixture_or_task_name, config, split), None) is None:
+      raise UserError(f'no direction of {mixture_or_task_name!r} has {split} pairs in its '
+                      'corpora; name a corpus that has them with '
+                      'train_loop.evaluate_directions.corpus')
 
 
 def write_evaluation(layout: run_layout.RunLayout, summary: dict[str, Any], test: bool) -> None:

@@ -26,6 +26,7 @@ from t5x_mt import files
 from t5x_mt import partitioning
 from t5x_mt import processes
 from t5x_mt.data import streamed
+from t5x_mt.data import streamed_pipeline
 from t5x_mt.errors import UserError
 
 Batch = dict[str, np.ndarray]
@@ -45,7 +46,7 @@ class ShardStream(Protocol):
 
 class DatasetStream:
   """A tf.data dataset's batches as NumPy, its position a tf.train.Checkpoint and the
-  positions of the streamed corpora it reads (`streamed.write_states`)."""
+  positions of the streamed corpora it reads (`streamed_pipeline.write_states`)."""
 
   def __init__(self, dataset: tf.data.Dataset, streams: Sequence[streamed.PairStream] = ()):
     self._iterator = iter(dataset)
@@ -55,11 +56,11 @@ class DatasetStream:
     return {name: value.numpy() for name, value in next(self._iterator).items()}
 
   def write_state(self, prefix: str) -> None:
-    streamed.write_states(self._streams, prefix)
+    streamed_pipeline.write_states(self._streams, prefix)
     tf.train.Checkpoint(iterator=self._iterator).write(prefix)
 
   def read_state(self, prefix: str) -> None:
-    streamed.read_states(self._streams, prefix)
+    streamed_pipeline.read_states(self._streams, prefix)
     tf.train.Checkpoint(iterator=self._iterator).read(prefix).assert_consumed()
 
 

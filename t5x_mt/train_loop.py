@@ -38,7 +38,7 @@ from t5x_mt import sharded_input
 from t5x_mt import trainer
 from t5x_mt.data import group_sampler
 from t5x_mt.data import input_pipeline
-from t5x_mt.data import streamed
+from t5x_mt.data import streamed_pipeline
 
 def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, vocabulary: bytes,
                      direction_names: Sequence[str], robust: dro.DroTraining | None) -> None:
@@ -101,7 +101,7 @@ def training_batches(config: run_config.TrainConfig, robust: dro.DroTraining | N
     if robust and robust.config.mode == 'sampling':
       return group_sampler.GroupSampler(data_tasks.mixture_view(config.mixture_or_task_name),
                                         grouping=robust.config.grouping, **settings)
-    with streamed.opened_streams() as streams:
+    with streamed_pipeline.opened_streams() as streams:
       dataset = input_pipeline.train_dataset(config.mixture_or_task_name, **settings)
     return sharded_input.DatasetStream(dataset, streams)
   return sharded_input.ShardedBatches(open_shard, mesh, config.batch_size, num_shards)
@@ -149,6 +149,8 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   optimizer = config.make_optimizer()
   data_tasks.configure(spec.data)  # The registry's vocabulary, tags and temperature.
   data_tasks.check_train_examples(config.mixture_or_task_name)
+  actions.check_evaluable(config.mixture_or_task_name, spec.evaluation,
+                          [spec.evaluation.split] + ['test'] * config.evaluate_test_split)
   direction_ids, direction_names = _run_directions(config, spec.model)
   vocabulary = _shared_vocabulary(spec, layout)
   model = models.TranslationModel(dataclasses.replace(spec.model, vocab_size=(

@@ -282,3 +282,28 @@ def test_bad_training_setting_is_one_line_and_creates_no_model_dir(workdir, bind
                     f"--gin.VOCABULARY_PATH='{workdir / 'vocab.model'}'", cwd=workdir)
   assert_refused(finished, error_line)
   assert files_under(workdir) == []
+
+
+def streamed_corpus_flags(workdir: pathlib.Path, lines: str) -> list[str]:
+  """A run over a streamed corpus of one TSV file holding `lines`."""
+  (workdir / 'web.tsv').write_text(lines, encoding='utf-8')
+  return ['--gin_file=gin/runs/demo.gin', f"--gin.MODEL_DIR='{workdir / 'run'}'",
+          f"--gin.VOCABULARY_PATH='{workdir / 'vocab.model'}'",
+          "--gin.data_tasks.register_from_config.streamed_corpora={'web': {'languages': "
+          f"['eng_Latn', 'hau_Latn'], 'files': ['{workdir / 'web.tsv'}']}}}}",
+          "--gin.MIXTURE_OR_TASK_NAME='web_eng_Latn.hau_Latn'"]
+
+
+def test_streamed_corpus_line_without_its_columns_is_named(workdir):
+  finished = launch('train.py', *streamed_corpus_flags(workdir, 'a\tb\nno tab\n'), cwd=workdir)
+  assert_refused(finished, f'error: {workdir / "web.tsv"}:2: fewer than 2 tab-separated '
+                 'columns (columns 0 and 1)')
+  assert files_under(workdir) == ['web.tsv']
+
+
+def test_run_that_could_score_no_direction_is_refused_before_training(workdir):
+  finished = launch('train.py', *streamed_corpus_flags(workdir, 'a\tb\n'), cwd=workdir)
+  assert_refused(finished, "error: no direction of 'web_eng_Latn.hau_Latn' has validation "
+                 'pairs in its corpora; name a corpus that has them with '
+                 'train_loop.evaluate_directions.corpus')
+  assert files_under(workdir) == ['web.tsv']

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from t5x_mt import files
 from t5x_mt.data import input_pipeline
-from t5x_mt.data import streamed
+from t5x_mt.data import streamed_pipeline
 from t5x_mt.data.feature_converters import DirectionEncDecFeatureConverter
 from t5x_mt.data.mixtures import MixtureView
 from t5x_mt.errors import UserError
@@ -57,7 +57,7 @@ class GroupSampler:
     self._rng = np.random.Generator(np.random.PCG64([seed, shard.index]))
     lengths = input_pipeline.task_feature_lengths(inputs_length, targets_length)
     self._iterators = []
-    with streamed.opened_streams() as self._streams:
+    with streamed_pipeline.opened_streams() as self._streams:
       for index, (group, members) in enumerate(groups.items()):
         source = seqio.Mixture(f'{mixture.name}/{group}',
                                [(member.task, member.rate) for member in members])
@@ -89,7 +89,7 @@ class GroupSampler:
   def write_state(self, prefix: str) -> None:
     """Saves the iterators' positions at `prefix` and the generator, the weights and the
     positions of streamed corpora beside."""
-    streamed.write_states(self._streams, prefix)
+    streamed_pipeline.write_states(self._streams, prefix)
     self._checkpoint().write(prefix)
     state = {'groups': self.groups, 'weights': self.weights.tolist(),
              'bit_generator': self._rng.bit_generator.state}
@@ -102,7 +102,7 @@ class GroupSampler:
     if state['groups'] != self.groups:
       raise UserError(f'{prefix}: saved with DRO groups {state["groups"]}, the run now has '
                       f'{self.groups}; a different mixture or grouping needs a new MODEL_DIR')
-    streamed.read_states(self._streams, prefix)
+    streamed_pipeline.read_states(self._streams, prefix)
     self._checkpoint().read(prefix).assert_consumed()
     self.weights = np.asarray(state['weights'], np.float64)
     self._rng.bit_generator.state = state['bit_generator']

@@ -6,38 +6,27 @@ the file and line of any line without the corpus's columns; training then reads 
 through `StreamingShuffle`, each input shard its own chunks of the files, so the shards
 of a run share out every pair exactly once per epoch.
 
-A training pipeline's position in such a corpus lives in Python (the shuffle's state), but
-tf.data saves only its own iterators. The bridge is `PairStream`: tf.data counts blocks
-with a range dataset, which it checkpoints with the rest of the pipeline, and asks the
-stream for block k. The stream answers block k the same whatever it was asked before: it
-moves forward through the shuffle, and back from the last restored state when asked for
-an earlier block. Its state is saved before the tf.data iterator (`write_states`), so the
-restored pipeline always asks for blocks at or after the restored stream's position, and
-a resumed run reads exactly the pairs an uninterrupted one reads.
+Training reads a `PairStream` in numbered blocks, and block k is the same whatever was
+asked before: the stream moves forward through the shuffle, and back from its last
+restored state when asked for an earlier block. `streamed_pipeline` builds on that to
+save a tf.data pipeline's position in the stream. This module needs neither TensorFlow
+nor seqio, so the corpus registry stays light.
 """
 
-from collections.abc import Callable, Iterator, Sequence
-import contextlib
+from collections.abc import Callable, Sequence
 import dataclasses
 import glob
 import gzip
-import json
 import os
 import threading
-import zlib
 
-import numpy as np
-import seqio
-import tensorflow as tf
 
-from t5x_mt import files
 from t5x_mt.data.streaming import StreamingShuffle
 from t5x_mt.errors import UserError
 from t5x_mt.languages import check_language
 
 # Shuffled lines a pipeline asks for at once: one Python call per block.
 BLOCK_LINES = 256
-STATE_SUFFIX = '.streams.json'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,12 +111,15 @@ class StreamedCorpus:
       raise UserError(f'corpus {self.name!r} has no {src}-{tgt} pairs (it has '
                       f'{self.src_lang}-{self.tgt_lang})')
 
+  def _not_in_memory(self) -> UserError:
+    return UserError(f'corpus {self.name!r} is streamed from {len(self.paths)} files and is '
+                     'never read into memory; train on it, or sample it (sample_pairs)')
+
   def pairs(self, split: str, src: str, tgt: str) -> list[tuple[str, str]]:
-    raise UserError(f'corpus {self.name!r} is streamed from {len(self.paths)} files and is '
-                    'never read into memory; train on it, or sample it (sample_pairs)')
+    raise self._not_in_memory()
 
   def sentences(self, split: str, lang: str) -> list[str]:
-    return self.pairs(split, lang, lang)
+    raise self._not_in_memory()
 
   def num_pairs(self, split: str, src: str, tgt: str) -> int:
     self._check(split, src, tgt)
@@ -158,14 +150,14 @@ class StreamedCorpus:
             seen += 1
     return sample
 
-  def open_stream(self, src: str, tgt: str, *, seed: Sequence[int], shard: seqio.ShardInfo,
-                  key: str) -> 'PairStream':
-    """The shuffled pairs of input shard `shard`, in blocks (`PairStream`)."""
+  def open_stream(self, src: str, tgt: str, *, seed: Sequence[int], shard_index: int,
+                  num_shards: int, key: str) -> 'PairStream':
+    """The shuffled pairs of input shard `shard_index` of `num_shards`, in blocks."""
     self._check('train', src, tgt)
 
     def new_shuffle() -> StreamingShuffle:
-      return StreamingShuffle(self.paths, seed=seed, shard_index=shard.index,
-                              num_shards=shard.num_shards, **dataclasses.asdict(self.settings))
+      return StreamingShuffle(self.paths, seed=seed, shard_index=shard_index,
+                              num_shards=num_shards, **dataclasses.asdict(self.settings))
 
     return PairStream(new_shuffle, lambda line: self._parse(line, src), key)
 
@@ -218,94 +210,3 @@ class PairStream:
     with self._lock:
       self._move_to(state)
       self._base = state
-
-  def dataset(self) -> tf.data.Dataset:
-    """Every pair of the stream as {'source', 'target'}, endlessly; checkpointable."""
-    def block_tensors(index):
-      pairs = self.block(int(index))
-      columns = tuple(zip(*pairs)) if pairs else ((), ())
-      return [tf.constant(list(column), tf.string, shape=[len(pairs)]) for column in columns]
-
-    def read(index):
-      sources, targets = tf.py_function(block_tensors, [index], [tf.string, tf.string])
-      return {'source': tf.ensure_shape(sources, [None]),
-              'target': tf.ensure_shape(targets, [None])}
-
-    options = tf.data.Options()
-    # The stream's own state is saved beside the iterator's (`write_states`).
-    options.experimental_external_state_policy = (
-        tf.data.experimental.ExternalStatePolicy.IGNORE)
-    blocks = tf.data.Dataset.range(np.iinfo(np.int64).max).map(read)
-    return blocks.unbatch().with_options(options)
-
-
-class StreamedPairsSource(seqio.DataSource):
-  """seqio's view of one direction of a streamed corpus: shards are taken by the stream
-  (`supports_arbitrary_sharding`), and it shuffles itself."""
-
-  def __init__(self, corpus: Callable[[], StreamedCorpus], src: str, tgt: str, task: str):
-    super().__init__(splits=('train',), performs_internal_shuffling=True)
-    self._corpus, self._direction, self._task = corpus, (src, tgt), task
-
-  @property
-  def supports_arbitrary_sharding(self) -> bool:
-    return True
-
-  def list_shards(self, split: str) -> Sequence[str]:
-    return self._corpus().paths
-
-  def get_dataset(self, split: str = 'train', shuffle: bool = True, seed: int | None = None,
-                  shard_info: seqio.ShardInfo | None = None, *, sequence_length=None,
-                  use_cached: bool = False, num_epochs: int | None = 1) -> tf.data.Dataset:
-    del shuffle, sequence_length, use_cached, num_epochs  # Shuffled and endless.
-    corpus = self._corpus()
-    corpus.num_pairs(split, *self._direction)  # A UserError for a split it lacks.
-    shard = shard_info or seqio.ShardInfo(0, 1)
-    seed = 0 if seed is None else int(seed)
-    key = f'{self._task}/shard_{shard.index}_of_{shard.num_shards}/seed_{seed}'
-    stream_seed = [seed, zlib.crc32(self._task.encode()), shard.index]
-    stream = corpus.open_stream(*self._direction, seed=stream_seed, shard=shard, key=key)
-    if _COLLECTING:
-      _COLLECTING[-1].append(stream)
-    dataset = stream.dataset()
-    return dataset.map(lambda pair: dict(pair, is_training=True))
-
-
-_COLLECTING: list[list[PairStream]] = []
-
-
-@contextlib.contextmanager
-def opened_streams() -> Iterator[list[PairStream]]:
-  """The streams of the datasets built inside the block, whose states a pipeline saves."""
-  streams: list[PairStream] = []
-  _COLLECTING.append(streams)
-  try:
-    yield streams
-  finally:
-    _COLLECTING.pop()
-
-
-def write_states(streams: Sequence[PairStream], prefix: str) -> None:
-  """Saves the streams' positions beside an input position at `prefix`; call it before
-  saving the tf.data iterator, so that the iterator is never behind the streams."""
-  if streams:
-    states = [stream.state() for stream in streams]
-    files.write_text_atomically(prefix + STATE_SUFFIX, json.dumps(states) + '\n')
-
-
-def read_states(streams: Sequence[PairStream], prefix: str) -> None:
-  """Restores what `write_states` saved for the same streams."""
-  if not streams:
-    return
-  path = prefix + STATE_SUFFIX
-  if not tf.io.gfile.exists(path):
-    raise UserError(f'{path}: missing: the input position was saved without the positions '
-                    'of the streamed corpora this run reads')
-  with tf.io.gfile.GFile(path) as f:
-    states = json.load(f)
-  saved, wanted = [state['key'] for state in states], [stream.key for stream in streams]
-  if saved != wanted:
-    raise UserError(f'{path}: saved for streams {saved}, this run reads {wanted}; a '
-                    'different mixture, seed or INPUT_SHARDS needs a new MODEL_DIR')
-  for stream, state in zip(streams, states):
-    stream.restore(state)

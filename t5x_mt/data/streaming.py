@@ -140,6 +140,11 @@ class StreamingShuffle:
       self._read_ahead(reader)
     return reader.pending.pop() if reader.pending else None
 
+  def _close_unless_read(self, file: int) -> None:
+    """Closes a file no reader is in, so that open files stay within num_pointers."""
+    if all(reader.file != file for reader in self._readers) and file in self._handles:
+      self._handles.pop(file).close()
+
   def _finished(self, reader: _Reader) -> bool:
     return not reader.pending and reader.end is not None and reader.position >= reader.end
 
@@ -157,6 +162,7 @@ class StreamingShuffle:
         self._buffer.append(line)
       if self._finished(reader):
         self._readers.pop(index)
+        self._close_unless_read(reader.file)
 
   def __iter__(self) -> Iterator[str]:
     while True:

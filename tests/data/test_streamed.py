@@ -15,6 +15,7 @@ from t5x_mt.data import corpora
 from t5x_mt.data import group_sampler
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import streamed
+from t5x_mt.data import streamed_pipeline
 from t5x_mt.data.streaming import StreamingShuffle
 from t5x_mt.errors import UserError
 from t5x_mt.sharded_input import DatasetStream
@@ -58,6 +59,15 @@ def test_gzipped_file_is_one_chunk_read_whole(tmp_path):
       line for path in files for line in gzip.open(path, 'rt').read().splitlines())
   with pytest.raises(UserError, match='none for input shard 2 of 3.*split the corpus'):
     StreamingShuffle(files, shard_index=2, num_shards=3)
+
+
+def test_open_files_stay_within_the_pointers(tmp_path):
+  files = [write_tsv(tmp_path / f'{n}.tsv.gz', 10 * n, 10) for n in range(40)]
+  shuffle = StreamingShuffle(files, num_pointers=4, buffer_size=5)
+  most_open = 0
+  for _ in itertools.islice(iter(shuffle), 800):
+    most_open = max(most_open, len(shuffle._handles))  # pylint: disable=protected-access
+  assert most_open <= 4
 
 
 def test_gzipped_state_restores_mid_file(tmp_path):
@@ -115,8 +125,8 @@ def test_a_block_is_the_same_whatever_was_asked_before(tmp_path):
                                    [write_tsv(tmp_path / 'a.tsv', 0, 2000)], settings=SMALL)
 
   def stream():
-    return corpus.open_stream('eng_Latn', 'hau_Latn', seed=[3], shard=seqio.ShardInfo(0, 1),
-                              key='k')
+    return corpus.open_stream('eng_Latn', 'hau_Latn', seed=[3], shard_index=0,
+                              num_shards=1, key='k')
 
   sequential = stream()
   in_order = [sequential.block(k) for k in range(12)]
@@ -171,7 +181,7 @@ def batches_of(stream, count):
 def test_packed_pipeline_resumes_exactly(streamed_mixture, tmp_path, monkeypatch):
   monkeypatch.setattr(streamed, 'BLOCK_LINES', 8)  # Many blocks in a small corpus.
   def open_stream():
-    with streamed.opened_streams() as streams:
+    with streamed_pipeline.opened_streams() as streams:
       dataset = input_pipeline.train_dataset(
           streamed_mixture, batch_size=4, inputs_length=32, targets_length=32, seed=7,
           shard=seqio.ShardInfo(1, 2))
@@ -186,12 +196,13 @@ def test_packed_pipeline_resumes_exactly(streamed_mixture, tmp_path, monkeypatch
   saved_blocks = [state['block'] for state in json.loads(open(prefix + '.streams.json').read())]
   resumed = open_stream()
   batches_of(resumed, 3)  # Prefetching from the start when the position arrives.
-  read_before = [stream.blocks_read for stream in resumed._streams]  # pylint: disable=protected-access
+  streams = resumed._streams  # pylint: disable=protected-access
+  read_before = [stream.blocks_read for stream in streams]
   resumed.read_state(prefix)
   for expected, got in zip(tail, batches_of(resumed, 20)):
     for name in expected:
       np.testing.assert_array_equal(expected[name], got[name])
-  for stream, before, saved in zip(resumed._streams, read_before, saved_blocks):  # pylint: disable=protected-access
+  for stream, before, saved in zip(streams, read_before, saved_blocks):
     # It read on from the saved position, not its way there again from the start.
     assert stream.blocks_read - before <= stream.state()['block'] - saved + 1
   assert any(not np.array_equal(a['encoder_input_tokens'], b['encoder_input_tokens'])
@@ -219,8 +230,8 @@ def test_dro_sampler_resumes_exactly_across_streamed_corpora(streamed_mixture, t
 
 
 def test_position_saved_without_streams_is_refused(streamed_mixture, tmp_path):
-  with streamed.opened_streams() as streams:
+  with streamed_pipeline.opened_streams() as streams:
     input_pipeline.train_dataset(streamed_mixture, batch_size=4, inputs_length=32,
                                  targets_length=32, seed=7)
   with pytest.raises(UserError, match='saved without the positions of the streamed'):
-    streamed.read_states(streams, str(tmp_path / 'nothing'))
+    streamed_pipeline.read_states(streams, str(tmp_path / 'nothing'))
