@@ -172,7 +172,7 @@ class PairStream:
     self._shuffle = new_shuffle()
     self._lines = iter(self._shuffle)
     self._next_block = 0
-    self._base = self.state()  # Where an earlier block is found again.
+    self._base = self._state()  # Where an earlier block is found again.
     self._lock = threading.Lock()
     # Blocks read from the files: a restored stream reads on from its position instead of
     # reading its way there again.
@@ -202,9 +202,14 @@ class PairStream:
     self._lines = iter(self._shuffle)
     self._next_block = state['block']
 
-  def state(self) -> dict:
-    """The next block and the shuffle's state there (JSON-compatible)."""
+  def _state(self) -> dict:
     return {'key': self.key, 'block': self._next_block, 'shuffle': self._shuffle.state()}
+
+  def state(self) -> dict:
+    """The next block and the shuffle's state there (JSON-compatible), taken between the
+    blocks that tf.data's threads ask for."""
+    with self._lock:
+      return self._state()
 
   def restore(self, state: dict) -> None:
     with self._lock:
