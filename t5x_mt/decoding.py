@@ -32,6 +32,7 @@ finished there (as in fairseq), so a batch item always gets `beam_size` ranked o
 that many hypotheses exist.
 """
 
+import dataclasses
 import functools
 from typing import Any, Callable, Optional, Protocol, Sequence
 
@@ -67,6 +68,71 @@ def length_penalty(length: jnp.ndarray, alpha: float) -> jnp.ndarray:
   at least 1 so that a prefix-only output divides by 1.
   """
   return jnp.maximum(jnp.asarray(length, jnp.float32), 1.0) ** alpha
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputLimits:
+  """What a search may not output, whatever the model prefers; both off by default.
+
+  A weak model loops ("the the the ...") and runs to the length limit. These are the
+  remedies users of fairseq and Transformers know:
+    no_repeat_ngram_size: n > 0 forbids a token that would complete an n-gram the
+      hypothesis already holds (fairseq's --no-repeat-ngram-size).
+    max_length_ratio, max_length_offset: with ratio > 0 a hypothesis of a source of S
+      pieces (its tag and EOS included) ends, with EOS, after at most
+      ceil(ratio * S + offset) generated tokens (fairseq's --max-len-a/--max-len-b).
+  """
+  no_repeat_ngram_size: int = 0
+  max_length_ratio: float = 0.0
+  max_length_offset: int = 10
+
+  def max_lengths(self, source_lengths: jnp.ndarray) -> Optional[jnp.ndarray]:
+    """The most generated tokens per row [B] (EOS included, a forced prefix not), or None."""
+    if self.max_length_ratio <= 0:
+      return None
+    limit = jnp.ceil(self.max_length_ratio * source_lengths + self.max_length_offset)
+    return jnp.maximum(limit, 1).astype(jnp.int32)
+
+
+def _ban_repeated_ngrams(log_probs: jnp.ndarray, seqs: jnp.ndarray, cur_index: jnp.ndarray,
+                         n: int) -> jnp.ndarray:
+  """log_probs [N, V] of the token at cur_index + 1, without the tokens that would repeat
+  an n-gram of seqs [N, L + 1] (BOS at 0, the last fed token at cur_index)."""
+  rows, positions = seqs.shape
+  starts = positions - n + 1  # Where an n-gram of the sequence may start.
+  if starts < 1:
+    return log_probs
+  last = lax.dynamic_slice_in_dim(seqs, jnp.maximum(cur_index - n + 2, 0), n - 1, axis=1)
+  same = jnp.ones((rows, starts), jnp.bool_)
+  for k in range(n - 1):
+    same &= seqs[:, k:k + starts] == last[:, k:k + 1]
+  start = jnp.arange(starts)
+  # A complete n-gram of generated tokens (BOS is not one), and n - 1 of them to match.
+  complete = (start >= 1) & (start + n - 1 <= cur_index) & (cur_index >= n - 1)
+  banned = jnp.zeros(log_probs.shape, jnp.bool_).at[
+      jnp.arange(rows)[:, None], seqs[:, n - 1:n - 1 + starts]].max(same & complete)
+  return jnp.where(banned, NEG_INF, log_probs)
+
+
+def _end_at_max_lengths(log_probs: jnp.ndarray, cur_index: jnp.ndarray,
+                        max_lengths: jnp.ndarray, has_prefix: bool,
+                        eos_id: int) -> jnp.ndarray:
+  """Only EOS (at the model's log-probability) for rows whose next token is their last."""
+  generated = cur_index + 1 - (1 if has_prefix else 0)
+  last = generated >= max_lengths
+  is_eos = jnp.arange(log_probs.shape[-1])[None, :] == eos_id
+  return jnp.where(last[:, None] & ~is_eos, NEG_INF, log_probs)
+
+
+def _limit(log_probs: jnp.ndarray, seqs: jnp.ndarray, cur_index: jnp.ndarray, *,
+           no_repeat_ngram_size: int, max_lengths: Optional[jnp.ndarray], has_prefix: bool,
+           eos_id: int) -> jnp.ndarray:
+  """The next token's log_probs [N, V] under `OutputLimits` (max_lengths [N] or None)."""
+  if no_repeat_ngram_size:
+    log_probs = _ban_repeated_ngrams(log_probs, seqs, cur_index, no_repeat_ngram_size)
+  if max_lengths is not None:
+    log_probs = _end_at_max_lengths(log_probs, cur_index, max_lengths, has_prefix, eos_id)
+  return log_probs
 
 
 @flax.struct.dataclass
@@ -204,21 +270,19 @@ def _step_log_probs(tokens_to_logits: TokensToLogits, tokens: jnp.ndarray, cache
 
 
 def _beam_step(state: _BeamState, *, tokens_to_logits: TokensToLogits,
-               prefix: Optional[jnp.ndarray], alpha: float, max_decode_length: int,
-               eos_id: int) -> _BeamState:
+               prefix: Optional[jnp.ndarray], **select) -> _BeamState:
   """Expands every alive hypothesis by one token and updates the alive and finished sets."""
   batch_size, beam_size, _ = state.alive_seqs.shape
   i = state.cur_index
   tokens = lax.dynamic_slice_in_dim(state.alive_seqs, i, 1, axis=2)
   log_probs, new_cache = _step_log_probs(
       tokens_to_logits, tokens.reshape(batch_size * beam_size, 1), state.cache, i, prefix)
-  return _select_beams(state, log_probs, new_cache, prefix=prefix, alpha=alpha,
-                       max_decode_length=max_decode_length, eos_id=eos_id)
+  return _select_beams(state, log_probs, new_cache, prefix=prefix, **select)
 
 
 def _first_beam_step(state: _BeamState, initial_cache: Cache, *, expand_cache: ExpandCache,
                      tokens_to_logits: TokensToLogits, prefix: Optional[jnp.ndarray],
-                     alpha: float, max_decode_length: int, eos_id: int) -> _BeamState:
+                     **select) -> _BeamState:
   """`_beam_step` at step 0, where every beam of an example feeds the same BOS to the same
   cache: the model runs once per example and its output is repeated to the beams."""
   batch_size, beam_size, _ = state.alive_seqs.shape
@@ -226,18 +290,24 @@ def _first_beam_step(state: _BeamState, initial_cache: Cache, *, expand_cache: E
       tokens_to_logits, jnp.zeros((batch_size, 1), jnp.int32), initial_cache, state.cur_index,
       prefix)
   return _select_beams(state, jnp.repeat(log_probs, beam_size, axis=0),
-                       expand_cache(new_cache, beam_size), prefix=prefix, alpha=alpha,
-                       max_decode_length=max_decode_length, eos_id=eos_id)
+                       expand_cache(new_cache, beam_size), prefix=prefix, **select)
 
 
 def _select_beams(state: _BeamState, log_probs: jnp.ndarray, new_cache: Cache, *,
                   prefix: Optional[jnp.ndarray], alpha: float, max_decode_length: int,
-                  eos_id: int) -> _BeamState:
+                  eos_id: int, no_repeat_ngram_size: int,
+                  max_lengths: Optional[jnp.ndarray]) -> _BeamState:
   """The alive and finished sets after the alive hypotheses' next-token `log_probs`
-  [B * K, vocab]; `new_cache` is the cache after that step, reordered here with the beams."""
+  [B * K, vocab], restricted by the output limits; `new_cache` is the cache after that
+  step, reordered here with the beams."""
   batch_size, beam_size, _ = state.alive_seqs.shape
   i = state.cur_index
   vocab_size = log_probs.shape[-1]
+  log_probs = _limit(
+      log_probs, state.alive_seqs.reshape(batch_size * beam_size, -1), i,
+      no_repeat_ngram_size=no_repeat_ngram_size,
+      max_lengths=None if max_lengths is None else jnp.repeat(max_lengths, beam_size),
+      has_prefix=prefix is not None, eos_id=eos_id)
 
   # The best 2K of the K * V expansions: at most K of them end here, K stay alive.
   candidates = state.alive_log_probs[:, :, None] + log_probs.reshape(
@@ -312,6 +382,8 @@ def beam_search(tokens_to_logits: TokensToLogits,
                 cache_lengths: Sequence[int] = (),
                 extend_cache: Optional[ExtendCache] = None,
                 expand_cache: ExpandCache = _expand_to_beams,
+                no_repeat_ngram_size: int = 0,
+                max_lengths: Optional[jnp.ndarray] = None,
                 ) -> tuple[jnp.ndarray, jnp.ndarray]:
   """Beam search for the hypotheses with the best length-normalised log-probability.
 
@@ -344,6 +416,9 @@ def beam_search(tokens_to_logits: TokensToLogits,
     expand_cache: `expand_cache(cache, beam_size)` returns the first step's cache (B rows)
       made the beams' (see the module docstring); by default batch-leading leaves are
       repeated to B * beam_size rows.
+    no_repeat_ngram_size: > 0 forbids repeating an n-gram of that size (`OutputLimits`).
+    max_lengths: int32 [B], the most generated tokens of each row (EOS included, the
+      prefix not), below max_decode_length; None: max_decode_length alone.
 
   Returns:
     sequences: int32 [B, beam_size, max_decode_length], best first, without the initial BOS,
@@ -375,7 +450,8 @@ def beam_search(tokens_to_logits: TokensToLogits,
   if prefix is not None:
     prefix = jnp.asarray(prefix, jnp.int32)
   step_options = dict(tokens_to_logits=tokens_to_logits, prefix=prefix, alpha=alpha,
-                      max_decode_length=max_decode_length, eos_id=eos_id)
+                      max_decode_length=max_decode_length, eos_id=eos_id,
+                      no_repeat_ngram_size=no_repeat_ngram_size, max_lengths=max_lengths)
   state = _first_beam_step(state, initial_cache, expand_cache=expand_cache, **step_options)
 
   def result(state: _BeamState) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -405,11 +481,14 @@ def greedy_search(tokens_to_logits: TokensToLogits,
                   max_decode_length: int,
                   eos_id: int = 1,
                   cache_lengths: Sequence[int] = (),
-                  extend_cache: Optional[ExtendCache] = None) -> jnp.ndarray:
+                  extend_cache: Optional[ExtendCache] = None,
+                  no_repeat_ngram_size: int = 0,
+                  max_lengths: Optional[jnp.ndarray] = None) -> jnp.ndarray:
   """Takes the most likely token at every step until EOS or max_decode_length.
 
-  Same conventions and cache growth as `beam_search` (BOS 0 first input, forced prefix,
-  cache layout, `cache_lengths` and `extend_cache`).
+  Same conventions, cache growth and output limits as `beam_search` (BOS 0 first input,
+  forced prefix, cache layout, `cache_lengths`, `extend_cache`, `no_repeat_ngram_size`,
+  `max_lengths`).
   Returns int32 [B, max_decode_length]: the prefix token first when given, 0 after EOS.
   """
   lengths = _check_cache_lengths(cache_lengths, extend_cache, max_decode_length)
@@ -421,6 +500,8 @@ def greedy_search(tokens_to_logits: TokensToLogits,
     i = state.cur_index
     tokens = lax.dynamic_slice_in_dim(state.seqs, i, 1, axis=1)
     log_probs, cache = _step_log_probs(tokens_to_logits, tokens, state.cache, i, prefix)
+    log_probs = _limit(log_probs, state.seqs, i, no_repeat_ngram_size=no_repeat_ngram_size,
+                       max_lengths=max_lengths, has_prefix=prefix is not None, eos_id=eos_id)
     next_tokens = jnp.where(state.done, 0, jnp.argmax(log_probs, axis=-1).astype(jnp.int32))
     seqs = lax.dynamic_update_slice_in_dim(state.seqs, next_tokens[:, None], i + 1, axis=1)
     return _GreedyState(cur_index=i + 1, seqs=seqs, done=state.done | (next_tokens == eos_id),

@@ -69,6 +69,11 @@ class DecodeSettings:
     pivot_language: the language pivoted directions go through.
     pivot_directions: directions ('hau_Latn-zul_Latn') translated X -> pivot -> Y instead
       of directly; '*' pivots every direction that does not involve the pivot language.
+    no_repeat_ngram_size: > 0 never outputs an n-gram of that size twice in a sentence
+      (fairseq's --no-repeat-ngram-size): a weak model's loops end.
+    max_length_ratio, max_length_offset: with ratio > 0 an output has at most
+      ceil(ratio * source pieces + offset) pieces and ends there with EOS (fairseq's
+      --max-len-a and --max-len-b), within max_decode_length.
     parallel_batches: batches decoded at once, each by its own thread (CTranslate2's
       `inter_threads`). A beam step's products are too small to keep several CPU cores
       busy, while independent batches use them fully. None: the number of CPU cores when
@@ -82,6 +87,9 @@ class DecodeSettings:
   stop: str = 'beam_full'
   pivot_language: str = 'eng_Latn'
   pivot_directions: Sequence[str] = ()
+  no_repeat_ngram_size: int = 0
+  max_length_ratio: float = 0.0
+  max_length_offset: int = 10
   parallel_batches: int | None = None
 
   def __post_init__(self):
@@ -91,9 +99,16 @@ class DecodeSettings:
     for field in ('beam_size', 'batch_size', 'max_input_length', 'max_decode_length'):
       validation.integer(name(field), getattr(self, field), minimum=1)
     validation.number(name('alpha'), self.alpha)
+    validation.integer(name('no_repeat_ngram_size'), self.no_repeat_ngram_size, minimum=0)
+    validation.number(name('max_length_ratio'), self.max_length_ratio, at_least=0.0)
+    validation.integer(name('max_length_offset'), self.max_length_offset, minimum=0)
     validation.choice(name('stop'), self.stop, decoding.STOP_CRITERIA)
     if self.parallel_batches is not None:
       validation.integer(name('parallel_batches'), self.parallel_batches, minimum=1)
+
+  def output_limits(self) -> decoding.OutputLimits:
+    return decoding.OutputLimits(self.no_repeat_ngram_size, self.max_length_ratio,
+                                 self.max_length_offset)
 
 
 class Translator:
@@ -201,7 +216,8 @@ class Translator:
           self.params, self._global_rows(tokens), input_length=max(len(ids) for ids in encoder_ids),
           direction=direction, prefix_id=prefix_id, max_decode_length=decode_length,
           beam_size=self.settings.beam_size, alpha=self.settings.alpha,
-          stop=self.settings.stop, num_pieces=self.tokenizer.get_piece_size()))
+          stop=self.settings.stop, num_pieces=self.tokenizer.get_piece_size(),
+          limits=self.settings.output_limits()))
 
   def _global_rows(self, tokens: np.ndarray) -> np.ndarray | jax.Array:
     """A batch every process made alike as one array whose rows are split among the

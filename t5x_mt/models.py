@@ -134,7 +134,7 @@ class TranslationModel:
           dataclasses.replace(config, scan_layers=False))
     self._encode = jax.jit(self._encode_batch, static_argnames=('padded_length',))
     self._decode = jax.jit(self._decode_batch, static_argnames=(
-        'max_decode_length', 'beam_size', 'alpha', 'stop', 'num_pieces'))
+        'max_decode_length', 'beam_size', 'alpha', 'stop', 'num_pieces', 'limits'))
 
   def init(self, rng: Array, encoder_length: int, decoder_length: int) -> Any:
     """Fresh parameters (boxed with logical axis names; see partitioning.shard_init)."""
@@ -199,7 +199,8 @@ class TranslationModel:
 
   def predict_batch(self, params: Any, encoder_tokens: np.ndarray, *, input_length: int,
                     direction: int, prefix_id: int | None, max_decode_length: int,
-                    beam_size: int, alpha: float, stop: str, num_pieces: int) -> Array:
+                    beam_size: int, alpha: float, stop: str, num_pieces: int,
+                    limits: decoding.OutputLimits = decoding.OutputLimits()) -> Array:
     """The best output ids [B, max_decode_length] for a batch of encoder tokens.
 
     `encoder_tokens` [B, bucket] is padded to the search's bucket length, and
@@ -207,7 +208,8 @@ class TranslationModel:
     no loop, so a length of its own costs little to compile) and the search at the
     bucket. `direction` (its id, traced, so directions share one compilation) chooses
     the model's adapters, if it has any; `prefix_id` forces the first output token;
-    only ids below `num_pieces` are generated. beam_size 1 searches greedily.
+    only ids below `num_pieces` are generated, within `limits`. beam_size 1 searches
+    greedily.
     """
     direction = jnp.int32(direction)
     prefix = None if prefix_id is None else jnp.full((encoder_tokens.shape[0],), prefix_id,
@@ -216,7 +218,7 @@ class TranslationModel:
                            padded_length=encoder_tokens.shape[1])
     return self._decode(params, encoded, encoder_tokens, prefix, direction,
                         max_decode_length=max_decode_length, beam_size=beam_size,
-                        alpha=alpha, stop=stop, num_pieces=num_pieces)
+                        alpha=alpha, stop=stop, num_pieces=num_pieces, limits=limits)
 
   def _encode_batch(self, params, encoder_tokens, direction, *, padded_length: int):
     """The encoder's output for a batch of tokens cut to its longest input, zero-padded
@@ -230,7 +232,7 @@ class TranslationModel:
 
   def _decode_batch(self, params, encoded, encoder_tokens, prefix, direction, *,
                     max_decode_length: int, beam_size: int, alpha: float, stop: str,
-                    num_pieces: int):
+                    num_pieces: int, limits: decoding.OutputLimits):
     """Beam (or greedy) search over one direction's encoded batch."""
     if self.config.scan_layers:
       params = to_unrolled(params)
@@ -253,7 +255,9 @@ class TranslationModel:
               decode_cache.split_fixed(variables['cache'])[1])
 
     search = dict(prefix=prefix, max_decode_length=max_decode_length,
-                  cache_lengths=cache_lengths, extend_cache=decode_cache.extend)
+                  cache_lengths=cache_lengths, extend_cache=decode_cache.extend,
+                  no_repeat_ngram_size=limits.no_repeat_ngram_size,
+                  max_lengths=limits.max_lengths(jnp.sum(encoder_tokens > 0, axis=1)))
     if beam_size == 1:
       return decoding.greedy_search(tokens_to_logits, cache, **search)
     sequences, _ = decoding.beam_search(tokens_to_logits, cache, beam_size=beam_size,

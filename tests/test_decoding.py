@@ -331,3 +331,77 @@ def test_blocked_top_k_takes_the_lower_index_of_a_tie_across_blocks():
   values, indices = decoding.top_k(jnp.asarray(x), 2)
   np.testing.assert_array_equal(values, [[5.0, 3.0]])
   np.testing.assert_array_equal(indices, [[256, 10]])
+
+
+PREFERRED = (5, 6, 7, 8, 9, 10)  # The looping model's favourites, best first.
+
+
+def _looping_tokens_to_logits(vocab: int = 12):
+  """A model that never ends: the same ranking at every step, 5 best, EOS last."""
+  logits = jnp.full((vocab,), -20.0).at[EOS].set(-30.0)
+  logits = logits.at[jnp.array(PREFERRED)].set(-jnp.arange(len(PREFERRED), dtype=jnp.float32))
+
+  def tokens_to_logits(tokens, cache):
+    return jnp.tile(logits, (tokens.shape[0], 1)), cache
+
+  return tokens_to_logits
+
+
+def _rows(batch: int):
+  """A cache that only sizes the batch."""
+  return {'rows': jnp.zeros((batch,), jnp.int32)}
+
+
+def _no_repeat_reference(n: int, length: int, prefix: list[int]) -> list[int]:
+  """Greedy under fairseq's rule, step by step in plain Python."""
+  sequence = list(prefix)
+  while len(sequence) < length:
+    tail = tuple(sequence[len(sequence) - n + 1:]) if n > 1 else ()
+    banned = {sequence[j + n - 1] for j in range(len(sequence) - n + 1)
+              if len(sequence) >= n - 1 and tuple(sequence[j:j + n - 1]) == tail}
+    sequence.append(next(token for token in PREFERRED if token not in banned))
+  return sequence
+
+
+def test_no_repeat_ngram_size_never_repeats_an_ngram():
+  got = decoding.greedy_search(_looping_tokens_to_logits(), _rows(1), prefix=None,
+                               max_decode_length=8, eos_id=EOS, no_repeat_ngram_size=2)
+  # By hand: 5 5, then "5 5" is taken, so 6; "6 5" is new; after 5, both "5 5" and
+  # "5 6" are taken, so 7; and so on.
+  assert np.asarray(got)[0].tolist() == [5, 5, 6, 5, 7, 5, 8, 5] == _no_repeat_reference(
+      2, 8, [])
+  unlimited = decoding.greedy_search(_looping_tokens_to_logits(), _rows(1), prefix=None,
+                                     max_decode_length=8, eos_id=EOS)
+  assert np.asarray(unlimited)[0].tolist() == [5] * 8
+
+
+def test_beam_search_hypotheses_repeat_no_ngram():
+  sequences, scores = decoding.beam_search(
+      _looping_tokens_to_logits(), _rows(1), prefix=None, beam_size=3, max_decode_length=8,
+      eos_id=EOS, no_repeat_ngram_size=2)
+  for hypothesis in np.asarray(sequences)[0].tolist():
+    bigrams = list(zip(hypothesis, hypothesis[1:]))
+    assert len(bigrams) == len(set(bigrams)), hypothesis
+  assert np.all(np.asarray(scores) > decoding.NEG_INF / 2)  # Three real hypotheses.
+
+
+def test_no_repeat_trigrams_with_a_forced_prefix_match_the_reference():
+  got = decoding.greedy_search(_looping_tokens_to_logits(), {}, prefix=jnp.array([11]),
+                               max_decode_length=12, eos_id=EOS, no_repeat_ngram_size=3)
+  assert np.asarray(got)[0].tolist() == _no_repeat_reference(3, 12, [11])
+
+
+@pytest.mark.parametrize('search', ['greedy', 'beam'])
+def test_max_lengths_end_each_row_with_eos(search):
+  max_lengths = decoding.OutputLimits(max_length_ratio=1.0, max_length_offset=2).max_lengths(
+      jnp.array([1, 4]))
+  assert max_lengths.tolist() == [3, 6]
+  kwargs = dict(prefix=jnp.array([11, 11]), max_decode_length=10, eos_id=EOS,
+                max_lengths=max_lengths)
+  if search == 'greedy':
+    got = np.asarray(decoding.greedy_search(_looping_tokens_to_logits(), {}, **kwargs))
+  else:
+    got = np.asarray(decoding.beam_search(_looping_tokens_to_logits(), {}, beam_size=2,
+                                          **kwargs)[0])[:, 0]
+  # The prefix, then 3 and 6 generated tokens, the last of them EOS.
+  assert got.tolist() == [[11, 5, 5, EOS] + [0] * 6, [11, 5, 5, 5, 5, 5, EOS] + [0] * 3]

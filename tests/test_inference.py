@@ -88,3 +88,19 @@ def test_the_encoder_runs_at_the_longest_input_and_the_search_at_its_bucket(trai
   # Padding is masked: encoding every batch at its bucket length translates the same.
   model._encode = bucket_padded_encode  # pylint: disable=protected-access
   assert translator.translate(SENTENCES, 'eng_Latn', 'hau_Latn') == exact
+
+
+def test_output_limits_reach_the_search_through_the_settings(trained_run):
+  """The tiny trained run loops to the length limit; a length ratio of 1 ends every output
+  by the source's length plus one piece, and no bigram repeats."""
+  limited = _unsharded_translator(trained_run, max_length_ratio=1.0, max_length_offset=1,
+                                  no_repeat_ngram_size=2)
+  tokenizer = limited.tokenizer
+  for source, output in zip(SENTENCES, limited.translate(SENTENCES, 'eng_Latn', 'hau_Latn')):
+    pieces = tokenizer.encode(output)
+    # Source pieces count its tag and EOS; output pieces its decoder tag, not its EOS.
+    assert len(pieces) <= len(tokenizer.encode(source)) + 2 + 1
+    bigrams = list(zip(pieces, pieces[1:]))
+    assert len(bigrams) == len(set(bigrams)), output
+  with pytest.raises(UserError, match='max_length_ratio: must be >= 0'):
+    inference.DecodeSettings(max_length_ratio=-1.0)
