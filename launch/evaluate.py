@@ -16,7 +16,9 @@ training writes 'test') and print the per-direction and per-category table:
   python launch/evaluate.py --checkpoint_dir=/tmp/t5x_mt/demo --tasks=cldr_demo
 
 spBLEU needs the FLORES-200 SentencePiece model file (--spm_model); without it spbleu is
-null. The decoding flags override the run's config.gin.
+null. --baseline=copy also scores the sources copied unchanged (under "copy"), the score a
+model must beat; "looping" is the share of translations that repeat a word 4-gram 3 times
+or more. The decoding flags override the run's config.gin.
 """
 
 import argparse
@@ -50,6 +52,9 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
                       help="evaluate --tasks' directions on this registered corpus's --split "
                       "(e.g. flores200 for NTREX-128 tasks; default: the run's setting, "
                       "else each direction's own corpus)")
+  parser.add_argument('--baseline', choices=['copy'], default=None,
+                      help='also score the sources copied unchanged as translations, '
+                      'beside the model')
   parser.add_argument('--max_sentences', type=int, default=None,
                       help="sentences per direction of --tasks (default: the run's setting)")
   args = parser.parse_args(argv)
@@ -84,7 +89,12 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
                                       decoding)
   hypotheses = run_loading.translate_lines(translator, sources, args.src_lang, args.tgt_lang,
                                            progress_bar=True, source_name=args.src_file)
-  return evaluation.score_direction(hypotheses, references, spm_model_path=args.spm_model)
+  scores = evaluation.score_direction(hypotheses, references, spm_model_path=args.spm_model)
+  scores['looping'] = evaluation.looping_share(hypotheses)
+  if args.baseline == 'copy':
+    scores['copy'] = evaluation.score_direction(sources, references,
+                                                spm_model_path=args.spm_model)
+  return scores
 
 
 def _check_task(name: str) -> None:
@@ -128,6 +138,8 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
     options['corpus'] = args.corpus
   if args.spm_model is not None:
     options['spm_model_path'] = args.spm_model
+  if args.baseline is not None:
+    options['baseline'] = args.baseline
   # The flags given replace the run's own evaluation settings (its config.gin).
   settings = dataclasses.replace(configurables.eval_config(), **options)
   direction_scores = {}

@@ -182,7 +182,9 @@ def evaluate_directions(translator: inference.Translator, mixture_or_task_name: 
                         config: run_config.EvalConfig, split: str | None = None
                         ) -> dict[str, Any]:
   """Translates each direction's split (`config.split` unless given) and scores it (the
-  eval/step_<N>.json summary). A direction several corpora train is evaluated once."""
+  eval/step_<N>.json summary), with the share of its outputs caught in a loop
+  (`evaluation.looping_share`) and, if the config asks, the copy baseline. A direction
+  several corpora train is evaluated once."""
   split = split or config.split
   scores = {}
   for direction, pairs in _evaluation_pairs(mixture_or_task_name, config, split):
@@ -190,6 +192,10 @@ def evaluate_directions(translator: inference.Translator, mixture_or_task_name: 
     hypotheses = translator.translate(list(sources), direction.src_lang, direction.tgt_lang)
     scores[direction.name] = evaluation.score_direction(hypotheses, list(references),
                                                         spm_model_path=config.spm_model_path)
+    scores[direction.name]['looping'] = evaluation.looping_share(hypotheses)
+    if config.baseline == 'copy':
+      scores[direction.name]['copy'] = evaluation.score_direction(
+          list(sources), list(references), spm_model_path=config.spm_model_path)
   summary = evaluation.summarize(step, scores)
   summary['split'] = split
   return summary
@@ -253,32 +259,54 @@ class Evaluate(Action):
 @dataclasses.dataclass
 class BestRecord:
   """The best validation average chrF++ so far, its step, and evaluations since; kept in
-  MODEL_DIR/best.json so that a resumed run keeps counting."""
+  MODEL_DIR/best.json with every evaluation counted, so that a resumed run counts on from
+  those up to its checkpoint."""
   path: files.AnyPath
   best_step: int | None = None
   best_chrf: float = float('-inf')
   evaluations_since_best: int = 0
+  # [step, average chrF++] of each evaluation counted, in order.
+  evaluations: list[list] = dataclasses.field(default_factory=list)
 
   @classmethod
-  def load(cls, layout: run_layout.RunLayout) -> 'BestRecord':
+  def load(cls, layout: run_layout.RunLayout, resume_step: int) -> 'BestRecord':
+    """The record as it stood at checkpoint `resume_step`. A run stopped after an
+    evaluation but before the checkpoint of its step evaluates that step again: counted
+    twice, it would stop early sooner, and a best step found then would never be saved."""
     path = layout.best
     if not path.exists():
       return cls(path)
-    record = json.loads(path.read_text(encoding='utf-8'))
-    return cls(path, record['step'], record['chrf'], record['evaluations_since_best'])
+    saved = json.loads(path.read_text(encoding='utf-8'))
+    if 'evaluations' not in saved:  # Written before best.json listed its evaluations.
+      return cls(path, saved['step'], saved['chrf'], saved['evaluations_since_best'])
+    record = cls(path)
+    for step, chrf in saved['evaluations']:
+      if step <= resume_step:
+        record._count(step, chrf)
+    if len(record.evaluations) < len(saved['evaluations']):
+      record._write()
+    return record
 
-  def update(self, step: int, summary: dict[str, Any]) -> bool:
-    """Counts one evaluation; True if it is the best so far."""
-    chrf = summary['average']['chrf']
+  def _count(self, step: int, chrf: float) -> bool:
     improved = chrf > self.best_chrf
     if improved:
       self.best_step, self.best_chrf, self.evaluations_since_best = step, chrf, 0
     else:
       self.evaluations_since_best += 1
+    self.evaluations.append([step, chrf])
+    return improved
+
+  def _write(self) -> None:
     if processes.is_primary():
       files.write_text_atomically(self.path, json.dumps({
           'step': self.best_step, 'chrf': self.best_chrf,
-          'evaluations_since_best': self.evaluations_since_best}, indent=2) + '\n')
+          'evaluations_since_best': self.evaluations_since_best,
+          'evaluations': self.evaluations}, indent=2) + '\n')
+
+  def update(self, step: int, summary: dict[str, Any]) -> bool:
+    """Counts one evaluation; True if it is the best so far."""
+    improved = self._count(step, summary['average']['chrf'])
+    self._write()
     return improved
 
 
@@ -289,7 +317,7 @@ class StopEarly(Action):
   def __init__(self, run: Run, evaluate: Evaluate, patience: int):
     self._evaluate = evaluate
     self._patience = patience
-    self.record = BestRecord.load(run.layout)
+    self.record = BestRecord.load(run.layout, run.start_step)
     run.checkpoints.protect(self.record.best_step)
 
   def stop_requested(self) -> bool:

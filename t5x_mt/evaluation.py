@@ -11,6 +11,7 @@ averages over categories of directions (X-ENG, ENG-X, X-FRA, FRA-X, X-X, ALL);
 `summarize` builds the `MODEL_DIR/eval/step_<N>.json` record (see `run_layout`).
 """
 
+import collections
 import json
 import logging
 import os
@@ -68,6 +69,16 @@ def score_direction(hypotheses: Sequence[str], references: Sequence[str], *,
   }
 
 
+def looping_share(hypotheses: Sequence[str], n: int = 4, times: int = 3) -> float:
+  """The share of hypotheses in which some word n-gram occurs `times` times or more: the
+  outputs of a model caught in a loop ("the house of the house of the house of ...")."""
+  def loops(hypothesis: str) -> bool:
+    words = hypothesis.split()
+    counts = collections.Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    return any(count >= times for count in counts.values())
+  return sum(map(loops, hypotheses)) / len(hypotheses) if hypotheses else 0.0
+
+
 def category_of(direction: str) -> tuple[str, ...]:
   """The categories a 'src-tgt' direction is averaged into, in CATEGORIES order.
 
@@ -94,14 +105,18 @@ def category_of(direction: str) -> tuple[str, ...]:
 
 
 def _mean_scores(scores: Sequence[dict[str, Any]]) -> dict[str, Any]:
-  """Unweighted means over directions; spBLEU only when every direction has one."""
+  """Unweighted means over directions; spBLEU only when every direction has one, and the
+  copy baseline's chrF++ when every direction was scored against it."""
   spbleus = [score['spbleu'] for score in scores]
-  return {
+  means = {
       'bleu': statistics.fmean(score['bleu'] for score in scores),
       'chrf': statistics.fmean(score['chrf'] for score in scores),
       'spbleu': None if None in spbleus else statistics.fmean(spbleus),
       'n': len(scores),
   }
+  if all('copy' in score for score in scores):
+    means['copy'] = {'chrf': statistics.fmean(score['copy']['chrf'] for score in scores)}
+  return means
 
 
 def summarize(step: int | None, direction_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -147,9 +162,13 @@ def _format_score(value: Optional[float]) -> str:
   return f'{"-":>7}' if value is None else f'{value:7.2f}'
 
 
-def _format_row(name: str, scores: dict[str, Any], width: int) -> str:
-  return (f'{name:<{width}} {_format_score(scores["bleu"])} {_format_score(scores["chrf"])} '
-          f'{_format_score(scores.get("spbleu"))} {scores["n"]:>7}')
+def _format_row(name: str, scores: dict[str, Any], width: int, with_copy: bool) -> str:
+  row = (f'{name:<{width}} {_format_score(scores["bleu"])} {_format_score(scores["chrf"])} '
+         f'{_format_score(scores.get("spbleu"))} {scores["n"]:>7}')
+  if with_copy:
+    copy = scores['copy']['chrf']
+    row += f' {_format_score(copy)} {scores["chrf"] - copy:+7.2f}'
+  return row
 
 
 def format_table(summary: dict[str, Any]) -> str:
@@ -159,13 +178,20 @@ def format_table(summary: dict[str, Any]) -> str:
   """
   names = list(summary['directions']) + list(summary['categories'])
   width = max(len(name) for name in names + ['direction'])
+  with_copy = all('copy' in scores for scores in summary['directions'].values())
+  copy_columns = f' {"copy":>7} {"gain":>7}' if with_copy else ''
   header = f'{"direction":<{width}} {"BLEU":>7} {"chrF++":>7} {"spBLEU":>7} {"n":>7}'
+  header += copy_columns
   rule = '-' * len(header)
   title = 'family models' if summary['step'] is None else f'step {summary["step"]}'
   lines = [title, header, rule]
-  lines += [_format_row(name, scores, width) for name, scores in summary['directions'].items()]
+  lines += [_format_row(name, scores, width, with_copy)
+            for name, scores in summary['directions'].items()]
   lines += [rule, f'{"category":<{width}} {"BLEU":>7} {"chrF++":>7} {"spBLEU":>7} '
-            f'{"dirs":>7}', rule]
-  lines += [_format_row(name, scores, width)
+            f'{"dirs":>7}{copy_columns}', rule]
+  lines += [_format_row(name, scores, width, with_copy)
             for name, scores in summary['categories'].items()]
+  if with_copy:
+    lines.append("copy: chrF++ of the source copied unchanged; gain: the model's chrF++ "
+                 'above it')
   return '\n'.join(lines)

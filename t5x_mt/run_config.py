@@ -23,6 +23,8 @@ from t5x_mt.errors import UserError
 # The gin names of the settings below (configurables.py registers them).
 TRAIN_CONFIGURABLE = 'train_loop.train'
 EVAL_CONFIGURABLE = 'train_loop.evaluate_directions'
+# What a model's scores may be compared with: its sources copied as their translations.
+BASELINES = ('copy',)
 VOCABULARY_CONFIGURABLE = 'train_loop.build_vocabulary'
 MODEL_CONFIGURABLE = 'network.TransformerConfig'
 DECODE_CONFIGURABLE = 'inference.Translator'
@@ -148,16 +150,21 @@ class EvalConfig:
   corpora that has one (back-translations have none); `corpus` evaluates the same
   directions on another registered corpus (e.g. train on NTREX-128, validate on
   FLORES-200 dev). `spm_model_path` adds spBLEU with that SentencePiece model.
+  `baseline='copy'` also scores each direction's sources copied unchanged as their
+  translations, the score a model must beat to be of any use.
   """
   split: str = 'validation'
   corpus: str | None = None
   max_sentences: int | None = 200
   spm_model_path: str | None = None
+  baseline: str | None = None
 
   def __post_init__(self):
     if self.max_sentences is not None:
       validation.integer(f'{EVAL_CONFIGURABLE}.max_sentences', self.max_sentences,
                          minimum=1)
+    if self.baseline is not None:
+      validation.choice(f'{EVAL_CONFIGURABLE}.baseline', self.baseline, BASELINES)
 
 
 def _literal(value: Any) -> bool:

@@ -167,3 +167,26 @@ def test_format_table_lists_directions_and_categories():
   row = next(line for line in lines if line.startswith('ALL'))
   assert row.split() == ['ALL', '15.25', '35.25', '-', '2']
   assert len({len(line) for line in lines[1:] if not line.startswith('-')}) == 1
+
+
+def test_looping_share_counts_outputs_that_repeat_a_4gram_three_times():
+  hypotheses = ['a b c d a b c d a b c d',   # 'a b c d' three times: a loop.
+                'a b c d a b c d x',         # twice only.
+                'the the the the the the',   # 'the the the the' three times.
+                '']
+  assert evaluation.looping_share(hypotheses) == 0.5
+  assert evaluation.looping_share([]) == 0.0
+
+
+def test_copy_baseline_is_averaged_and_shown_beside_the_model():
+  directions = {'eng_Latn-hau_Latn': {'bleu': 10.0, 'chrf': 30.0, 'spbleu': None, 'n': 5,
+                                      'copy': {'chrf': 20.0}},
+                'hau_Latn-eng_Latn': {'bleu': 12.0, 'chrf': 40.0, 'spbleu': None, 'n': 5,
+                                      'copy': {'chrf': 25.0}}}
+  summary = evaluation.summarize(7, directions)
+  assert summary['categories']['ALL']['copy'] == {'chrf': 22.5}
+  table = evaluation.format_table(summary).splitlines()
+  assert table[1].split() == ['direction', 'BLEU', 'chrF++', 'spBLEU', 'n', 'copy', 'gain']
+  assert table[3].split() == ['eng_Latn-hau_Latn', '10.00', '30.00', '-', '5', '20.00',
+                              '+10.00']
+  assert [line.split()[-1] for line in table if line.startswith('ALL')] == ['+12.50']

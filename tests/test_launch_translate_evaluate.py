@@ -80,14 +80,17 @@ def test_translate_then_evaluate_files_agree_with_score_direction(trained_run, t
   evaluated = run_command('evaluate.py', f'--checkpoint_dir={trained_run}',
                           '--src_lang=eng_Latn', '--tgt_lang=hau_Latn', f'--src_file={src_file}',
                           f'--ref_file={ref_file}', f'--output_json={output_json}',
-                          *DECODING_FLAGS)
+                          '--baseline=copy', *DECODING_FLAGS)
   assert evaluated.returncode == 0, evaluated.stderr
   printed = json.loads(evaluated.stdout)
-  assert set(printed) == {'bleu', 'chrf', 'spbleu', 'n'}
+  assert set(printed) == {'bleu', 'chrf', 'spbleu', 'n', 'looping', 'copy'}
   assert printed['n'] == 3 and printed['spbleu'] is None
   expected = evaluation.score_direction(hypotheses, references)
   assert printed['chrf'] == pytest.approx(expected['chrf'], abs=1e-9)
   assert printed['bleu'] == pytest.approx(expected['bleu'], abs=1e-9)
+  assert printed['looping'] == evaluation.looping_share(hypotheses)
+  copied = evaluation.score_direction(['Monday', '', '10 kilometres'], references)
+  assert printed['copy'] == pytest.approx(copied)
   assert json.loads(output_json.read_text()) == printed
 
 
