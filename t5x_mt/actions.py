@@ -77,7 +77,10 @@ class MetricsLog:
     self._writes = processes.is_primary()
     if self._writes:
       self._truncate_after(resume_step)
-      self._tensorboard = tensorboardX.SummaryWriter(str(layout.tensorboard))
+      # The event files of a run stopped after its checkpoint hold the steps this run
+      # logs again: a session start at the first of them hides those from TensorBoard.
+      self._tensorboard = tensorboardX.SummaryWriter(str(layout.tensorboard),
+                                                     purge_step=resume_step + 1)
 
   def _truncate_after(self, step: int) -> None:
     """A resumed run rewrites the steps after its checkpoint; drop their old records (and

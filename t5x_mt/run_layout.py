@@ -7,7 +7,7 @@ averaging, plots) and what a resumed run picks up again:
   vocab.model       a copy of the run's SentencePiece model
   directions.json   the directions it trained on (with those of the run it started from)
   metrics.jsonl     one record per logged step; tensorboard/ the same as event files
-  best.json         early stopping's best step and evaluations since
+  best.json         early stopping's best step, evaluations since, every evaluation
   dro_groups.json   DRO's groups, data shares and baselines
   checkpoints/      Orbax checkpoints, one folder per step
   input_state/      the input shards' positions and DRO's state per checkpoint step

@@ -2,11 +2,15 @@
 constant learning rate and early stopping on validation chrF++."""
 
 import json
+import types
 
 import numpy as np
 import pytest
 
+from t5x_mt import actions
 from t5x_mt import checkpoints
+from t5x_mt import run_config
+from t5x_mt import run_layout
 from t5x_mt.errors import UserError
 from conftest import configure_tiny_run, train_configured
 from conftest import saved_params
@@ -64,6 +68,58 @@ def test_the_best_step_outlives_checkpoint_rotation(trained_run, tmp_path, capsy
   assert final['best']['chrf'] == final['last']['chrf'] == final['average']['chrf']
   assert 'best step 3 (average chrF++' in capsys.readouterr().out
   assert [p.name for p in (run_dir / 'test' / 'eval').iterdir()] == ['step_3.json']
+
+
+class _ProtectedStep:
+  """What early stopping asks of a run's checkpoints: the step kept through rotation."""
+
+  def __init__(self):
+    self.step = None
+
+  def protect(self, step):
+    self.step = step
+
+
+def _early_stopping(run_dir, start_step: int, saves: list[int]):
+  """A run resumed at `start_step` (0: a new one), evaluated every 2 steps, patience 2;
+  its saves go to `saves`."""
+  run = types.SimpleNamespace(layout=run_layout.RunLayout(run_dir), start_step=start_step,
+                              checkpoints=_ProtectedStep(), save=saves.append)
+  evaluate = actions.Evaluate(2, run_config.EvalConfig())
+  stop_early = actions.StopEarly(run, evaluate, patience=2)
+
+  def evaluated(step: int, chrf: float) -> None:
+    evaluate.latest = (step, {'average': {'chrf': chrf}})
+    stop_early.after_step(run, step, {})
+  return run, stop_early, evaluated
+
+
+def test_an_evaluation_after_the_checkpoint_resumed_from_counts_once(tmp_path):
+  # Uninterrupted, a run scoring the same at steps 2, 4 and 6 stops at 6 (best 2). This
+  # one is killed after step 4's evaluation, before its checkpoint: resumed from step 3,
+  # it evaluates step 4 again.
+  saves = []
+  _, stop_early, evaluated = _early_stopping(tmp_path, 0, saves)
+  evaluated(2, 30.0)
+  evaluated(4, 30.0)
+  _, stop_early, evaluated = _early_stopping(tmp_path, 3, saves)
+  evaluated(4, 30.0)
+  assert not stop_early.stop_requested()
+  evaluated(6, 30.0)
+  assert stop_early.stop_requested() and saves == [2, 6]
+  best = json.loads((tmp_path / 'best.json').read_text())
+  assert (best['step'], best['evaluations_since_best']) == (2, 2)
+  assert best['evaluations'] == [[2, 30.0], [4, 30.0], [6, 30.0]]
+
+
+def test_a_best_step_whose_checkpoint_was_cut_short_is_saved_when_evaluated_again(tmp_path):
+  saves = []
+  _, _, evaluated = _early_stopping(tmp_path, 0, saves)
+  evaluated(2, 30.0)  # The best so far: saved, but killed before the write finished.
+  assert saves == [2]
+  run, _, evaluated = _early_stopping(tmp_path, 1, saves)
+  evaluated(2, 30.0)
+  assert saves == [2, 2] and run.checkpoints.step == 2
 
 
 @pytest.mark.parametrize('overrides, message', [

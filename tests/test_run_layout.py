@@ -104,3 +104,39 @@ def test_a_run_on_gs_writes_its_files_into_the_store_and_reads_them_back(gcs_buc
   written = evaluation.write_eval_json(layout.root, summary)
   assert str(written) == f'{gcs_bucket}/run/eval/step_3.json'
   assert json.loads(tf.io.gfile.GFile(fake_object_store.in_ram(str(written))).read()) == summary
+
+
+def _scalars_tensorboard_shows(event_folder: pathlib.Path) -> list[tuple[int, str, float]]:
+  """(step, tag, value) of the scalars TensorBoard shows from `event_folder`: it reads the
+  event files in name order, and a session start at step s hides every scalar read
+  before it from step s on."""
+  shown = []
+  for name in sorted(path.name for path in event_folder.iterdir()):
+    for event in tf.compat.v1.train.summary_iterator(str(event_folder / name)):
+      if event.session_log.status == tf.compat.v1.SessionLog.START:
+        shown = [scalar for scalar in shown if scalar[0] < event.step]
+      shown.extend((event.step, value.tag, round(value.simple_value, 4))
+                   for value in event.summary.value)
+  return shown
+
+
+def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path):
+  layout = run_layout.RunLayout(tmp_path / 'run')
+  killed = actions.MetricsLog(layout, resume_step=0)
+  for step, loss in ((1, 2.5), (2, 2.0), (3, 1.5)):
+    killed.write({'step': step, 'loss': loss})
+  # Its writer's thread puts every event on disk once closed (a run's, at its exit).
+  killed._tensorboard.close()  # pylint: disable=protected-access
+  # Event files are named by the second they were opened in.
+  opened = int(time.time())
+  while int(time.time()) == opened:
+    time.sleep(0.01)
+  resumed = actions.MetricsLog(layout, resume_step=1)  # Logs steps 2 and 3 again.
+  for step, loss in ((2, 1.75), (3, 1.25)):
+    resumed.write({'step': step, 'loss': loss})
+  resumed._tensorboard.close()  # pylint: disable=protected-access
+  assert len(list(layout.tensorboard.iterdir())) == 2
+  assert _scalars_tensorboard_shows(layout.tensorboard) == [
+      (1, 'loss', 2.5), (2, 'loss', 1.75), (3, 'loss', 1.25)]
+  assert files.read_json_lines(layout.metrics) == [
+      {'loss': 2.5, 'step': 1}, {'loss': 1.75, 'step': 2}, {'loss': 1.25, 'step': 3}]
