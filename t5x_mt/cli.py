@@ -263,6 +263,15 @@ def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = Fa
                       'on one CPU device, else 1)')
   parser.add_argument('--pivot_via', default=None,
                       help='translate through this language (X -> pivot -> Y), e.g. eng_Latn')
+  parser.add_argument('--no_repeat_ngram_size', type=int, default=None,
+                      help='never output an n-gram of this size twice in a sentence '
+                      "(default: the run's setting, else off)")
+  parser.add_argument('--max_length_ratio', type=float, default=None,
+                      help='end each output after ceil(ratio * source pieces + '
+                      "--max_length_offset) pieces (default: the run's setting, else off)")
+  parser.add_argument('--max_length_offset', type=int, default=None,
+                      help="pieces allowed beyond the ratio (default: the run's setting, "
+                      'else 10)')
 
 
 def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -283,6 +292,13 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
   overrides = {'beam_size': args.beam_size, 'alpha': args.alpha, 'batch_size': args.batch_size}
   if args.parallel_batches is not None:
     overrides['parallel_batches'] = args.parallel_batches
+  for name, at_least in (('no_repeat_ngram_size', 0), ('max_length_ratio', 0),
+                         ('max_length_offset', 0)):
+    value = getattr(args, name)
+    if value is not None:
+      if value < at_least:
+        raise UserError(f'--{name}: must be >= {at_least}, got {value}')
+      overrides[name] = value
   if args.pivot_via:
     overrides['pivot_language'] = languages.check_language(args.pivot_via, '--pivot_via')
     overrides['pivot_directions'] = ('*',)

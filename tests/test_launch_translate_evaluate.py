@@ -214,3 +214,17 @@ def test_parallel_batches_flag_reaches_the_translator_only_when_given():
       parser.parse_args(['--checkpoint_dir=d']))
   with pytest.raises(UserError, match='--parallel_batches: must be >= 1, got 0'):
     cli.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--parallel_batches=0']))
+
+
+def test_output_limit_flags_reach_the_translator_only_when_given():
+  parser = argparse.ArgumentParser()
+  cli.add_decoding_flags(parser)
+  given = cli.decoding_overrides(parser.parse_args([
+      '--checkpoint_dir=d', '--no_repeat_ngram_size=3', '--max_length_ratio=1.5',
+      '--max_length_offset=4']))
+  assert (given['no_repeat_ngram_size'], given['max_length_ratio'],
+          given['max_length_offset']) == (3, 1.5, 4)
+  unset = cli.decoding_overrides(parser.parse_args(['--checkpoint_dir=d']))
+  assert not {'no_repeat_ngram_size', 'max_length_ratio', 'max_length_offset'} & set(unset)
+  with pytest.raises(UserError, match='--max_length_ratio: must be >= 0, got -1.0'):
+    cli.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--max_length_ratio=-1']))
