@@ -89,12 +89,8 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
                                       decoding)
   hypotheses = run_loading.translate_lines(translator, sources, args.src_lang, args.tgt_lang,
                                            progress_bar=True, source_name=args.src_file)
-  scores = evaluation.score_direction(hypotheses, references, spm_model_path=args.spm_model)
-  scores['looping'] = evaluation.looping_share(hypotheses)
-  if args.baseline == 'copy':
-    scores['copy'] = evaluation.score_direction(sources, references,
-                                                spm_model_path=args.spm_model)
-  return scores
+  return evaluation.score_translations(sources, hypotheses, references,
+                                      spm_model_path=args.spm_model, baseline=args.baseline)
 
 
 def _check_task(name: str) -> None:

@@ -193,12 +193,9 @@ def evaluate_directions(translator: inference.Translator, mixture_or_task_name: 
   for direction, pairs in _evaluation_pairs(mixture_or_task_name, config, split):
     sources, references = zip(*pairs)
     hypotheses = translator.translate(list(sources), direction.src_lang, direction.tgt_lang)
-    scores[direction.name] = evaluation.score_direction(hypotheses, list(references),
-                                                        spm_model_path=config.spm_model_path)
-    scores[direction.name]['looping'] = evaluation.looping_share(hypotheses)
-    if config.baseline == 'copy':
-      scores[direction.name]['copy'] = evaluation.score_direction(
-          list(sources), list(references), spm_model_path=config.spm_model_path)
+    scores[direction.name] = evaluation.score_translations(
+        list(sources), hypotheses, list(references), spm_model_path=config.spm_model_path,
+        baseline=config.baseline)
   summary = evaluation.summarize(step, scores)
   summary['split'] = split
   return summary

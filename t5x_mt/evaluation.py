@@ -69,6 +69,18 @@ def score_direction(hypotheses: Sequence[str], references: Sequence[str], *,
   }
 
 
+def score_translations(sources: Sequence[str], hypotheses: Sequence[str],
+                       references: Sequence[str], *, spm_model_path: Optional[str] = None,
+                       baseline: Optional[str] = None) -> dict[str, Any]:
+  """`score_direction`, with the share of looping outputs (`looping_share`) and, for
+  baseline='copy', the scores of the sources copied unchanged as their translations."""
+  scores = score_direction(hypotheses, references, spm_model_path=spm_model_path)
+  scores['looping'] = looping_share(hypotheses)
+  if baseline == 'copy':
+    scores['copy'] = score_direction(sources, references, spm_model_path=spm_model_path)
+  return scores
+
+
 def looping_share(hypotheses: Sequence[str], n: int = 4, times: int = 3) -> float:
   """The share of hypotheses in which some word n-gram occurs `times` times or more: the
   outputs of a model caught in a loop ("the house of the house of the house of ...")."""
