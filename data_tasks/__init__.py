@@ -598,7 +598,7 @@ def get_mixture_or_task(name: str) -> seqio.Task | seqio.Mixture:
 STREAMED_VOCABULARY_SAMPLE = 1_000_000
 
 
-def _training_pairs(corpus_name: str, direction: Direction) -> list[tuple[str, str]]:
+def training_pairs(corpus_name: str, direction: Direction) -> list[tuple[str, str]]:
   """A direction's training pairs; those of a streamed corpus sampled."""
   corpus = corpora.get_corpus(corpus_name)
   if isinstance(corpus, streamed.StreamedCorpus):
@@ -612,7 +612,7 @@ def training_sentences(mixture_or_task_name: str) -> dict[str, list[str]]:
   per_language: dict[str, dict[str, None]] = {}
   for member in mixture_view(mixture_or_task_name).members:
     src_lang, tgt_lang = member.direction
-    for src, tgt in _training_pairs(member.corpus, member.direction):
+    for src, tgt in training_pairs(member.corpus, member.direction):
       per_language.setdefault(src_lang, {})[src] = None
       per_language.setdefault(tgt_lang, {})[tgt] = None
   return {lang: list(lines) for lang, lines in per_language.items()}

@@ -138,7 +138,8 @@ class LogMetrics(Action):
                         'tokens_per_second': summary['tokens'] / max(elapsed, 1e-9),
                         'grad_norm': float(metrics['grad_norm']),
                         'nonfinite_steps': int(self._window_sums['nonfinite']),
-                        **{k: v for k, v in summary.items() if k.startswith('loss/')},
+                        **{k: v for k, v in summary.items()
+                           if k.startswith(('loss/', 'tokens/'))},
                         **(self._robust.log_record() if self._robust else {})}
     self._log.write(self.last_record)
     run.progress.set_postfix(loss=f'{summary["loss"]:.3f}')

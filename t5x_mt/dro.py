@@ -12,12 +12,12 @@ recomputed, the sampler that applies them) builds on it.
 
 from collections.abc import Mapping, Sequence
 import dataclasses
-import io
 import json
 from typing import Any
 
 import numpy as np
 
+from t5x_mt import charts
 from t5x_mt.data import directions
 from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
@@ -383,9 +383,7 @@ def weight_history(metrics: Sequence[Mapping[str, Any]]
 def weights_chart(steps: Sequence[int], history: Mapping[str, Sequence[float]],
                   proportions: Mapping[str, float], title: str) -> bytes:
   """PNG: each group's weight q_g over training as a line, its data share p_g dotted."""
-  import matplotlib  # pylint: disable=g-import-not-at-top  (plotting only here)
-  matplotlib.use('Agg')
-  from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
+  pyplot = charts.pyplot()
   figure, axes = pyplot.subplots(figsize=(9, 5))
   colours = pyplot.get_cmap('tab20')
   for number, (group, weights) in enumerate(sorted(history.items())):
@@ -397,8 +395,4 @@ def weights_chart(steps: Sequence[int], history: Mapping[str, Sequence[float]],
   axes.set_ylabel('sampling weight q_g (dotted: data share p_g)')
   axes.set_title(title)
   axes.legend(fontsize='x-small', ncol=2, loc='center left', bbox_to_anchor=(1.0, 0.5))
-  figure.tight_layout()
-  buffer = io.BytesIO()
-  figure.savefig(buffer, format='png', dpi=100)
-  pyplot.close(figure)
-  return buffer.getvalue()
+  return charts.png_bytes(figure)

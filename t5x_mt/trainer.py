@@ -239,7 +239,8 @@ def jit_train_step(train_step, state_shardings, mesh, rules):
 
 
 def summarize_metrics(metric_sums: dict, direction_names: Sequence[str]) -> dict[str, Any]:
-  """Host-side figures from summed step metrics: mean loss, tokens, per-direction losses."""
+  """Host-side figures from summed step metrics: mean loss, tokens, and each direction's
+  loss and target tokens (`tokens/<direction>`, from which a run's epochs are counted)."""
   metric_sums = jax.device_get(metric_sums)
   tokens = float(metric_sums['tokens'])
   # NaN when every step of the window was skipped (non-finite): logged as null.
@@ -250,4 +251,5 @@ def summarize_metrics(metric_sums: dict, direction_names: Sequence[str]) -> dict
                                    np.asarray(metric_sums['direction_tokens'])):
     if count > 0:
       summary[f'loss/{name}'] = float(loss_sum) / float(count)
+      summary[f'tokens/{name}'] = float(count)
   return summary

@@ -118,6 +118,7 @@ OUTPUTS = {
     'merge_vocab.py': (['--base_model=a.model', '--new_model=b.model'], '--output'),
     'plot_dro.py': (['--model_dir=run'], '--output'),
     'plot_sampling.py': (['--mixture=cldr_demo'], '--output'),
+    'plot_training.py': (['--model_dir=run'], '--output'),
 }
 
 

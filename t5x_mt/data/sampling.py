@@ -8,8 +8,8 @@ data figure of Tencent's WMT22 paper does.
 """
 
 import dataclasses
-import io
 
+from t5x_mt import charts
 from t5x_mt.data.mixtures import MixtureView
 
 
@@ -60,10 +60,8 @@ def format_shares(shares: list[Share]) -> str:
 def shares_chart(shares: list[Share], title: str) -> bytes:
   """PNG: per language (or direction), original and sampled shares as paired bars on a
   log scale, so that the smallest languages stay visible."""
-  import matplotlib  # pylint: disable=g-import-not-at-top  (plotting only here)
-  import matplotlib.ticker  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
+  pyplot = charts.pyplot()
+  import matplotlib.ticker  # pylint: disable=g-import-not-at-top  (plotting only here)
   figure, axes = pyplot.subplots(figsize=(2.0 + 0.34 * max(4, len(shares)), 4.5))
   positions = range(len(shares))
   axes.bar([p - 0.2 for p in positions], [100 * s.original for s in shares], width=0.4,
@@ -81,8 +79,4 @@ def shares_chart(shares: list[Share], title: str) -> bytes:
   axes.set_xlim(-0.6, len(shares) - 0.4)
   axes.legend(fontsize='small')
   axes.set_title(title)
-  figure.tight_layout()
-  buffer = io.BytesIO()
-  figure.savefig(buffer, format='png', dpi=100)
-  pyplot.close(figure)
-  return buffer.getvalue()
+  return charts.png_bytes(figure)

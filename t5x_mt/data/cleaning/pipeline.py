@@ -21,7 +21,6 @@ steps' parameters (`long_word.max_chars = 40`); any step parameter can be overri
 """
 
 import dataclasses
-import io
 import itertools
 import json
 import logging
@@ -34,6 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from t5x_mt import charts
 from t5x_mt import files
 from t5x_mt.data.cleaning import dedup
 from t5x_mt.data.cleaning import io as cleaning_io
@@ -334,9 +334,7 @@ def write_report(partial: Path, output_dir: Path, report: dict) -> None:
 
 def removal_chart(report: dict) -> bytes:
   """PNG: per direction, the share of its pairs each step removed (stacked bars)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top  (plotting only here)
-  matplotlib.use('Agg')
-  from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
+  pyplot = charts.pyplot()
   directions = list(report['directions'])
   steps = [name for name in report['total']['dropped'] if report['total']['dropped'][name]]
   figure, axes = pyplot.subplots(figsize=(9, 1.5 + 0.32 * max(1, len(directions))))
@@ -353,11 +351,7 @@ def removal_chart(report: dict) -> bytes:
   if steps:
     axes.legend(fontsize='small', loc='lower right')
   axes.set_title('What each cleaning step removed')
-  figure.tight_layout()
-  buffer = io.BytesIO()
-  figure.savefig(buffer, format='png', dpi=100)
-  pyplot.close(figure)
-  return buffer.getvalue()
+  return charts.png_bytes(figure)
 
 
 def format_report(report: dict) -> str:
