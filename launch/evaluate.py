@@ -11,7 +11,8 @@ with the run of its target's language family group (scores are printed and writt
 
 Registered mixtures or tasks (data_tasks) evaluate every direction's --split into
 MODEL_DIR/eval/step_<N>.json (other splits: MODEL_DIR/<split>/eval/step_<N>.json, as
-training writes 'test') and print the per-direction and per-category table:
+training writes 'test'; with --output_json into that file instead, leaving the run's
+records as training wrote them) and print the per-direction and per-category table:
 
   python launch/evaluate.py --checkpoint_dir=/tmp/t5x_mt/demo --tasks=cldr_demo
 
@@ -44,7 +45,8 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser.add_argument('--ref_file', help='reference translations, line-aligned with --src_file')
   parser.add_argument('--spm_model', default=None,
                       help='FLORES-200 SentencePiece model for spBLEU (default: no spBLEU)')
-  parser.add_argument('--output_json', default=None, help='also write the scores here')
+  parser.add_argument('--output_json', default=None,
+                      help="write the scores here (with --tasks: instead of MODEL_DIR's eval/)")
   parser.add_argument('--tasks', default=None,
                       help='registered mixtures or tasks, comma-separated, instead of files')
   parser.add_argument('--split', default='validation', help='split of --tasks to evaluate')
@@ -144,8 +146,9 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
     direction_scores.update(summary['directions'])
   summary = evaluation.summarize(step, direction_scores)
   summary['split'] = args.split
-  # Family models' scores belong to no one run.
-  if args.checkpoint_dir is not None and processes.is_primary():
+  # Family models' scores belong to no one run; with --output_json the scores go there
+  # alone, so an evaluation under other settings never replaces the run's own record.
+  if args.checkpoint_dir is not None and args.output_json is None and processes.is_primary():
     evaluation.write_eval_json(args.checkpoint_dir, summary, args.split)
   return summary
 

@@ -94,6 +94,6 @@ def chart(steps: Sequence[int], losses: Sequence[float], evaluated: Sequence[Eva
   chrf_axes.set_ylim(bottom=0)
   handles = [handle for axes in (loss_axes, chrf_axes)
              for handle in axes.get_legend_handles_labels()[0]]
-  chrf_axes.legend(handles=handles, fontsize='small', loc='center right')
+  chrf_axes.legend(handles=handles, fontsize='small', loc='best')
   loss_axes.set_title(title)
   return charts.png_bytes(figure)

@@ -131,6 +131,16 @@ def test_evaluate_tasks_on_another_corpus(trained_run, monkeypatch, capsys, tmp_
   summary = json.loads((run / 'eval' / f'step_{TRAIN_STEPS}.json').read_text())
   assert list(summary['directions']) == ['eng_Latn-hau_Latn']
   assert summary['directions']['eng_Latn-hau_Latn']['n'] == 6
+  # With --output_json, the scores of other settings leave the run's record alone.
+  record = run / 'eval' / f'step_{TRAIN_STEPS}.json'
+  output = tmp_path / 'scores.json'
+  code, _, err = run_in_process(
+      'evaluate.py', [f'--checkpoint_dir={run}', '--beam_size=1', '--max_sentences=3',
+                      '--tasks=cldr_eng_Latn.hau_Latn', '--corpus=flores200',
+                      f'--output_json={output}'], monkeypatch, capsys)
+  assert code == 0, err
+  assert json.loads(record.read_text()) == summary
+  assert json.loads(output.read_text())['directions']['eng_Latn-hau_Latn']['n'] == 3
 
 
 def test_unknown_evaluation_corpus_is_named_before_translating(trained_run, monkeypatch,
