@@ -21,6 +21,7 @@ from t5x_mt.errors import UserError
 def corpus_tokens(layout: run_layout.RunLayout) -> dict[str, float]:
   """Target tokens of one pass over each direction's training text in the run's mixture
   (a streamed corpus: its sample's mean length times its pair count)."""
+  cli.start_tensorflow()
   import sentencepiece  # pylint: disable=g-import-not-at-top  (TensorFlow, JAX: after the flags)
   import data_tasks  # pylint: disable=g-import-not-at-top
   from t5x_mt import configurables  # pylint: disable=g-import-not-at-top

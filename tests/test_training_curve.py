@@ -6,6 +6,7 @@ import json
 import sentencepiece
 
 from test_launch_translate_evaluate import error_lines
+from test_launch_translate_evaluate import run_command
 from test_launch_translate_evaluate import run_in_process
 
 from t5x_mt import files
@@ -78,6 +79,16 @@ def test_plot_training_on_a_trained_run(trained_run, tmp_path, monkeypatch, caps
   row = next(line.split() for line in lines if line.startswith('eng_Latn-hau_Latn'))
   assert row == ['eng_Latn-hau_Latn', str(one_pass), f'{trained:.0f}',
                  f'{trained / one_pass:.2f}']
+
+
+def test_plot_training_run_as_a_command_hides_tensorflows_start_up_lines(trained_run, tmp_path):
+  # Counting a pass loads TensorFlow, whose native start-up lines must not reach the user.
+  done = run_command('plot_training.py', f'--model_dir={trained_run}',
+                     f'--output={tmp_path / "curve.png"}')
+  assert done.returncode == 0, done.stderr
+  assert 'eng_Latn-hau_Latn' in done.stdout
+  for start_up_line in ('absl::InitializeLog', 'oneDNN custom operations', 'cuda drivers'):
+    assert start_up_line not in done.stderr
 
 
 def test_plot_training_refuses_a_folder_without_metrics(tmp_path, monkeypatch, capsys):
