@@ -50,10 +50,11 @@ def run(main: Callable[[list[str]], int | None]) -> None:
   """
   # TensorFlow's and XLA's own INFO and WARNING lines off; read when they load.
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  # A command speaks through what it prints; its log shows warnings and errors only, so
+  # that bad input stays one line. Set first: a module-level logging call made before it
+  # (malloc's set-up logs one) would install Python's default handler instead.
+  logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
   host_memory.retain_freed_memory()
-  logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
-  for noisy in ('jax._src', 'orbax', 'tensorflow'):
-    logging.getLogger(noisy).setLevel(logging.WARNING)
   # seqio warns that in-memory sources shuffle poorly across restarts; runs here restore
   # the input iterator's exact position instead of restarting it.
   logging.getLogger('absl').setLevel(logging.ERROR)

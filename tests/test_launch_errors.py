@@ -308,3 +308,16 @@ def test_run_that_could_score_no_direction_is_refused_before_training(workdir):
                  'pairs in its corpora; name a corpus that has them with '
                  'train_loop.evaluate_directions.corpus')
   assert files_under(workdir) == ['web.tsv']
+
+
+def test_a_commands_log_shows_warnings_in_the_projects_format_and_no_info(tmp_path):
+  """Malloc's set-up logs (at debug) before the command's own logging is configured: had
+  it installed Python's default handler, warnings would read `WARNING:root:` and the
+  configured format and level would never apply."""
+  command = ('import logging\n'
+             'from t5x_mt import cli\n'
+             "cli.run(lambda argv: logging.info('progress') or logging.warning('a warning'))\n")
+  done = subprocess.run([sys.executable, '-c', command], cwd=tmp_path,
+                        env=command_environment(), capture_output=True, text=True,
+                        timeout=120, check=False)
+  assert (done.returncode, done.stderr, done.stdout) == (0, 'WARNING root: a warning\n', '')
