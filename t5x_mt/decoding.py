@@ -284,13 +284,19 @@ def _first_beam_step(state: _BeamState, initial_cache: Cache, *, expand_cache: E
                      tokens_to_logits: TokensToLogits, prefix: Optional[jnp.ndarray],
                      **select) -> _BeamState:
   """`_beam_step` at step 0, where every beam of an example feeds the same BOS to the same
-  cache: the model runs once per example and its output is repeated to the beams."""
+  cache: the model runs once per example and its output is repeated to the beams.
+
+  No n-gram is complete before the first token, so the n-gram ban is left out here: on
+  the constant initial state it is work XLA folds at compile time, slowly enough to log
+  an alarm.
+  """
   batch_size, beam_size, _ = state.alive_seqs.shape
   log_probs, new_cache = _step_log_probs(
       tokens_to_logits, jnp.zeros((batch_size, 1), jnp.int32), initial_cache, state.cur_index,
       prefix)
   return _select_beams(state, jnp.repeat(log_probs, beam_size, axis=0),
-                       expand_cache(new_cache, beam_size), prefix=prefix, **select)
+                       expand_cache(new_cache, beam_size), prefix=prefix,
+                       **{**select, 'no_repeat_ngram_size': 0})
 
 
 def _select_beams(state: _BeamState, log_probs: jnp.ndarray, new_cache: Cache, *,

@@ -1,5 +1,6 @@
 """Tests for t5x_mt.decoding: beam search against exhaustive search on a toy model."""
 
+import collections
 import functools
 import itertools
 import math
@@ -383,6 +384,21 @@ def test_beam_search_hypotheses_repeat_no_ngram():
     bigrams = list(zip(hypothesis, hypothesis[1:]))
     assert len(bigrams) == len(set(bigrams)), hypothesis
   assert np.all(np.asarray(scores) > decoding.NEG_INF / 2)  # Three real hypotheses.
+
+
+def test_beam_searchs_first_step_bans_no_ngram():
+  """Step 0 runs outside the search loop on a constant state, where no n-gram is complete:
+  a ban there is constant work that XLA folds at compile time, slowly enough to log an
+  alarm on a real vocabulary. Only the loop's steps scatter banned tokens."""
+  def outside_the_loop(no_repeat_ngram_size):
+    search = lambda: decoding.beam_search(
+        _looping_tokens_to_logits(), _rows(1), prefix=None, beam_size=3, max_decode_length=8,
+        eos_id=EOS, no_repeat_ngram_size=no_repeat_ngram_size)
+    return collections.Counter(
+        equation.primitive.name for equation in jax.make_jaxpr(search)().eqns)
+
+  assert outside_the_loop(0)['while'] == 1
+  assert outside_the_loop(2) == outside_the_loop(0)
 
 
 def test_no_repeat_trigrams_with_a_forced_prefix_match_the_reference():
