@@ -1,16 +1,40 @@
-"""Test session set-up: eight fake CPU devices, so sharded and unsharded runs can be compared.
+"""Test session set-up: eight fake CPU devices, so sharded and unsharded runs can be compared,
+and one compilation cache shared by every test, worker and command of the session.
 
-The flag must be set before JAX initialises its backend; single-device tests build their
+The flags must be set before JAX initialises its backend; single-device tests build their
 mesh over `jax.devices()[:1]`.
 """
 
 import os
+import shutil
+import tempfile
 
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                            ' --xla_force_host_platform_device_count=8').strip()
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
+# The suite compiles the same tiny programs again and again: each run builds its own jitted
+# step, and each command started as a subprocess compiles from nothing. JAX's persistent
+# cache serves every repeat from disk. A session makes its own folder, which the xdist
+# workers and the commands the tests start inherit through the environment; a developer
+# who sets JAX_COMPILATION_CACHE_DIR keeps one across sessions. Every compilation is
+# written (JAX's default keeps only those over a second), and a size limit turns on the
+# cache's file lock, so two workers never read an entry half written.
+_CACHE_OWNER = 'T5X_MT_TEST_CACHE_OWNER'
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='t5x_mt_test_xla_cache_')
+  os.environ[_CACHE_OWNER] = str(os.getpid())
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+os.environ.setdefault('JAX_COMPILATION_CACHE_MAX_SIZE', str(16 << 30))
+os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
+
 import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from t5x_mt import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# TensorFlow's native start-up lines, which an xdist controller would print (it does not
+# capture what its conftest writes), held back as the launch commands hold them back.
+cli.start_tensorflow()
 
 import gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -53,6 +77,13 @@ def tiny_run_bindings(model_dir: pathlib.Path, vocabulary: pathlib.Path, mixture
       'inference.Translator.max_decode_length': '8',
       **overrides}
   return [f'{name} = {value}' for name, value in bindings.items()]
+
+
+def tiny_run_flags(*args, **overrides) -> list[str]:
+  """tiny_run_bindings(*args, **overrides) as launch/train.py's flags, after demo.gin."""
+  return ['--gin_file=gin/runs/demo.gin', *(
+      '--gin.' + binding.replace(' = ', '=', 1) for binding in tiny_run_bindings(
+          *args, **overrides))]
 
 
 def configure_tiny_run(*args, **overrides) -> None:
@@ -129,3 +160,48 @@ def tiny_mixture():
     data_tasks.register_mixture('test_loop_numbers', 'test_loop_numbers',
                                 [('eng_Latn', 'fra_Latn'), ('hau_Latn', 'eng_Latn')])
   return 'test_loop_numbers'
+
+
+def pytest_unconfigure(config):  # pylint: disable=unused-argument
+  """The session that made the compilation cache's folder removes it."""
+  if os.environ.get(_CACHE_OWNER) == str(os.getpid()):
+    shutil.rmtree(os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
+
+
+def pytest_xdist_auto_num_workers(config):  # pylint: disable=unused-argument
+  """`-n auto` (the default in pyproject.toml): a worker per core, as many as memory holds.
+
+  A worker with its eight fake devices, TensorFlow, and the runs it trains and compiles
+  peaks near WORKER_MEMORY_GIB; the commands some tests start take more beside it.
+  """
+  cores = len(os.sched_getaffinity(0))
+  memory_gib = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30
+  return max(1, min(cores, int(memory_gib // WORKER_MEMORY_GIB)))
+
+
+SLOW_TEST_SECONDS = 20
+WORKER_MEMORY_GIB = 6
+_unmarked_test_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+  """Adds up each test's set-up, call and tear-down time, for tests not marked slow."""
+  if 'slow' not in report.keywords:
+    _unmarked_test_seconds[report.nodeid] = (_unmarked_test_seconds.get(report.nodeid, 0.0) +
+                                             report.duration)
+
+
+def pytest_terminal_summary(terminalreporter):
+  """Names the tests outside the slow marker that took longer than the fast loop allows."""
+  over = sorted(((seconds, nodeid) for nodeid, seconds in _unmarked_test_seconds.items()
+                 if seconds > SLOW_TEST_SECONDS), reverse=True)
+  if over:
+    terminalreporter.section(f'not marked slow, over {SLOW_TEST_SECONDS} s')
+    for seconds, nodeid in over:
+      terminalreporter.write_line(f'{seconds:7.1f}s {nodeid}')
+
+
+def pytest_collection_modifyitems(items):
+  """Slow tests first: each worker starts on a long module while the short ones fill in
+  around it, instead of one worker finishing a long module alone at the end."""
+  items.sort(key=lambda item: item.get_closest_marker('slow') is None)

@@ -1,9 +1,10 @@
 """Several processes on localhost train exactly as one process with as many devices.
 
-Each run is `launch/train.py` on gin/runs/demo.gin, as a user starts it: two processes
-with two CPU devices each, joined by gloo through --coordinator_address, against one
-process with four devices. Their losses agree to rounding, a run stopped and resumed
-continues the same curve, and a checkpoint moves between process counts and meshes.
+Each run is `launch/train.py` on gin/runs/demo.gin, as a user starts it, with the model
+shrunk and two directions in its mixture (conftest.tiny_run_flags): two processes with two
+CPU devices each, joined by gloo through --coordinator_address, against one process with
+four devices. Their losses agree to rounding, a run stopped and resumed continues the same
+curve, and a checkpoint moves between process counts and meshes.
 """
 
 import json
@@ -19,8 +20,11 @@ import time
 import numpy as np
 import pytest
 
+from conftest import tiny_run_flags
 from t5x_mt import back_translation
 from test_back_translation import read_pairs
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS = 20
@@ -34,18 +38,21 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
+MIXTURE = 'two_directions'
+
+
 def demo_flags(model_dir: pathlib.Path, vocabulary: pathlib.Path, steps: int,
                *bindings: str) -> list[str]:
-  """The demo for `steps` steps, logging every step and scoring a few sentences at the
-  end so the decoding that processes share is part of every run."""
-  return ['--gin_file=gin/runs/demo.gin', f"--gin.MODEL_DIR='{model_dir}'",
-          f'--gin.TRAIN_STEPS={steps}', f"--gin.VOCABULARY_PATH='{vocabulary}'",
-          f'--gin.CHECKPOINT_EVERY_STEPS={HALF}', '--gin.LOG_EVERY_STEPS=1',
-          '--gin.train_loop.train.evaluate_test_split=False',
-          '--gin.train_loop.train.progress_bar=False',
-          '--gin.train_loop.evaluate_directions.max_sentences=2',
-          '--gin.inference.Translator.beam_size=1',
-          '--gin.inference.Translator.max_decode_length=16', *(f'--gin.{b}' for b in bindings)]
+  """The shrunk demo on two directions for `steps` steps, logging every step and scoring
+  a few sentences at the end so the decoding that processes share is part of every run."""
+  return [*tiny_run_flags(
+      model_dir, vocabulary, MIXTURE, steps, CHECKPOINT_EVERY_STEPS=str(HALF),
+      LEARNING_RATE='1e-2',
+      **{'data_tasks.register_from_config.mixtures':
+         f"{{'{MIXTURE}': ['cldr_eng_Latn.fra_Latn', 'cldr_hau_Latn.eng_Latn']}}",
+         'train_loop.evaluate_directions.max_sentences': '2',
+         'inference.Translator.max_decode_length': '16'}),
+          *(f'--gin.{b}' for b in bindings)]
 
 
 def run_processes(num_processes: int, flags: list[str], script: str = 'train.py'

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from conftest import tiny_run_bindings
+from conftest import tiny_run_flags
 
 from t5x_mt import actions
 
@@ -17,12 +17,10 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 def _train(model_dir: pathlib.Path, vocabulary: pathlib.Path, steps: int) -> subprocess.Popen:
   """launch/train.py on the tiny eng->hau run, as a user starts it."""
-  bindings = tiny_run_bindings(model_dir, vocabulary, 'cldr_eng_Latn.hau_Latn', steps,
-                               CHECKPOINT_EVERY_STEPS='1000')
-  flags = ['--gin.' + binding.replace(' = ', '=', 1) for binding in bindings]
-  return subprocess.Popen([sys.executable, 'launch/train.py', '--gin_file=gin/runs/demo.gin',
-                           *flags], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+  flags = tiny_run_flags(model_dir, vocabulary, 'cldr_eng_Latn.hau_Latn', steps,
+                         CHECKPOINT_EVERY_STEPS='1000')
+  return subprocess.Popen([sys.executable, 'launch/train.py', *flags], cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _logged_steps(model_dir: pathlib.Path) -> list[int]:
