@@ -59,6 +59,7 @@ def test_adapter_index_by_target_and_by_direction():
       0, -1, -1, -1]
 
 
+@pytest.mark.slow
 def test_new_adapters_leave_the_base_model_outputs_unchanged():
   batch = _packed_batch()
   base = network.Transformer(network.TransformerConfig(**TINY))
@@ -110,6 +111,7 @@ def _configure_adapters(trained_run, model_dir, keys: str, trainable: str = "'ad
       'LEARNING_RATE': '1e-2'})
 
 
+@pytest.mark.slow
 def test_adapters_train_on_a_frozen_base_that_stays_bit_identical(trained_run, tmp_path):
   parent_before = saved_params(trained_run, 4)
   _configure_adapters(trained_run, tmp_path / 'adapters', "('hau_Latn',)")
@@ -131,6 +133,7 @@ def test_adapters_train_on_a_frozen_base_that_stays_bit_identical(trained_run, t
     np.testing.assert_array_equal(got, want)  # The parent checkpoint is untouched.
 
 
+@pytest.mark.slow
 def test_joint_training_moves_the_base_too(trained_run, tmp_path):
   _configure_adapters(trained_run, tmp_path / 'joint', "('hau_Latn',)", trainable="'all'")
   train_configured()
@@ -139,6 +142,7 @@ def test_joint_training_moves_the_base_too(trained_run, tmp_path):
   assert any(moved)
 
 
+@pytest.mark.slow
 def test_a_direction_without_its_adapter_is_one_clear_error(trained_run, tmp_path,
                                                             monkeypatch, capsys):
   _configure_adapters(trained_run, tmp_path / 'fra', "('fra_Latn',)")

@@ -6,6 +6,7 @@ import shutil
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from t5x_mt import averaging
 from t5x_mt import checkpoints
@@ -15,6 +16,7 @@ from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 
 
+@pytest.mark.slow
 def test_average_of_two_checkpoints_is_their_mean_and_translates(trained_run, tmp_path,
                                                                  monkeypatch, capsys):
   output = tmp_path / 'averaged'

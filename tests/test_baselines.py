@@ -30,6 +30,7 @@ def _first_batch_loss(translator, task: str) -> tuple[float, float]:
   return float(jax.device_get(token_loss.sum())), float(weights.sum())
 
 
+@pytest.mark.slow
 def test_group_losses_per_direction_and_per_target(trained_run):
   translator = run_loading.load_translator(str(trained_run))
   data_tasks.register_corpora_and_mixtures(mixtures={'test_baselines': TASKS})

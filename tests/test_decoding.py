@@ -258,6 +258,7 @@ def _extend_history(cache, steps):
   return {**cache, 'history': jnp.pad(history, ((0, 0), (0, steps - history.shape[1])))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('cache_lengths', [(1, 2, 4), (2, 4), (3, 5)])
 def test_growing_cache_decodes_as_a_full_one(cache_lengths):
   table = _toy_table(4)

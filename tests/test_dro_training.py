@@ -136,6 +136,7 @@ def test_direction_scales_are_weight_over_sampling_share(tmp_path):
   assert training.direction_scales() == pytest.approx([q[0] / 0.25, q[1] / 0.75, q[1] / 0.75])
 
 
+@pytest.mark.slow
 def test_scaled_loss_equals_the_loss_without_the_zero_scaled_direction():
   config = network.TransformerConfig(vocab_size=64, emb_dim=16, num_heads=2, head_dim=8,
                                      mlp_dim=32, num_encoder_layers=1, num_decoder_layers=1,
@@ -165,6 +166,7 @@ def _logged(run: pathlib.Path) -> list[dict]:
   return [json.loads(line) for line in (run / 'metrics.jsonl').open()]
 
 
+@pytest.mark.slow
 def test_dro_run_moves_weights_and_resumes_exactly(tiny_mixture, tmp_path):
   # hau->eng's baseline is far below what the model reaches: its excess is the larger.
   baselines = _write_baselines(tmp_path / 'b.json', {GROUPS[0]: 6.0, GROUPS[1]: 0.5})
@@ -186,6 +188,7 @@ def test_dro_run_moves_weights_and_resumes_exactly(tiny_mixture, tmp_path):
   assert straight[2][f'dro_weight/{GROUPS[1]}'] > 0.6
 
 
+@pytest.mark.slow
 def test_reweighting_keeps_plain_sampling_and_moves_weights(tiny_mixture, tmp_path):
   baselines = _write_baselines(tmp_path / 'b.json', {GROUPS[0]: 6.0, GROUPS[1]: 0.5})
   _configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, 3, baselines,

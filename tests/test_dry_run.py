@@ -124,6 +124,7 @@ def compiled_report(topology: str, *bindings: str) -> dict:
   return dry_runs.compile_report(configurables.run_spec(), topology, vocab_size=256)
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_compiled_flops_double_with_the_batch():
   small = compiled_report('v5e:2x2', 'MESH_SHAPE = (1, 4, 1)', 'BATCH_SIZE = 8')
@@ -135,6 +136,7 @@ def test_compiled_flops_double_with_the_batch():
   assert large['flops_per_chip'] / small['flops_per_chip'] == pytest.approx(2.0, rel=0.05)
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_fsdp_shards_the_compiled_state_over_the_chips():
   """Parameters and Adam's moments, the bulk of the step's arguments, split 4 ways (an
@@ -181,6 +183,7 @@ def test_without_libtpu_the_error_says_how_to_install_it(monkeypatch, tmp_path):
     dry_runs.topology_devices('v5e:2x2')
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_a_model_too_big_for_the_chip_prints_its_bytes_then_exits_2():
   """An 8M-piece vocabulary (1.0B parameters, replicated): the TPU compiler refuses it, yet

@@ -26,6 +26,7 @@ def _configure(trained_run, model_dir, train_steps: int, **overrides) -> None:
       'trainer.constant_schedule.learning_rate': '0.0', **overrides})
 
 
+@pytest.mark.slow
 def test_fine_tuning_starts_from_the_parent_parameters(trained_run, tmp_path):
   _configure(trained_run, tmp_path / 'ft', 2)
   train_configured()
@@ -33,6 +34,7 @@ def test_fine_tuning_starts_from_the_parent_parameters(trained_run, tmp_path):
     np.testing.assert_array_equal(child, parent)  # Learning rate 0: nothing moved.
 
 
+@pytest.mark.slow
 def test_early_stopping_keeps_the_best_step(trained_run, tmp_path):
   # At learning rate 0 every evaluation scores the same: the first is the best, and with
   # patience 1 the run stops at the second.
@@ -51,6 +53,7 @@ def test_early_stopping_keeps_the_best_step(trained_run, tmp_path):
   assert train_configured() == {}  # Rerun: already stopped, no more steps.
 
 
+@pytest.mark.slow
 def test_the_best_step_outlives_checkpoint_rotation(trained_run, tmp_path, capsys):
   # A checkpoint every step, keep 2, an evaluation every 3: at learning rate 0 step 3 is
   # the best, and the run stops at step 9 after 2 evaluations without a better one.

@@ -43,6 +43,7 @@ def _probe(mode: str) -> dict:
   return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_temporaries_reuse_freed_pages_once_malloc_keeps_them():
   retained = _probe('retain')
   if not retained['retained']:

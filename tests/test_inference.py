@@ -39,6 +39,7 @@ def _unsharded_translator(trained_run, **overrides) -> inference.Translator:
                               dataclasses.replace(loaded.settings, **overrides))
 
 
+@pytest.mark.slow
 def test_parallel_batches_translate_as_one_batch_at_a_time_in_input_order(trained_run):
   one_at_a_time = _unsharded_translator(trained_run, parallel_batches=1)
   parallel = _unsharded_translator(trained_run, parallel_batches=3)

@@ -57,6 +57,7 @@ def error_lines(stderr: str) -> list[str]:
   return [line for line in stderr.splitlines() if line.startswith('error: ')]
 
 
+@pytest.mark.slow
 def test_translate_then_evaluate_files_agree_with_score_direction(trained_run, tmp_path):
   src_file = tmp_path / 'src.eng'
   src_file.write_text('Monday\n\n10 kilometres\n', encoding='utf-8')

@@ -36,6 +36,7 @@ def _target_log_probs(params, batch):
                                         axis=-1)[..., 0])
 
 
+@pytest.mark.slow
 def test_loss_fn_sums_the_label_smoothed_loss_per_direction():
   model, params, batch = models.TranslationModel(CONFIG), random_params(CONFIG), _batch()
   sums = model.loss_fn(params, batch, None, direction_ids=DIRECTION_IDS, label_smoothing=0.1)
@@ -85,6 +86,7 @@ def _greedy_by_teacher_forcing(params, encoder_tokens, length, num_pieces):
   return outputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('scan_layers', [False, True])
 def test_predict_batch_greedy_is_the_argmax_of_teacher_forcing(scan_layers):
   params = random_params(CONFIG, seed=2)

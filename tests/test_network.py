@@ -96,6 +96,7 @@ def test_packed_forward_equals_each_sequence_run_separately():
     start += len(tgt)
 
 
+@pytest.mark.slow
 def test_incremental_decoding_matches_teacher_forced_logits():
   model = network.Transformer(TINY)
   params = random_params()
@@ -334,6 +335,7 @@ def test_dropout_off_is_deterministic_and_on_depends_on_rng():
   assert not np.allclose(run(True, 3), run(False))
 
 
+@pytest.mark.slow
 def test_decoding_more_than_one_token_per_step_is_an_error():
   model = network.Transformer(TINY)
   params = random_params()

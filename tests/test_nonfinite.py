@@ -46,6 +46,7 @@ def _train(scales_per_step):
   return jax.device_get(state), metrics
 
 
+@pytest.mark.slow
 def test_a_non_finite_step_is_skipped_and_the_run_goes_on_as_without_it():
   poisoned, metrics = _train([GOOD, POISONED, GOOD, GOOD])
   without, _ = _train([GOOD, None, GOOD, GOOD])
@@ -69,6 +70,7 @@ def _strict_json(line: str) -> dict:
   return json.loads(line, parse_constant=refuse)
 
 
+@pytest.mark.slow
 def test_a_learning_rate_that_overflows_stops_the_run_with_finite_checkpoints(
     tiny_mixture, tmp_path):
   run_dir = tmp_path / 'run'

@@ -24,6 +24,7 @@ def _schedule(count):
   return 1e-2 * jnp.minimum(1.0, (count + 1) / 3.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('clip_norm, grad_scale', [(1.0, 10.0), (1.0, 1e-3), (None, 1.0)])
 @pytest.mark.parametrize('learning_rate', [_schedule, 3e-3])
 def test_fused_adamw_equals_the_optax_chain_step_by_step(clip_norm, grad_scale,

@@ -70,6 +70,7 @@ def single_device_run():
   return train((1, 1), jax.devices()[:1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('mesh_shape', [(8, 1), (4, 2), (1, 8, 1), (2, 2, 2), (4, 1, 2)])
 def test_losses_and_parameters_agree_across_meshes(single_device_run, mesh_shape):
   single_losses, single_params = single_device_run

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import tiny_run_flags
 
 from t5x_mt import actions
@@ -31,6 +33,7 @@ def _logged_steps(model_dir: pathlib.Path) -> list[int]:
           if line.endswith('}')]
 
 
+@pytest.mark.slow
 def test_sigterm_saves_the_step_and_exits_0_and_the_same_command_resumes(trained_run, tmp_path):
   signal_number = signal.SIGTERM
   vocabulary = trained_run.parent / 'vocab' / 'eng_hau.model'

@@ -53,6 +53,7 @@ def _assert_trees_close(actual, expected, atol):
   jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, atol=atol), actual, expected)
 
 
+@pytest.mark.slow
 def test_scanned_stacks_compute_the_unrolled_model_and_its_gradients():
   params = _unrolled_params()
   loss, grads = _loss_and_grads(CONFIG, params)
@@ -62,6 +63,7 @@ def test_scanned_stacks_compute_the_unrolled_model_and_its_gradients():
   _assert_trees_close(scanned_grads, models.to_scanned(grads), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_scanned_init_has_the_stacked_layout_and_layouts_round_trip():
   params = _unrolled_params()
   stacked = models.to_scanned(params)
@@ -74,6 +76,7 @@ def test_scanned_init_has_the_stacked_layout_and_layouts_round_trip():
   _assert_trees_close(models.to_unrolled(stacked), params, atol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('scan_layers', [False, True])
 @pytest.mark.parametrize('policy', ['full', 'dots', 'dots_with_no_batch_dims'])
 def test_remat_policies_leave_loss_and_gradients_unchanged(policy, scan_layers):

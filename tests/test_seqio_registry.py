@@ -80,6 +80,7 @@ def _as_tuples(pairs: list) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
   return [(tuple(inputs), tuple(targets)) for inputs, targets in pairs]
 
 
+@pytest.mark.slow
 def test_another_program_reads_a_mixture_with_the_vocabulary_it_chose(model_path):
   result = subprocess.run([sys.executable, '-c', _OTHER_PROGRAM, model_path, TASK], cwd=REPO,
                           capture_output=True, text=True, timeout=600, check=False)

@@ -37,6 +37,7 @@ def configure(model_dir: pathlib.Path, vocabulary: pathlib.Path, mixture: str,
                      INPUTS_LENGTH='16', TARGETS_LENGTH='16')
 
 
+@pytest.mark.slow
 def test_resume_continues_loss_curve(tiny_mixture, tmp_path):
   vocabulary = tmp_path / 'vocab.model'
   configure(tmp_path / 'straight', vocabulary, tiny_mixture, train_steps=6)
@@ -57,6 +58,7 @@ def test_resume_continues_loss_curve(tiny_mixture, tmp_path):
     assert got['loss'] == pytest.approx(want['loss'], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_damaged_latest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
     tiny_mixture, tmp_path, caplog):
   vocabulary = tmp_path / 'vocab.model'
@@ -99,6 +101,7 @@ def test_a_damaged_metrics_record_before_the_last_is_named(tmp_path, caplog):
   assert 'metrics.jsonl:3: dropping an incomplete last record' in caplog.text
 
 
+@pytest.mark.slow
 def test_resume_with_a_grown_vocabulary_keeps_training_the_old_model(tiny_mixture, tmp_path):
   vocabulary = tmp_path / 'vocab.model'
   configure(tmp_path / 'run', vocabulary, tiny_mixture, train_steps=3)
@@ -120,6 +123,7 @@ def test_resume_with_a_grown_vocabulary_keeps_training_the_old_model(tiny_mixtur
   assert run.saved_shapes(5)[('shared_embedding', 'embedding')][0] == new_rows
 
 
+@pytest.mark.slow
 def test_run_writes_its_outputs(tiny_mixture, tmp_path):
   configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, train_steps=3)
   train_configured()
@@ -171,6 +175,7 @@ def test_bad_settings_are_named_before_model_dir_exists(tiny_mixture, tmp_path, 
   assert not (tmp_path / 'run').exists() and not (tmp_path / 'vocab.model').exists()
 
 
+@pytest.mark.slow
 def test_resuming_with_another_model_shape_leaves_the_run_as_it_was(tiny_mixture, tmp_path):
   configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, train_steps=3)
   train_configured()
@@ -221,6 +226,7 @@ def _tiny_spec(model_dir: pathlib.Path, vocabulary: pathlib.Path,
       decode=inference.DecodeSettings(beam_size=1, batch_size=8, max_decode_length=8))
 
 
+@pytest.mark.slow
 def test_a_run_built_from_objects_calls_its_actions_and_resumes_where_they_stopped(
     tiny_mixture, tmp_path):
   spec = _tiny_spec(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture)

@@ -68,6 +68,7 @@ def _one_step(num_microbatches: int, loss_chunk_length: int = 0, direction_scale
   return jax.device_get(state.params), jax.device_get(metrics)
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_equals_one_large_batch():
   big_params, big_metrics = _one_step(num_microbatches=1)
   micro_params, micro_metrics = _one_step(num_microbatches=4)
@@ -80,6 +81,7 @@ def test_gradient_accumulation_equals_one_large_batch():
     np.testing.assert_allclose(micro, big, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('logits_via_embedding', [True, False])
 def test_train_step_with_chunked_loss_equals_plain_step(logits_via_embedding):
   plain_params, plain_metrics = _one_step(1, logits_via_embedding=logits_via_embedding)
@@ -94,6 +96,7 @@ def test_train_step_with_chunked_loss_equals_plain_step(logits_via_embedding):
     np.testing.assert_allclose(chunked, plain, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_chunked_loss_step_with_dro_scales_equals_plain_step():
   # DRO's reweighting: each direction's tokens scaled in the objective (sorted ids).
   scales = jnp.linspace(0.2, 3.0, len(DIRECTIONS))

@@ -166,6 +166,7 @@ def test_beam_pipeline_writes_the_same_folder_as_the_local_engine(tmp_path):
     assert (tmp_path / 'beam' / name).read_bytes() == (tmp_path / 'local' / name).read_bytes()
 
 
+@pytest.mark.slow
 def test_command_line_cleans_with_beam_and_prints_the_totals(tmp_path):
   src, tgt = _write_pair(tmp_path)
   result = _run_clean(f'--src_file={src}', f'--tgt_file={tgt}', '--src_lang=eng_Latn',

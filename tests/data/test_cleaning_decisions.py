@@ -75,6 +75,7 @@ def decisions(corpus: str, config: str, output_dir: Path) -> dict:
           'digests': digests}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('config', [RULE_FILTERS, *PRESETS])
 @pytest.mark.parametrize('corpus', CORPORA)
 def test_cleaning_decisions_match_the_recorded_ones(corpus, config, tmp_path):

@@ -75,7 +75,7 @@ def test_outputs_and_gradients_match_xla_attention(name):
       out = fn(q, k, v, q_segment_ids=q_segments, kv_segment_ids=kv_segments, bias=bias,
                causal=case['causal'])
       return jnp.sum(out * cotangent), out
-    return jax.value_and_grad(weighted_output, argnums=(0, 1, 2, 3), has_aux=True)
+    return jax.jit(jax.value_and_grad(weighted_output, argnums=(0, 1, 2, 3), has_aux=True))
 
   (_, flash_out), flash_grads = loss(_flash_blocks)(q, k, v, bias)
   (_, xla_out), xla_grads = loss(kernels.xla_attention)(q, k, v, bias)
@@ -179,6 +179,7 @@ def test_forcing_the_kernel_where_it_cannot_run_names_the_reason():
     kernels.attention(wide, wide, wide, implementation='pallas')
 
 
+@pytest.mark.slow
 def test_transformer_with_the_kernel_matches_xla_loss_and_gradients():
   """The whole model, packed rows on both sides: logits and parameter gradients."""
   config = network.TransformerConfig(
@@ -201,7 +202,7 @@ def test_transformer_with_the_kernel_matches_xla_loss_and_gradients():
     def total(params):
       logits = model.apply({'params': params}, **batch)
       return jnp.sum(jax.nn.log_softmax(logits)[..., 3] * (decoder_segments > 0))
-    return jax.value_and_grad(total)(params)
+    return jax.jit(jax.value_and_grad(total))(params)
 
   xla_loss, xla_grads = loss('xla')
   pallas_loss, pallas_grads = loss('pallas')

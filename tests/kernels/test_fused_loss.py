@@ -28,6 +28,7 @@ def _plain_losses(hidden, projection, targets, vocab_major):
                                              0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('vocab_major', [True, False])
 def test_chunked_objective_equals_the_plain_loss_and_gradients(vocab_major):
   """Both output projections (tied embedding [V, E] scaled, separate kernel [E, V]), a
@@ -52,6 +53,7 @@ def test_chunked_objective_equals_the_plain_loss_and_gradients(vocab_major):
     np.testing.assert_allclose(grad, expected_grad, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_chunked_token_losses_are_the_plain_losses_with_or_without_gradients():
   hidden, projection, targets, scales = _problem(True)
   expected = _plain_losses(hidden, projection, targets, True)
