@@ -174,7 +174,8 @@ def pytest_xdist_auto_num_workers(config):  # pylint: disable=unused-argument
   A worker with its eight fake devices, TensorFlow, and the runs it trains and compiles
   peaks near WORKER_MEMORY_GIB; the commands some tests start take more beside it.
   """
-  cores = len(os.sched_getaffinity(0))
+  cores = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')  # Not on macOS.
+           else os.cpu_count() or 1)
   memory_gib = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30
   return max(1, min(cores, int(memory_gib // WORKER_MEMORY_GIB)))
 

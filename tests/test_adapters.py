@@ -75,6 +75,7 @@ def test_new_adapters_leave_the_base_model_outputs_unchanged():
                                 base.apply({'params': base_params}, **batch))
 
 
+@pytest.mark.slow
 def test_each_token_goes_through_its_own_directions_adapter():
   batch = _packed_batch()
   model = _adapter_model()

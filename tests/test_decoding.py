@@ -285,6 +285,7 @@ def test_growing_cache_decodes_as_a_full_one(cache_lengths):
       np.asarray(greedy(_history_cache(initial_states, LENGTH))))
 
 
+@pytest.mark.slow
 def test_a_cache_that_never_grows_changes_the_toy_model():
   # Guards the test above: without growth, the clamped history decodes something else.
   table = _toy_table(4)

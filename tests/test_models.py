@@ -54,6 +54,7 @@ def test_loss_fn_sums_the_label_smoothed_loss_per_direction():
   assert float(chunked['loss_sum']) == pytest.approx(float(sums['loss_sum']), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_loss_fn_scales_only_the_objective_by_direction():
   model, params, batch = models.TranslationModel(CONFIG), random_params(CONFIG), _batch()
   plain = model.loss_fn(params, batch, None, direction_ids=DIRECTION_IDS, label_smoothing=0.1)

@@ -120,6 +120,7 @@ def test_incremental_decoding_matches_teacher_forced_logits():
   np.testing.assert_allclose(np.asarray(incremental)[valid], np.asarray(full)[valid], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_grown_cache_and_shared_cross_attention_decode_like_teacher_forcing():
   # Beam search's layout: two hypotheses per example read one copy of the example's
   # cross-attention keys, and the self-attention cache starts at 2 steps and grows.
