@@ -56,6 +56,7 @@ def corpus(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.multiprocess
 def test_two_processes_see_every_pair_once_per_epoch_and_resume_in_order(tmp_path, corpus):
   files, vocabulary = corpus
   straight = read_in_two_processes(tmp_path, files, vocabulary, f'--batches={BATCHES}',
