@@ -16,13 +16,13 @@ down explicitly; nothing below reads gin. A recipe imports this module
 """
 
 from collections.abc import Mapping, Sequence
-import os
 from typing import Any
 
 import gin
 
 import data_tasks
 from t5x_mt import dro
+from t5x_mt import files
 from t5x_mt import inference
 from t5x_mt import network
 from t5x_mt import partitioning
@@ -55,7 +55,7 @@ _cleaning_steps = {name: gin.external_configurable(cls, name=name, module='clean
 # The data settings, under the names recipes have always bound.
 @gin.configurable('vocabulary_path', module='data_tasks')
 def _vocabulary_path(path: str = data_tasks.DEFAULT_VOCABULARY_PATH) -> str:
-  return os.path.expanduser(path)
+  return files.expand(path)
 
 
 @gin.configurable('tag_strategy', module='data_tasks')

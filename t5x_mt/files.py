@@ -37,10 +37,20 @@ def on_object_store(location: str | os.PathLike) -> bool:
   return os.fspath(location).startswith(_OBJECT_STORE_SCHEMES)
 
 
+def expand(location: str | os.PathLike) -> str:
+  """`location` with `~` and environment variables (`$SCRATCH`, `${RUN}`) expanded, as a
+  shell would have: gin strings and `--flag=~/x` never pass through one, and a folder
+  named `~` in the working directory is never what was meant."""
+  location = os.path.expandvars(os.fspath(location))
+  return location if on_object_store(location) else os.path.expanduser(location)
+
+
 def path(location: str | os.PathLike) -> AnyPath:
   """`location` as a path that keeps its scheme: an epath for an object store, which
   reads and writes through the store's client (`pathlib` would make gs://bucket/run the
-  local folder gs:/bucket/run), a `pathlib.Path` otherwise."""
+  local folder gs:/bucket/run), a `pathlib.Path` otherwise; `~` and variables expanded
+  (`expand`)."""
+  location = expand(location)
   if on_object_store(location):
     return epath.Path(location)
   if '://' in os.fspath(location):

@@ -15,6 +15,7 @@ import numpy as np
 import optax
 
 import data_tasks
+from t5x_mt import files
 from t5x_mt import partitioning
 from t5x_mt import trainer
 from t5x_mt import validation
@@ -123,6 +124,9 @@ class TrainConfig:
   max_nonfinite_steps: int = 10
 
   def __post_init__(self):
+    object.__setattr__(self, 'model_dir', files.expand(self.model_dir))
+    if self.init_from is not None:
+      object.__setattr__(self, 'init_from', files.expand(self.init_from))
     for field in _POSITIVE:
       validation.integer(setting_name(field), getattr(self, field), minimum=1)
     for field in _NON_NEGATIVE:
@@ -160,6 +164,8 @@ class EvalConfig:
   baseline: str | None = None
 
   def __post_init__(self):
+    if self.spm_model_path is not None:
+      object.__setattr__(self, 'spm_model_path', files.expand(self.spm_model_path))
     if self.max_sentences is not None:
       validation.integer(f'{EVAL_CONFIGURABLE}.max_sentences', self.max_sentences,
                          minimum=1)

@@ -9,6 +9,8 @@ import pytest
 
 import data_tasks
 from t5x_mt import configurables
+from t5x_mt import files
+from t5x_mt import gin_utils
 from t5x_mt.data.cleaning import pipeline
 from t5x_mt.errors import UserError
 
@@ -81,3 +83,79 @@ def test_cleaning_presets_and_step_parameters_reach_the_specs():
   assert params['token_ratio']['max_ratio'] == 2.5
   defaults = {spec.name: dict(spec.params) for spec in pipeline.resolve_specs(names)}
   assert defaults['long_word']['max_chars'] != 35
+
+
+RECIPES = sorted(str(path.relative_to(REPO)) for path in (REPO / 'gin').rglob('*.gin'))
+
+
+@pytest.mark.parametrize('recipe', RECIPES)
+def test_every_recipe_defines_only_macros_that_a_binding_reads(recipe):
+  """Including the recipes whose parent's only reader of a macro is overridden
+  (finetune/*.gin replace ntrex_flores.gin's corpora_dirs, which read GETTEXT_CLEAN_DIR)."""
+  gin_utils.parse_gin([recipe], [])
+
+
+@pytest.mark.parametrize('binding, macro, closest', [
+    ('TRAIN_STEP = 5', 'TRAIN_STEP', 'TRAIN_STEPS'),
+    ('train_steps = 5', 'train_steps', 'TRAIN_STEPS'),
+    ("MODEL_DIRR = '/tmp/x'", 'MODEL_DIRR', 'MODEL_DIR'),
+])
+def test_a_macro_that_no_binding_reads_is_refused_naming_it_and_the_closest(binding, macro,
+                                                                            closest):
+  with pytest.raises(UserError) as refused:
+    gin_utils.parse_gin(['gin/runs/demo.gin'], ['TRAIN_STEPS = 7', binding])
+  assert str(refused.value) == (f'gin: binding {binding!r}: no binding reads the macro '
+                                f'{macro} (did you mean {closest}?)')
+
+
+def test_a_macro_in_a_file_that_no_binding_reads_names_the_file_and_line(tmp_path):
+  recipe = tmp_path / 'mine.gin'
+  recipe.write_text("include 'gin/runs/demo.gin'\n\nTRAIN_STEPS = 60\nTRAIN_STEP = 60\n",
+                    encoding='utf-8')
+  with pytest.raises(UserError) as refused:
+    gin_utils.parse_gin([str(recipe)], [])
+  assert str(refused.value) == (f'gin: {recipe}, line 4: no binding reads the macro '
+                                'TRAIN_STEP (did you mean TRAIN_STEPS?)')
+
+
+def test_a_macro_read_by_a_later_binding_is_accepted():
+  gin_utils.parse_gin(['gin/runs/demo.gin'],
+                      ['STEPS_WANTED = 9', 'TRAIN_STEPS = %STEPS_WANTED'])
+  assert configurables.train_config().train_steps == 9
+
+
+@pytest.mark.parametrize('binding, error', [
+    ('train_loop.train.train_step = 5', "Configurable 'train_loop.train' doesn't have a "
+     "parameter named 'train_step' (did you mean train_steps?)"),
+    ('train_loop.trian.train_steps = 5', "No configurable matching 'train_loop.trian' "
+     '(did you mean train_loop.train?)'),
+])
+def test_an_unknown_configurable_or_parameter_names_the_closest(binding, error):
+  with pytest.raises(UserError) as refused:
+    gin_utils.parse_gin(['gin/runs/demo.gin'], [binding])
+  assert str(refused.value) == f'gin: binding {binding!r}: {error}'
+
+
+@pytest.mark.parametrize('binding, field', [
+    ("MODEL_DIR = '~/runs/$RUN_NAME'", 'model_dir'),
+    ("train_loop.train.init_from = '~/runs/$RUN_NAME'", 'init_from'),
+])
+def test_home_and_variables_are_expanded_in_run_folders(binding, field, tmp_path,
+                                                        monkeypatch):
+  monkeypatch.setenv('HOME', str(tmp_path))
+  monkeypatch.setenv('RUN_NAME', 'first')
+  gin_utils.parse_gin(['gin/runs/demo.gin'], [binding])
+  assert getattr(configurables.train_config(), field) == str(tmp_path / 'runs' / 'first')
+
+
+def test_home_and_variables_are_expanded_in_every_path_setting(tmp_path, monkeypatch):
+  monkeypatch.setenv('HOME', str(tmp_path))
+  monkeypatch.setenv('VOCABS', str(tmp_path / 'vocabs'))
+  gin_utils.parse_gin(['gin/runs/demo.gin'], [
+      "VOCABULARY_PATH = '$VOCABS/v.model'",
+      "train_loop.evaluate_directions.spm_model_path = '~/flores.spm'"])
+  assert configurables.data_settings().vocabulary_path == str(tmp_path / 'vocabs' / 'v.model')
+  assert configurables.eval_config().spm_model_path == str(tmp_path / 'flores.spm')
+  assert files.path('~/x/$VOCABS') == pathlib.Path(f'{tmp_path}/x/{tmp_path}/vocabs')
+  monkeypatch.setenv('RUN_NAME', 'first')
+  assert str(files.path('gs://bucket/~/$RUN_NAME')) == 'gs://bucket/~/first'

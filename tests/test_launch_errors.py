@@ -188,11 +188,16 @@ def test_bad_distributed_flags_are_one_line_before_any_import(workdir, flags, er
   assert finished.imported == [] and files_under(workdir) == []
 
 
-def test_mesh_shape_that_does_not_cover_the_devices_is_one_line(workdir):
-  finished = launch('train.py', '--gin_file=gin/runs/demo.gin', '--gin.MESH_SHAPE=(2, 2, 1)',
+@pytest.mark.parametrize('binding, error_line', [
+    ('--gin.MESH_SHAPE=(2, 2, 1)', 'error: MESH_SHAPE: (2, 2, 1) does not cover the 1 devices '
+     '(the product of the sizes must equal the device count)'),
+    ('--gin.TRAIN_STEP=5', "error: gin: binding 'TRAIN_STEP = 5': no binding reads the macro "
+     'TRAIN_STEP (did you mean TRAIN_STEPS?)'),
+])
+def test_bad_demo_binding_is_one_line_before_any_work(workdir, binding, error_line):
+  finished = launch('train.py', '--gin_file=gin/runs/demo.gin', binding,
                     f"--gin.MODEL_DIR='{workdir / 'run'}'", cwd=workdir)
-  assert_refused(finished, 'error: MESH_SHAPE: (2, 2, 1) does not cover the 1 devices (the '
-                 'product of the sizes must equal the device count)')
+  assert_refused(finished, error_line)
   assert files_under(workdir) == []
 
 
@@ -218,7 +223,8 @@ def test_gin_mistake_names_the_file_and_line(workdir):
                     '--tgt_lang=hau_Latn', '--preset=default', '--gin_file=steps.gin',
                     '--output_dir=cleaned', cwd=workdir)
   assert_refused(finished, "error: gin: steps.gin, line 2: Configurable 'duplicates' doesn't "
-                 "have a parameter named 'bloom_error'.")
+                 "have a parameter named 'bloom_error' (did you mean bloom_error_rate?)")
+
 
 
 def test_unquoted_string_binding_says_how_to_quote_it(workdir):
