@@ -1,16 +1,31 @@
-"""The repository's docs stand alone: no file cites a document or folder outside it, and
-every `docs/methods.md#<anchor>` a file cites is a heading of docs/methods.md."""
+"""The repository's docs stand alone and say what is true: no file cites a document or
+folder outside it, every link between its Markdown pages lands on a page and heading that
+exist, and every command they show parses as the command itself parses it."""
 
 import ast
+import dataclasses
+import importlib.util
 import pathlib
 import re
+import shlex
+import textwrap
+
+import gin
+
+from t5x_mt import cli
+from t5x_mt import configurables  # pylint: disable=unused-import  (gin names the commands bind)
+from t5x_mt import gin_utils
+from t5x_mt.data.cleaning import pipeline
+from t5x_mt.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 METHODS = REPO / 'docs' / 'methods.md'
 README = REPO / 'README.md'
+# The pages a user reads: the README and every page under docs/.
+PAGES = (README, *sorted((REPO / 'docs').glob('*.md')))
 
 # Files that ship with the repository and are read by its users.
-SCANNED_FOLDERS = ('t5x_mt', 'launch', 'data_tasks', 'gin', 'docs')
+SCANNED_FOLDERS = ('t5x_mt', 'launch', 'tools', 'data_tasks', 'gin', 'docs')
 TEXT_SUFFIXES = ('.py', '.gin', '.md', '.txt')
 
 # Documents outside the repository, and paths into the folder beside it.
@@ -21,7 +36,18 @@ OUTSIDE_REFERENCE = re.compile(r'METHODS\.md|DESIGN\.md|\.\./shared\b|(?<![\w/])
 DATA_LOOKUP = (REPO / 't5x_mt' / 'data' / 'readers.py', 'shared_data_dir')
 
 METHODS_LINK = re.compile(r'docs/methods\.md#([\w-]+)')
-MARKDOWN_LINK = re.compile(r'\]\((\.\./README\.md|README\.md|)#([\w-]+)\)')
+# A Markdown link or image whose target is a path in the repository (no scheme).
+RELATIVE_LINK = re.compile(r'\]\((?![a-z]+:)([^)\s]+)\)')
+TESTS_README = REPO / 'tests' / 'README.md'
+# A section of the README cited by its heading in a comment or docstring.
+README_SECTION = re.compile(r'README(?:\'s|,) "([^"]+)"')
+
+# A fenced code block, also one indented inside a list item.
+FENCED_BLOCK = re.compile(r'^[ \t]*```[^\n]*\n(.*?)^[ \t]*```', re.MULTILINE | re.DOTALL)
+CODE_SPAN = re.compile(r'`([^`]+)`')
+COMMAND = re.compile(r'\bpython3? ((?:launch|tools)/\w+\.py)\b(.*)')
+# Arguments that stand for something the reader fills in: `...`, `F,..`, `$VAR`, `[--optional]`.
+ELISION = re.compile(r'\.\.|\$|^\[|\]$')
 
 
 def shipped_files() -> list[pathlib.Path]:
@@ -87,11 +113,272 @@ def test_every_cited_methods_section_is_a_heading_of_docs_methods():
   assert not missing, missing
 
 
-def test_links_from_docs_methods_to_its_own_and_the_readme_sections_exist():
-  targets = {'': anchors_of(METHODS), 'README.md': anchors_of(README),
-             '../README.md': anchors_of(README)}
-  links = MARKDOWN_LINK.findall(METHODS.read_text(encoding='utf-8'))
-  broken = [f'{page}#{section}' for page, section in links if section not in targets[page]]
-  assert links
+def test_every_link_between_the_pages_lands_on_a_file_and_heading():
+  """The README and every page under docs/ link to files that exist, and to headings
+  those Markdown files have (a page's own headings for `#anchor`)."""
+  links = {}
+  for page in (*PAGES, TESTS_README):
+    for target in RELATIVE_LINK.findall(page.read_text(encoding='utf-8')):
+      links.setdefault((page, target), None)
+  broken = []
+  for page, target in links:
+    name, _, section = target.partition('#')
+    linked = (page.parent / name).resolve() if name else page
+    if not linked.exists():
+      broken.append(f'{page.relative_to(REPO)}: {target}: no such file')
+    elif section and section not in anchors_of(linked):
+      broken.append(f'{page.relative_to(REPO)}: {target}: no such heading')
+  assert any(target.startswith('docs/') for _, target in links)
+  assert any(target.startswith('methods.md#') for _, target in links)
   assert not broken, broken
 
+
+def test_every_readme_section_a_file_cites_by_name_is_a_heading_of_the_readme():
+  headings = set(re.findall(r'^#{1,6} (.+)$', README.read_text(encoding='utf-8'), re.MULTILINE))
+  cited = {}
+  for path in shipped_files():
+    for section in README_SECTION.findall(text_of(path)):
+      cited.setdefault(section, []).append(str(path.relative_to(REPO)))
+  missing = {section: files for section, files in cited.items() if section not in headings}
+  assert cited, 'no file cites a README section by name'
+  assert not missing, missing
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentedCommand:
+  """A `python launch/<script> ...` command as a page shows it."""
+  where: str
+  script: str
+  arguments: tuple[str, ...]
+
+  @property
+  def elided(self) -> bool:
+    """Whether the page leaves parts out, so that only its flag names can be checked."""
+    return any(ELISION.search(argument) for argument in self.arguments)
+
+  def flags(self) -> list[str]:
+    """The arguments with brackets of optional ones taken off."""
+    return [argument.strip('[]') for argument in self.arguments if argument.strip('[]')]
+
+
+def shown(page: pathlib.Path) -> str:
+  """`page` as a message names it: from the repository root, or by name outside it."""
+  return str(page.relative_to(REPO)) if page.is_relative_to(REPO) else page.name
+
+
+def code_of(page: pathlib.Path) -> list[tuple[int, str]]:
+  """(first line, text) of every fenced block and every inline code span of `page`."""
+  text = page.read_text(encoding='utf-8')
+  code = [(text.count('\n', 0, block.start(1)) + 1, block[1])
+          for block in FENCED_BLOCK.finditer(text)]
+  prose = FENCED_BLOCK.sub(lambda block: '\n' * block[0].count('\n'), text)
+  code += [(prose.count('\n', 0, span.start(1)) + 1, span[1].replace('\\\n', ' ')
+            .replace('\n', ' ')) for span in CODE_SPAN.finditer(prose)]
+  return code
+
+
+def shell_words(text: str) -> list[str]:
+  """The words of a shell command line up to its first operator (`<`, `>`, `|`, `&&`, `;`)
+  or comment."""
+  lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+  lexer.whitespace_split = True
+  words = []
+  try:
+    for word in lexer:
+      if set(word) <= set(lexer.punctuation_chars):
+        break
+      words.append(word)
+  except ValueError:  # A quote closed only after the command: --command="... <<< 'text'"
+    pass
+  return words
+
+
+def documented_commands(page: pathlib.Path) -> list[DocumentedCommand]:
+  """Every `python launch/<script> ...` command of `page`, continuation lines joined."""
+  commands = []
+  for first_line, code in code_of(page):
+    lines = code.split('\n')
+    number = 0
+    while number < len(lines):
+      start, line = number, lines[number]
+      while line.endswith('\\') and number + 1 < len(lines):
+        number += 1
+        line = line[:-1] + ' ' + lines[number]
+      number += 1
+      for match in COMMAND.finditer(line):
+        commands.append(DocumentedCommand(
+            f'{shown(page)}:{first_line + start}', match[1],
+            tuple(shell_words(match[2]))))
+  return commands
+
+
+class _ParserReached(Exception):
+  """Raised where a command would parse its flags, with its parser and their arguments."""
+
+  def __init__(self, parser, arguments: list[str]):
+    super().__init__()
+    self.parser, self.arguments = parser, arguments
+
+
+def parser_and_arguments(command: DocumentedCommand, monkeypatch) -> tuple:
+  """The parser `command`'s script builds and the arguments it gives it (its own
+  `--gin.NAME=VALUE` and `-- <runner options>` taken out), without running anything else."""
+
+  def parser_that_stops(description):
+    parser = real_parser(description)
+
+    def stop(args=None, namespace=None):  # pylint: disable=unused-argument
+      raise _ParserReached(parser, list(args))
+    parser.parse_args = stop
+    return parser
+
+  real_parser = cli.argument_parser
+  spec = importlib.util.spec_from_file_location(
+      f'documented_{pathlib.Path(command.script).stem}', REPO / command.script)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  with monkeypatch.context() as patch:
+    patch.setattr(cli, 'argument_parser', parser_that_stops)
+    try:
+      module.main(command.flags())
+    except _ParserReached as reached:
+      return reached.parser, reached.arguments
+  raise AssertionError(f'{command.script} returned without parsing its flags')
+
+
+def gin_files_of(command: DocumentedCommand, namespace) -> list[str]:
+  """The gin files the command reads: its --gin_file flags, and clean.py's --preset."""
+  gin_files = list(getattr(namespace, 'gin_file', None) or [])
+  if getattr(namespace, 'preset', None):
+    gin_files.insert(0, str(pipeline.preset_file(namespace.preset)))
+  return gin_files
+
+
+def mistakes_of(command: DocumentedCommand, monkeypatch) -> list[str]:
+  """What is wrong with `command`: an unknown flag, a value its parser refuses, a gin file
+  that does not exist, a gin binding that does not parse."""
+  try:
+    bindings, _ = gin_utils.split_gin_overrides(command.flags())
+    parser, arguments = parser_and_arguments(command, monkeypatch)
+  except UserError as error:
+    return [str(error)]
+  if command.elided:
+    known = parser._option_string_actions  # pylint: disable=protected-access
+    mistakes = [f'unknown flag {argument}' for argument in arguments
+                if argument.startswith('--') and argument.partition('=')[0] not in known]
+    mistakes += [f'--gin_file: {name} not found' for name in
+                 (argument.partition('=')[2] for argument in arguments
+                  if argument.startswith('--gin_file='))
+                 if not ELISION.search(name) and not (REPO / name).is_file()]
+    return mistakes
+  try:
+    namespace = type(parser).parse_args(parser, arguments)
+  except UserError as error:
+    return [str(error)]
+  except SystemExit:  # --help
+    return []
+  gin_files = gin_files_of(command, namespace)
+  if not gin_files and not bindings:
+    return []
+  gin.clear_config()
+  try:
+    gin_utils.parse_gin(gin_files, bindings)
+  except UserError as error:
+    return [str(error)]
+  finally:
+    gin.clear_config()
+  return []
+
+
+def shell_lines(text: str) -> list[str]:
+  """The lines of a shell script or code block that are neither blank nor comments."""
+  return [line.strip() for line in text.splitlines()
+          if line.strip() and not line.lstrip().startswith('#')]
+
+
+def test_the_readme_set_up_is_two_commands_and_ci_runs_its_test_command():
+  text = README.read_text(encoding='utf-8')
+  section = text[text.index('## Set-up: two commands'):]
+  section = section[:section.index('\n## ', 1)]
+  install, test = shell_lines(FENCED_BLOCK.search(section)[1])
+  assert install == ('python3 -m venv .venv && . .venv/bin/activate && pip install -r '
+                     'requirements.txt && python launch/train.py --gin_file=gin/runs/demo.gin')
+  activate, test_command = test.split(' && ')
+  assert (activate, test_command) == ('. .venv/bin/activate', 'python -m pytest -q tests')
+  ci = shell_lines((REPO / '.ci' / 'run').read_text(encoding='utf-8'))
+  assert ci[-1] == test_command
+  assert {'python3 -m venv .venv', activate,
+          'python -m pip install --quiet -r requirements.txt'} <= set(ci)
+
+
+def test_documented_commands_are_found_with_their_arguments(tmp_path):
+  """The extraction itself: fenced blocks (indented too), inline code, continuation lines,
+  quotes, redirections, comments, elisions."""
+  page = tmp_path / 'page.md'
+  page.write_text(textwrap.dedent("""\
+      # A page
+
+      ```bash
+      python launch/train.py --gin_file=gin/runs/demo.gin \\
+          --gin.MODEL_DIR="'/tmp/run'"   # a comment
+      python launch/translate.py --checkpoint_dir=D < in.txt > out.txt
+      ```
+
+      1. A step:
+
+         ```bash
+         python launch/evaluate.py --checkpoint_dir=D ... \\
+           --tasks=cldr_demo
+         ```
+
+      Inline, `python launch/compute_baselines.py --checkpoint_dir=D \\
+      [--grouping=target]` and `launch/clean.py` (no command).
+      """), encoding='utf-8')
+  commands = [(command.where, command.script, command.arguments, command.elided)
+              for command in documented_commands(page)]
+  assert commands == [
+      ('page.md:4', 'launch/train.py',
+       ('--gin_file=gin/runs/demo.gin', "--gin.MODEL_DIR='/tmp/run'"), False),
+      ('page.md:6', 'launch/translate.py', ('--checkpoint_dir=D',), False),
+      ('page.md:12', 'launch/evaluate.py', ('--checkpoint_dir=D', '...', '--tasks=cldr_demo'),
+       True),
+      ('page.md:16', 'launch/compute_baselines.py',
+       ('--checkpoint_dir=D', '[--grouping=target]'), True)]
+  assert documented_commands(page)[3].flags() == ['--checkpoint_dir=D', '--grouping=target']
+
+
+def test_a_command_with_a_wrong_flag_value_gin_file_or_binding_is_caught(monkeypatch):
+  def mistakes(script: str, *arguments: str) -> list[str]:
+    return mistakes_of(DocumentedCommand('x', script, arguments), monkeypatch)
+
+  assert mistakes('launch/translate.py', '--checkpoint_dir=D', '--src=eng_Latn') == [
+      'unknown flag --src=eng_Latn (did you mean --src_lang?); see --help']
+  assert mistakes('launch/translate.py', '--checkpoint_dir=D', '--beam_size=four') == [
+      "argument --beam_size: invalid int value: 'four'; see --help"]
+  assert mistakes('launch/evaluate.py', '--checkpoint_dir=D', '...', '--src=x') == [
+      'unknown flag --src=x']
+  assert mistakes('launch/train.py', '--gin_file=gin/runs/nope.gin') == [
+      '--gin_file: gin/runs/nope.gin not found']
+  assert mistakes('launch/train.py', '--gin_file=gin/runs/demo.gin', '--gin.TRAIN_STEP=3') == [
+      "gin: binding 'TRAIN_STEP = 3': no binding reads the macro TRAIN_STEP "
+      '(did you mean TRAIN_STEPS?)']
+  assert mistakes('launch/train.py', '--gin_file=gin/runs/demo.gin',
+                  '--gin.MODEL_DIR=/tmp/x')[0].startswith(
+                      "gin: binding 'MODEL_DIR = /tmp/x': Unable to parse value")
+  assert mistakes('launch/clean.py', '--corpus=cldr', '--filters=long_word', '--output_dir=o',
+                  '--gin.long_word.max_chars=60') == []
+
+
+def test_every_command_the_readme_and_docs_show_parses(monkeypatch, capsys):
+  commands = [command for page in PAGES for command in documented_commands(page)]
+  scripts = {command.script for command in commands}
+  assert {'launch/train.py', 'launch/translate.py', 'launch/evaluate.py',
+          'launch/average_checkpoints.py', 'tools/readme_demo_figures.py'} <= scripts
+  missing = sorted({f'{command.where}: {command.script}' for command in commands
+                    if not (REPO / command.script).is_file()})
+  assert not missing, missing
+  wrong = [f'{command.where}: python {command.script} {shlex.join(command.arguments)}: '
+           f'{mistake}' for command in commands
+           for mistake in mistakes_of(command, monkeypatch)]
+  capsys.readouterr()
+  assert not wrong, '\n'.join(wrong)

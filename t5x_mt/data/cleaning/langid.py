@@ -13,8 +13,8 @@ downloads):
 kam, luo and umb are in no installable package. A side in one of those languages cannot
 be confirmed, only refuted: it is dropped when py3langid is confident it is a language
 outside the African set (English, French, German...), so English left untranslated in an
-unsupported-language column still goes. `README.md` reports each language's accuracy on
-FLORES-200 dev (`bench/langid_accuracy.py`).
+unsupported-language column still goes. `docs/cleaning.md` reports each language's
+accuracy on FLORES-200 dev (`bench/langid_accuracy.py`).
 
 Policies: 'exact' keeps a side identified as its own language with probability at least
 `threshold`. 'tencent' (Tencent's WMT22 rule) accepts, on an African side, any of the 24
