@@ -23,7 +23,8 @@ Options:
   --name=NAME                the TPU VM slice (required)
   --zone=ZONE                its zone, e.g. us-central2-b (required)
   --project=PROJECT          the Google Cloud project (default: gcloud's)
-  --accelerator_type=TYPE    for up: e.g. v4-128, v5litepod-256, v5p-128, v6e-256 (required)
+  --accelerator_type=TYPE    for up: e.g. v4-128, v5litepod-256, v5p-128, v6e-256 (required);
+                             for fetch-logs --print_only, it gives the worker count
   --runtime_version=VERSION  for up: the TPU VM image (default: by generation,
                              v4: tpu-ubuntu2204-base, v5litepod: v2-alpha-tpuv5-lite,
                              v5p: v2-alpha-tpuv5, v6e: v2-alpha-tpuv6e)
@@ -37,7 +38,8 @@ Options:
   --env=NAME=VALUE           for train: an environment variable of train.py on every
                              worker, e.g. --env=T5X_MT_SHARED_DATA=/mnt/disks/data
                              (repeatable)
-  --num_workers=N            for fetch-logs: the slice's workers (default: asked of gcloud)
+  --num_workers=N            for fetch-logs: the slice's workers (default: asked of gcloud;
+                             with --print_only, from --accelerator_type)
   --log_dir=DIR              for fetch-logs: where logs land (default: tpu_logs/NAME)
   --print_only               print every command, one per line, and run none
   -h, --help                 this help
@@ -173,13 +175,27 @@ train() {
 && .venv/bin/python launch/train.py $(quote "${train_args[@]}") 2>&1 | tee -a ../${REMOTE_LOG}"
 }
 
+# The workers (TPU VMs) of an --accelerator_type slice: v4 and v5p name TensorCores, eight
+# to a worker (4 chips); v5litepod and v6e name chips, one worker up to 8 chips, else 4 chips
+# to a worker.
+accelerator_type_workers() {
+  local count="${accelerator_type##*-}"
+  [[ "${count}" =~ ^[1-9][0-9]*$ ]] || return 1
+  case "${accelerator_type}" in
+    v4-*|v5p-*) echo $(( count <= 8 ? 1 : count / 8 )) ;;
+    v5litepod-*|v6e-*) echo $(( count <= 8 ? 1 : count / 4 )) ;;
+    *) return 1 ;;
+  esac
+}
+
 worker_count() {
   if [[ -n "${num_workers}" ]]; then
     echo "${num_workers}"
-  elif [[ "${print_only}" == true ]]; then
-    fail '--num_workers: needed with --print_only for fetch-logs'
-  else
+  elif [[ "${print_only}" == false ]]; then
     tpu_vm describe "${name}" --format='value(networkEndpoints.len())'
+  else
+    accelerator_type_workers || fail "--num_workers: needed with --print_only for \
+fetch-logs, unless --accelerator_type names a v4, v5p, v5litepod or v6e slice"
   fi
 }
 

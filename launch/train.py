@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
                       "run's vocabulary file, else VOCAB_SIZE)")
   parser.add_argument('--topology', default=None,
                       help='with --dry_run: also compile the train step for this TPU '
-                      'topology (e.g. v5e:16x16, v4:4x4x8) and report its bytes per chip '
+                      'topology (v5e:16x16, or a slice: v4-32) and report its bytes per chip '
                       'and flops; needs libtpu (docs/dry_run.md)')
   args = parser.parse_args(rest)
   if args.topology and not args.dry_run:

@@ -1,5 +1,6 @@
 """A run's size and per-device memory, from shapes alone (`launch/train.py --dry_run`), and
-its real train step compiled ahead of time for a TPU topology (`--topology`).
+its real train step compiled ahead of time for a TPU topology (`--topology`, named as
+libtpu names it or as a Cloud TPU accelerator type).
 
 Compiling for a TPU needs libtpu but no TPU: libtpu describes any topology's chips to XLA.
 libtpu stays out of the CPU set-up because loading it makes every JAX command print its
@@ -39,6 +40,27 @@ GIB = 2**30
 CHIP_MEMORY_BYTES = {'TPU v4': 32 * GIB, 'TPU v5 lite': 16 * GIB, 'TPU v5': 95 * GIB,
                      'TPU v6 lite': 32 * GIB}
 TOPOLOGY_EXAMPLES = 'v5e:2x2, v5e:16x16, v4:4x4x8, v5p:4x4x4, v6e:8x8'
+# Cloud TPU names a slice by generation and size (`gcloud compute tpus tpu-vm create
+# --accelerator-type=v4-32`, launch/tpu_pod.sh): v4 and v5p count TensorCores, two a chip,
+# v5e ('v5litepod') and v6e count chips. Each generation's slice shapes by chip count, as
+# Cloud TPU's tables of slices give them (docs/dry_run.md).
+_TORUS_SHAPES = {1: '1x1', 4: '2x2', 8: '2x4', 16: '4x4', 32: '4x8', 64: '8x8', 128: '8x16',
+                 256: '16x16'}
+_CUBE_SHAPES = {4: '2x2x1', 8: '2x2x2', 16: '2x2x4', 32: '2x4x4', 64: '4x4x4', 128: '4x4x8',
+                256: '4x8x8', 512: '8x8x8', 768: '8x8x12', 1024: '8x8x16', 2048: '8x16x16'}
+# Accelerator type prefix: (libtpu's chip name, units counted per chip, shapes by chips).
+_GENERATIONS = {
+    'v4': ('v4', 2, _CUBE_SHAPES),
+    'v5p': ('v5p', 2, {**_CUBE_SHAPES, 4096: '16x16x16', 6144: '16x16x24'}),
+    'v5litepod': ('v5e', 1, _TORUS_SHAPES),
+    'v6e': ('v6e', 1, _TORUS_SHAPES),
+}
+# Cloud TPU accelerator type -> libtpu topology, e.g. 'v4-32' -> 'v4:2x2x4' (16 chips).
+ACCELERATOR_TOPOLOGIES = {
+    f'{prefix}-{chips * units_per_chip}': f'{chip}:{shape}'
+    for prefix, (chip, units_per_chip, shapes) in _GENERATIONS.items()
+    for chips, shape in shapes.items()}
+ACCELERATOR_TYPE_EXAMPLES = 'v4-32, v5p-128, v5litepod-16, v6e-8'
 # Where libtpu lives apart from the importable packages (`pip install --target`).
 LIBTPU_DIR = pathlib.Path(sys.prefix) / 'libtpu'
 # Off a TPU VM libtpu would ask the cloud metadata server for the slice it runs on (30
@@ -167,20 +189,42 @@ def _libtpu_loadable(flag: str):
       del os.environ[name]
 
 
+def libtpu_topology(topology: str) -> str:
+  """libtpu's name of a TPU topology given as libtpu names it ('v5e:16x16', returned as
+  is) or as a Cloud TPU accelerator type ('v4-32' -> 'v4:2x2x4', 'v5litepod-16' ->
+  'v5e:4x4')."""
+  if ':' in topology:
+    return topology
+  if topology in ACCELERATOR_TOPOLOGIES:
+    return ACCELERATOR_TOPOLOGIES[topology]
+  generation = topology.rpartition('-')[0]
+  accepted = (', '.join(name for name in ACCELERATOR_TOPOLOGIES
+                        if name.rpartition('-')[0] == generation)
+              if generation in _GENERATIONS else ACCELERATOR_TYPE_EXAMPLES)
+  raise UserError(f'--topology={topology}: not a TPU topology; name a Cloud TPU accelerator '
+                  f"type ({accepted}) or libtpu's <chip>:<chips per axis> (e.g. "
+                  f'{TOPOLOGY_EXAMPLES})')
+
+
 def topology_devices(topology: str) -> list[jax.Device]:
-  """Compile-only devices of a TPU topology such as 'v5e:16x16', one per chip as JAX runs
-  them (a v4 chip's two cores form one device, megacore)."""
+  """Compile-only devices of a TPU topology such as 'v5e:16x16' or 'v4-32'
+  (`libtpu_topology`), one per chip as JAX runs them (a v4 chip's two cores form one
+  device, megacore)."""
   flag = f'--topology={topology}'
+  name = libtpu_topology(topology)
+  # libtpu's hosts are 2x2x1 chips unless told otherwise, which a single chip is not.
+  options = {'chips_per_host_bounds': (1, 1, 1)} if name.endswith(':1x1') else {}
   with _libtpu_loadable(flag):
     try:
-      devices = topologies.get_topology_desc(topology, 'tpu').devices
+      devices = topologies.get_topology_desc(name, 'tpu', **options).devices
       if any(device.core_on_chip for device in devices):
-        devices = topologies.get_topology_desc(topology, 'tpu',
-                                               chip_config_name='megacore').devices
+        devices = topologies.get_topology_desc(name, 'tpu', chip_config_name='megacore',
+                                               **options).devices
     except jax.errors.JaxRuntimeError as error:
       reason = str(error).splitlines()[0]
       raise UserError(f'{flag}: libtpu does not know this topology ({reason}); name one as '
-                      f'<chip>:<chips per axis>, e.g. {TOPOLOGY_EXAMPLES}') from None
+                      f'<chip>:<chips per axis>, e.g. {TOPOLOGY_EXAMPLES}, or as a Cloud '
+                      f'TPU accelerator type, e.g. {ACCELERATOR_TYPE_EXAMPLES}') from None
   return list(devices)
 
 
@@ -250,6 +294,7 @@ def compile_report(spec: run_config.RunSpec, topology: str,
       **memory_report(config, tuple(mesh_sizes.values()), spec.train.inputs_length,
                       spec.train.targets_length, rules),
       'topology': topology,
+      'libtpu_topology': libtpu_topology(topology),
       'chip': chip,
       'chips': len(devices),
       'argument_bytes_per_chip': memory.argument_size_in_bytes,
@@ -286,7 +331,10 @@ def describe(report: dict[str, Any]) -> str:
     return line
   memory = report['chip_memory_bytes']
   scanned = report['flops_count_scanned_layers_once']
-  return (f"{line}; compiled for {report['topology']}: "
+  named = report['topology']
+  if report['libtpu_topology'] != named:
+    named = f"{named} ({report['libtpu_topology']})"
+  return (f"{line}; compiled for {named}: "
           f"{report['compiled_bytes_per_chip'] / GIB:.2f} GiB per chip of "
           f"{'an unknown amount' if memory is None else f'{memory / GIB:.0f} GiB'}, "
           f"{report['flops_per_chip'] / 1e12:.2f} TFLOP per chip and step"

@@ -16,6 +16,8 @@ from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import run_vocabulary
 from t5x_mt.errors import UserError
+from test_launch_translate_evaluate import error_lines
+from test_launch_translate_evaluate import run_in_process
 
 
 def parse(model_file: str, *bindings: str) -> None:
@@ -154,6 +156,46 @@ def test_a_v4_chip_is_one_device():
   assert len(devices) == 4 and {device.device_kind for device in devices} == {'TPU v4'}
 
 
+def test_cloud_tpu_accelerator_types_name_their_slice_shapes():
+  """Rows of Cloud TPU's tables: v4 and v5p count TensorCores (two a chip), v5e
+  ('v5litepod') and v6e count chips; libtpu's own names pass through."""
+  expected = {'v4-8': 'v4:2x2x1', 'v4-32': 'v4:2x2x4', 'v4-128': 'v4:4x4x4',
+              'v4-1536': 'v4:8x8x12', 'v4-4096': 'v4:8x16x16', 'v5p-8': 'v5p:2x2x1',
+              'v5p-128': 'v5p:4x4x4', 'v5p-12288': 'v5p:16x16x24', 'v5litepod-1': 'v5e:1x1',
+              'v5litepod-8': 'v5e:2x4', 'v5litepod-16': 'v5e:4x4', 'v5litepod-256': 'v5e:16x16',
+              'v6e-8': 'v6e:2x4', 'v6e-256': 'v6e:16x16', 'v4:4x4x8': 'v4:4x4x8'}
+  assert {name: dry_runs.libtpu_topology(name) for name in expected} == expected
+  assert len(dry_runs.ACCELERATOR_TOPOLOGIES) == 40
+  assert 'v4-4' not in dry_runs.ACCELERATOR_TOPOLOGIES  # Half a chip.
+
+
+@needs_libtpu
+def test_every_accelerator_type_is_a_topology_libtpu_knows_with_its_chips():
+  for name in dry_runs.ACCELERATOR_TOPOLOGIES:
+    generation, count = name.rsplit('-', 1)
+    devices = dry_runs.topology_devices(name)
+    assert len(devices) == int(count) // (2 if generation in ('v4', 'v5p') else 1), name
+  assert dry_runs.topology_devices('v4-32')[0].device_kind == 'TPU v4'
+  assert dry_runs.topology_devices('v6e-8')[0].device_kind == 'TPU v6 lite'
+
+
+@pytest.mark.parametrize('topology,accepted', [
+    ('v4-48', 'v4-8, v4-16, v4-32, v4-64, v4-128, v4-256, v4-512, v4-1024, v4-1536, v4-2048, '
+              'v4-4096'),
+    ('tpu-32', 'v4-32, v5p-128, v5litepod-16, v6e-8'),
+])
+def test_a_bad_topology_name_is_one_line_listing_the_accepted_forms(topology, accepted,
+                                                                    monkeypatch, capsys):
+  code, out, err = run_in_process(
+      'train.py', ['--gin_file=gin/runs/demo.gin', '--dry_run', f'--topology={topology}'],
+      monkeypatch, capsys)
+  assert (code, out) == (2, '')
+  assert error_lines(err) == [
+      f'error: --topology={topology}: not a TPU topology; name a Cloud TPU accelerator type '
+      f"({accepted}) or libtpu's <chip>:<chips per axis> (e.g. v5e:2x2, v5e:16x16, v4:4x4x8, "
+      'v5p:4x4x4, v6e:8x8)']
+
+
 @needs_libtpu
 def test_an_unknown_topology_is_named_with_examples():
   with pytest.raises(UserError, match=r"--topology=v9z:2x2: libtpu does not know .* v5e:16x16"):
@@ -186,21 +228,23 @@ def test_without_libtpu_the_error_says_how_to_install_it(monkeypatch, tmp_path):
 @pytest.mark.slow
 @needs_libtpu
 def test_a_model_too_big_for_the_chip_prints_its_bytes_then_exits_2():
-  """An 8M-piece vocabulary (1.0B parameters, replicated): the TPU compiler refuses it, yet
-  the figures come out, then one line says by how much it misses the chip's 16 GiB."""
+  """An 8M-piece vocabulary (1.0B parameters, replicated) on a v5litepod-4 slice, named as
+  Cloud TPU names it: the TPU compiler refuses it, yet the figures come out, then one line
+  says by how much it misses the chip's 16 GiB."""
   done = subprocess.run(
       [sys.executable, 'launch/train.py', '--gin_file=gin/runs/demo.gin', '--dry_run',
-       '--topology=v5e:2x2', '--vocab_size=8000000', '--gin.MESH_SHAPE=(4, 1, 1)',
+       '--topology=v5litepod-4', '--vocab_size=8000000', '--gin.MESH_SHAPE=(4, 1, 1)',
        '--gin.BATCH_SIZE=8', '--gin.network.TransformerConfig.emb_dim=128',
        *(f'--gin.{binding.replace(" ", "")}' for binding in SMALL_MODEL[4:])],
       capture_output=True, text=True, check=False)
   assert done.returncode == 2, done.stderr
   assert '}' in done.stdout, done.stderr[-3000:]
   report = json.loads(done.stdout[:done.stdout.rindex('}') + 1])
+  assert (report['libtpu_topology'], report['chips']) == ('v5e:2x2', 4)
   missing = (report['compiled_bytes_per_chip'] - 2**34) / 2**30
   assert missing > 1
   assert done.stderr.strip().splitlines()[-1] == (
-      f"error: --topology=v5e:2x2: the train step needs "
+      f"error: --topology=v5litepod-4: the train step needs "
       f"{report['compiled_bytes_per_chip'] / 2**30:.2f} GiB per chip, {missing:.2f} GiB more "
       "than the TPU v5 lite chip's 16 GiB; try remat_policy, NUM_MICROBATCHES, "
       "loss_chunk_length or a larger 'fsdp' axis in MESH_SHAPE")

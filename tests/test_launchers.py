@@ -5,6 +5,7 @@ the user's arguments and its own distributed flags."""
 import os
 import pathlib
 import shlex
+import shutil
 import subprocess
 
 import pytest
@@ -28,11 +29,9 @@ def fake_command(folder: pathlib.Path, name: str, body: str) -> None:
 
 @pytest.fixture(name='fake_bin')
 def fixture_fake_bin(tmp_path: pathlib.Path) -> pathlib.Path:
-  """A PATH folder with Slurm's scontrol for a two-node job, and a gcloud, srun and python
-  that only leave a trace in calls.log."""
+  """A PATH folder with a gcloud, srun and python that only leave a trace in calls.log."""
   folder = tmp_path / 'bin'
   folder.mkdir()
-  fake_command(folder, 'scontrol', "printf 'gpu-a\\ngpu-b\\n'")
   for name in ('gcloud', 'srun'):
     fake_command(folder, name, f'echo {name} "$@" >> {tmp_path}/calls.log')
   fake_command(folder, 'python', 'printf "%s\\n" "$0" "$@"; echo "XLA_FLAGS=$XLA_FLAGS"; pwd')
@@ -41,14 +40,18 @@ def fixture_fake_bin(tmp_path: pathlib.Path) -> pathlib.Path:
 
 def run_launcher(script: pathlib.Path, args: list[str], fake_bin: pathlib.Path,
                  **environment: str) -> subprocess.CompletedProcess:
-  env = {'PATH': f'{fake_bin}{os.pathsep}{os.environ["PATH"]}',
+  """Runs a launcher with `fake_bin` first on a PATH that lacks Slurm's commands, as on a
+  laptop: what the launchers print needs neither Slurm nor Cloud TPU."""
+  system_path = [folder for folder in os.environ['PATH'].split(os.pathsep)
+                 if not shutil.which('scontrol', path=folder)]
+  env = {'PATH': os.pathsep.join([str(fake_bin), *system_path]),
          'TMPDIR': str(fake_bin.parent), **environment}
   return subprocess.run(['bash', str(script), *args], env=env, capture_output=True,
                         text=True, timeout=60, check=False, cwd=fake_bin.parent)
 
 
 def slurm_job(nodes: int, tasks: int, **extra: str) -> dict[str, str]:
-  return {'SLURM_JOB_ID': '4242', 'SLURM_JOB_NODELIST': 'gpu-[a-b]',
+  return {'SLURM_JOB_ID': '4242', 'SLURM_JOB_NODELIST': 'gpu-a,gpu-b',
           'SLURM_JOB_NUM_NODES': str(nodes), 'SLURM_NTASKS': str(tasks),
           'SLURM_SUBMIT_DIR': str(REPO), **extra}
 
@@ -101,6 +104,20 @@ def test_slurm_one_process_per_node_drives_all_the_nodes_gpus(fake_bin):
   assert all(args == TRAIN_ARGS for _, args in calls)
   assert processes[0][1] == ('XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true '
                              '--xla_dump_to=/tmp/dump')
+
+
+@pytest.mark.parametrize('nodelist,coordinator', [
+    ('gpu[07-08,11],login1', 'gpu07'), ('rack2-[05-06]-n[1-4]', 'rack2-05-n1'),
+    ('node9,node10', 'node9')])
+def test_slurm_coordinates_on_the_first_host_of_the_node_list_without_scontrol(
+    fake_bin, nodelist, coordinator):
+  """The first host Slurm lists, each bracketed range at its first value (zero padding
+  kept), found without `scontrol`, so --print_only runs anywhere."""
+  job = slurm_job(nodes=2, tasks=2, SLURM_JOB_NODELIST=nodelist)
+  _, *processes = printed_lines(run_launcher(SBATCH, ['--print_only', *TRAIN_ARGS],
+                                             fake_bin, **job))
+  assert [train_py_call(words)[0]['--coordinator_address'] for words in processes] == [
+      f'{coordinator}:24242'] * 2
 
 
 def test_a_slurm_task_runs_train_py_from_the_repository_as_its_own_process(fake_bin):
@@ -160,6 +177,20 @@ def test_tpu_pod_creates_the_slice_for_its_generation_and_fetches_each_workers_l
       for i in range(4)]
 
 
+@pytest.mark.parametrize('accelerator_type,workers', [
+    ('v4-32', 4), ('v5p-8', 1), ('v5litepod-8', 1), ('v5litepod-16', 4), ('v6e-256', 64)])
+def test_tpu_pod_print_only_fetches_the_logs_of_the_workers_of_its_accelerator_type(
+    fake_bin, accelerator_type, workers):
+  """Without --num_workers, the workers (TPU VMs) a slice has: v4 and v5p name TensorCores,
+  4 chips (8 cores) a worker; v5litepod and v6e name chips, 4 a worker past 8."""
+  args = ['all', '--print_only', '--name=mt-pod', '--zone=us-central2-b',
+          f'--accelerator_type={accelerator_type}', '--', *TRAIN_ARGS]
+  lines = printed_lines(run_launcher(TPU_POD, args, fake_bin))
+  workers_copied_to = [word for words in lines if words[4:5] == ['scp']
+                       for word in words if word.startswith('--worker=')]
+  assert workers_copied_to == ['--worker=all'] + [f'--worker={i}' for i in range(workers)]
+
+
 def test_tpu_pod_clones_a_repo_url_instead_of_copying_the_working_tree(fake_bin):
   lines = tpu_pod_all(fake_bin, '--repo_url=https://example.com/t5x_mt.git', '--ref=v2')
   commands = [remote_command(words) for words in lines if words[4:5] == ['ssh']]
@@ -184,6 +215,9 @@ SLURM_JOB = slurm_job(nodes=2, tasks=8)
      '--runtime_version: needed for --accelerator_type=v3-8'),
     (TPU_POD, ['fetch-logs', '--name=a', '--zone=b', '--num_workers=two'], {},
      '--num_workers: two is not a positive whole number'),
+    (TPU_POD, ['fetch-logs', '--print_only', '--name=a', '--zone=b', '--accelerator_type=v3-8'],
+     {}, '--num_workers: needed with --print_only for fetch-logs, unless --accelerator_type '
+     'names a v4, v5p, v5litepod or v6e slice'),
     (SBATCH, ['--print_only', '--process_id=3', *TRAIN_ARGS], SLURM_JOB,
      '--process_id=3: the launcher sets --process_id'),
     (SBATCH, ['--print_only', *TRAIN_ARGS], {**SLURM_JOB, 'PROCESS_PER': 'socket'},
