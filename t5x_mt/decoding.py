@@ -10,6 +10,9 @@ Conventions shared with the model and the data pipeline:
 - `prefix` forces the first output token: the target-language tag `<2xxx_Xxxx>` that
   T-ENC-T-DEC and S-ENC-T-DEC decoders start with. A forced token is not scored and does not
   count towards the length (it plays the part of fairseq's `--decoder-langtok` BOS).
+- `banned_tokens` (bool [vocab]) are never generated: a vocabulary's tags and control
+  pieces mark data, not text, however much a model prefers them. The forced prefix is
+  exempt (it is such a tag), and so is EOS, which ends every hypothesis.
 - Cache leaves are either scalars (`cache_index`: shared by every row, left as they are) or
   have the batch as their leading axis. Beam search expands the first step's cache to the
   beams (`expand_cache`; by default every batch-leading leaf is repeated to batch * beam
@@ -255,11 +258,23 @@ def _gather_cache(cache: Cache, beam_indices: jnp.ndarray) -> Cache:
   return jax.tree_util.tree_map(gather, cache)
 
 
+def _banned(banned_tokens: Optional[jnp.ndarray], eos_id: int) -> Optional[jnp.ndarray]:
+  """`banned_tokens` as a bool vector with EOS allowed, so that every hypothesis can end."""
+  if banned_tokens is None:
+    return None
+  return jnp.asarray(banned_tokens, jnp.bool_).at[eos_id].set(False)
+
+
 def _step_log_probs(tokens_to_logits: TokensToLogits, tokens: jnp.ndarray, cache: Cache,
-                    cur_index: jnp.ndarray, prefix: Optional[jnp.ndarray]):
-  """Runs one decoder step; at step 0 a prefix replaces the model's distribution."""
+                    cur_index: jnp.ndarray, prefix: Optional[jnp.ndarray],
+                    banned_tokens: Optional[jnp.ndarray]):
+  """Runs one decoder step: the model's log-probabilities without the banned tokens (a
+  banned token keeps no probability, the others keep theirs, so scores stay the model's);
+  at step 0 a prefix replaces the model's distribution."""
   logits, new_cache = tokens_to_logits(tokens, cache)
   log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  if banned_tokens is not None:
+    log_probs = jnp.where(banned_tokens[None, :], NEG_INF, log_probs)
   if prefix is not None:
     vocab_size = log_probs.shape[-1]
     rows_per_example = log_probs.shape[0] // prefix.shape[0]
@@ -270,19 +285,21 @@ def _step_log_probs(tokens_to_logits: TokensToLogits, tokens: jnp.ndarray, cache
 
 
 def _beam_step(state: _BeamState, *, tokens_to_logits: TokensToLogits,
-               prefix: Optional[jnp.ndarray], **select) -> _BeamState:
+               prefix: Optional[jnp.ndarray], banned_tokens: Optional[jnp.ndarray],
+               **select) -> _BeamState:
   """Expands every alive hypothesis by one token and updates the alive and finished sets."""
   batch_size, beam_size, _ = state.alive_seqs.shape
   i = state.cur_index
   tokens = lax.dynamic_slice_in_dim(state.alive_seqs, i, 1, axis=2)
   log_probs, new_cache = _step_log_probs(
-      tokens_to_logits, tokens.reshape(batch_size * beam_size, 1), state.cache, i, prefix)
+      tokens_to_logits, tokens.reshape(batch_size * beam_size, 1), state.cache, i, prefix,
+      banned_tokens)
   return _select_beams(state, log_probs, new_cache, prefix=prefix, **select)
 
 
 def _first_beam_step(state: _BeamState, initial_cache: Cache, *, expand_cache: ExpandCache,
                      tokens_to_logits: TokensToLogits, prefix: Optional[jnp.ndarray],
-                     **select) -> _BeamState:
+                     banned_tokens: Optional[jnp.ndarray], **select) -> _BeamState:
   """`_beam_step` at step 0, where every beam of an example feeds the same BOS to the same
   cache: the model runs once per example and its output is repeated to the beams.
 
@@ -293,7 +310,7 @@ def _first_beam_step(state: _BeamState, initial_cache: Cache, *, expand_cache: E
   batch_size, beam_size, _ = state.alive_seqs.shape
   log_probs, new_cache = _step_log_probs(
       tokens_to_logits, jnp.zeros((batch_size, 1), jnp.int32), initial_cache, state.cur_index,
-      prefix)
+      prefix, banned_tokens)
   return _select_beams(state, jnp.repeat(log_probs, beam_size, axis=0),
                        expand_cache(new_cache, beam_size), prefix=prefix,
                        **{**select, 'no_repeat_ngram_size': 0})
@@ -390,6 +407,7 @@ def beam_search(tokens_to_logits: TokensToLogits,
                 expand_cache: ExpandCache = _expand_to_beams,
                 no_repeat_ngram_size: int = 0,
                 max_lengths: Optional[jnp.ndarray] = None,
+                banned_tokens: Optional[jnp.ndarray] = None,
                 ) -> tuple[jnp.ndarray, jnp.ndarray]:
   """Beam search for the hypotheses with the best length-normalised log-probability.
 
@@ -425,6 +443,8 @@ def beam_search(tokens_to_logits: TokensToLogits,
     no_repeat_ngram_size: > 0 forbids repeating an n-gram of that size (`OutputLimits`).
     max_lengths: int32 [B], the most generated tokens of each row (EOS included, the
       prefix not), below max_decode_length; None: max_decode_length alone.
+    banned_tokens: bool [vocab], tokens never generated after the prefix (EOS stays
+      allowed whatever it says); None: every token may be generated.
 
   Returns:
     sequences: int32 [B, beam_size, max_decode_length], best first, without the initial BOS,
@@ -455,7 +475,8 @@ def beam_search(tokens_to_logits: TokensToLogits,
       cache=None)
   if prefix is not None:
     prefix = jnp.asarray(prefix, jnp.int32)
-  step_options = dict(tokens_to_logits=tokens_to_logits, prefix=prefix, alpha=alpha,
+  step_options = dict(tokens_to_logits=tokens_to_logits, prefix=prefix,
+                      banned_tokens=_banned(banned_tokens, eos_id), alpha=alpha,
                       max_decode_length=max_decode_length, eos_id=eos_id,
                       no_repeat_ngram_size=no_repeat_ngram_size, max_lengths=max_lengths)
   state = _first_beam_step(state, initial_cache, expand_cache=expand_cache, **step_options)
@@ -489,23 +510,26 @@ def greedy_search(tokens_to_logits: TokensToLogits,
                   cache_lengths: Sequence[int] = (),
                   extend_cache: Optional[ExtendCache] = None,
                   no_repeat_ngram_size: int = 0,
-                  max_lengths: Optional[jnp.ndarray] = None) -> jnp.ndarray:
+                  max_lengths: Optional[jnp.ndarray] = None,
+                  banned_tokens: Optional[jnp.ndarray] = None) -> jnp.ndarray:
   """Takes the most likely token at every step until EOS or max_decode_length.
 
   Same conventions, cache growth and output limits as `beam_search` (BOS 0 first input,
   forced prefix, cache layout, `cache_lengths`, `extend_cache`, `no_repeat_ngram_size`,
-  `max_lengths`).
+  `max_lengths`, `banned_tokens`).
   Returns int32 [B, max_decode_length]: the prefix token first when given, 0 after EOS.
   """
   lengths = _check_cache_lengths(cache_lengths, extend_cache, max_decode_length)
   batch_size = _batch_size(prefix, initial_cache)
   if prefix is not None:
     prefix = jnp.asarray(prefix, jnp.int32)
+  banned_tokens = _banned(banned_tokens, eos_id)
 
   def step(state: _GreedyState) -> _GreedyState:
     i = state.cur_index
     tokens = lax.dynamic_slice_in_dim(state.seqs, i, 1, axis=1)
-    log_probs, cache = _step_log_probs(tokens_to_logits, tokens, state.cache, i, prefix)
+    log_probs, cache = _step_log_probs(tokens_to_logits, tokens, state.cache, i, prefix,
+                                       banned_tokens)
     log_probs = _limit(log_probs, state.seqs, i, no_repeat_ngram_size=no_repeat_ngram_size,
                        max_lengths=max_lengths, has_prefix=prefix is not None, eos_id=eos_id)
     next_tokens = jnp.where(state.done, 0, jnp.argmax(log_probs, axis=-1).astype(jnp.int32))

@@ -132,10 +132,10 @@ class Translator:
     self.vocabulary_file = str(vocabulary_file)
     self.tokenizer = vocab.sentencepiece_processor(self.vocabulary_file)
     self.tag_strategy = tags.check_tag_strategy(tag_strategy)
-    # A model trained on tagged synthetic targets ([y'; <DA>]) may end its output with the
-    # tag; it marks data, never text, so it never reaches a translation.
-    self._synthetic_tag_ids = {self.tokenizer.piece_to_id(tag)
-                               for tag in (tags.BT_TAG, tags.DA_TAG)} - {self.tokenizer.unk_id()}
+    # Tags and control pieces mark data, never text: the search never generates one after
+    # the forced tag, however much a model prefers it (a weak model repeats the forced tag,
+    # one trained on [y'; <DA>] ends with <DA>), and detokenisation drops any it is given.
+    self._reserved_pieces = tags.reserved_pieces(self.tokenizer)
     self.mesh = mesh
     self.rules = rules if rules is not None else partitioning.logical_axis_rules()
     self.target_languages = None if target_languages is None else frozenset(target_languages)
@@ -179,12 +179,12 @@ class Translator:
                       f'translates into {", ".join(sorted(self.target_languages))}')
 
   def decode_target(self, ids: Sequence[int], has_decoder_tag: bool) -> str:
-    """Text of generated ids: without the forced tag or synthetic-data tags, up to the
-    first EOS."""
+    """Text of generated ids up to the first EOS: without the forced tag, or any other
+    tag or control piece (`tags.reserved_pieces`) a search that bans none let through."""
     ids = list(ids[1:] if has_decoder_tag else ids)
     if vocab.EOS_ID in ids:
       ids = ids[:ids.index(vocab.EOS_ID)]
-    return self.tokenizer.decode([i for i in ids if i > 0 and i not in self._synthetic_tag_ids])
+    return self.tokenizer.decode([i for i in ids if not self._reserved_pieces[i]])
 
   def _batch_rows(self, num_sentences: int) -> int:
     """Rows to decode: a power of two (few shapes to compile), no more than needed."""
@@ -217,7 +217,7 @@ class Translator:
           direction=direction, prefix_id=prefix_id, max_decode_length=decode_length,
           beam_size=self.settings.beam_size, alpha=self.settings.alpha,
           stop=self.settings.stop, num_pieces=self.tokenizer.get_piece_size(),
-          limits=self.settings.output_limits()))
+          limits=self.settings.output_limits(), banned_pieces=self._reserved_pieces))
 
   def _global_rows(self, tokens: np.ndarray) -> np.ndarray | jax.Array:
     """A batch every process made alike as one array whose rows are split among the

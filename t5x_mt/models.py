@@ -200,7 +200,8 @@ class TranslationModel:
   def predict_batch(self, params: Any, encoder_tokens: np.ndarray, *, input_length: int,
                     direction: int, prefix_id: int | None, max_decode_length: int,
                     beam_size: int, alpha: float, stop: str, num_pieces: int,
-                    limits: decoding.OutputLimits = decoding.OutputLimits()) -> Array:
+                    limits: decoding.OutputLimits = decoding.OutputLimits(),
+                    banned_pieces: np.ndarray | None = None) -> Array:
     """The best output ids [B, max_decode_length] for a batch of encoder tokens.
 
     `encoder_tokens` [B, bucket] is padded to the search's bucket length, and
@@ -208,15 +209,16 @@ class TranslationModel:
     no loop, so a length of its own costs little to compile) and the search at the
     bucket. `direction` (its id, traced, so directions share one compilation) chooses
     the model's adapters, if it has any; `prefix_id` forces the first output token;
-    only ids below `num_pieces` are generated, within `limits`. beam_size 1 searches
-    greedily.
+    only ids below `num_pieces` are generated, within `limits`, and none that
+    `banned_pieces` (bool [num_pieces], EOS aside) marks after the prefix. beam_size 1
+    searches greedily.
     """
     direction = jnp.int32(direction)
     prefix = None if prefix_id is None else jnp.full((encoder_tokens.shape[0],), prefix_id,
                                                      jnp.int32)
     encoded = self._encode(params, encoder_tokens[:, :input_length], direction,
                            padded_length=encoder_tokens.shape[1])
-    return self._decode(params, encoded, encoder_tokens, prefix, direction,
+    return self._decode(params, encoded, encoder_tokens, prefix, direction, banned_pieces,
                         max_decode_length=max_decode_length, beam_size=beam_size,
                         alpha=alpha, stop=stop, num_pieces=num_pieces, limits=limits)
 
@@ -230,7 +232,7 @@ class TranslationModel:
                                 method=network.Transformer.encode)
     return jnp.pad(encoded, ((0, 0), (0, padded_length - encoder_tokens.shape[1]), (0, 0)))
 
-  def _decode_batch(self, params, encoded, encoder_tokens, prefix, direction, *,
+  def _decode_batch(self, params, encoded, encoder_tokens, prefix, direction, banned_pieces, *,
                     max_decode_length: int, beam_size: int, alpha: float, stop: str,
                     num_pieces: int, limits: decoding.OutputLimits):
     """Beam (or greedy) search over one direction's encoded batch."""
@@ -254,7 +256,11 @@ class TranslationModel:
       return (jnp.where(is_piece, next_logits, decoding.NEG_INF),
               decode_cache.split_fixed(variables['cache'])[1])
 
+    if banned_pieces is not None:
+      # Rows past the vocabulary are never generated already (tokens_to_logits).
+      banned_pieces = jnp.pad(banned_pieces, (0, self.config.vocab_size - num_pieces))
     search = dict(prefix=prefix, max_decode_length=max_decode_length,
+                  banned_tokens=banned_pieces,
                   cache_lengths=cache_lengths, extend_cache=decode_cache.extend,
                   no_repeat_ngram_size=limits.no_repeat_ngram_size,
                   max_lengths=limits.max_lengths(jnp.sum(encoder_tokens > 0, axis=1)))

@@ -423,3 +423,48 @@ def test_max_lengths_end_each_row_with_eos(search):
                                           **kwargs)[0])[:, 0]
   # The prefix, then 3 and 6 generated tokens, the last of them EOS.
   assert got.tolist() == [[11, 5, 5, EOS] + [0] * 6, [11, 5, 5, 5, 5, 5, EOS] + [0] * 3]
+
+
+# Tokens 0 (pad), 1 (EOS), 2 and 4 (tags), 3 and 5 (words). The tag 2 is the favourite at
+# every step, as the forced tag is for a briefly trained model; EOS is second from step 3.
+TAG_LOVING_PROBS = ([[0.05, 0.05, 0.5, 0.15, 0.2, 0.05]] * 3
+                    + [[0.05, 0.3, 0.5, 0.1, 0.02, 0.03]] * 3)
+
+
+def _tag_loving_search(search, banned_ids):
+  """Outputs [B, K, 6] of greedy search (K = 1) or beam search (K = 2, best first) on the
+  tag-loving model, with beam search's scores [B, K] (None for greedy)."""
+  banned = np.isin(np.arange(len(TAG_LOVING_PROBS[0])), banned_ids)
+  kwargs = dict(prefix=jnp.array([2, 2]), max_decode_length=6, eos_id=EOS,
+                banned_tokens=banned)
+  cache = {'index': jnp.array(0, jnp.int32), 'seen': jnp.zeros((2,), jnp.int32)}
+  model = _fixed_distribution_model(TAG_LOVING_PROBS)
+  if search == 'greedy':
+    return np.asarray(decoding.greedy_search(model, cache, **kwargs))[:, None], None
+  sequences, scores = decoding.beam_search(model, cache, beam_size=2, alpha=1.0, **kwargs)
+  return np.asarray(sequences), np.asarray(scores)
+
+
+@pytest.mark.parametrize('banned_ids', [(0, 2, 4), (0, EOS, 2, 4)])
+@pytest.mark.parametrize('search', ['greedy', 'beam'])
+def test_banned_tokens_are_never_generated_after_the_prefix_and_eos_still_ends(banned_ids,
+                                                                               search):
+  """Without the ban both searches repeat the forced tag to the length limit; with it they
+  take the best allowed tokens, the word 3 twice then EOS (allowed even when banned), and
+  beam search scores them by the model's own probabilities."""
+  assert _tag_loving_search(search, ())[0][:, 0].tolist() == [[2] * 6] * 2
+  sequences, scores = _tag_loving_search(search, banned_ids)
+  assert sequences[:, 0].tolist() == [[2, 3, 3, EOS, 0, 0]] * 2
+  for hypothesis in sequences.reshape(-1, 6).tolist():
+    generated = hypothesis[1:hypothesis.index(EOS) if EOS in hypothesis else None]
+    assert not set(generated) & {0, 2, 4}, hypothesis
+  if scores is not None:
+    np.testing.assert_allclose(scores[:, 0], (2 * math.log(0.15) + math.log(0.3)) / 3,
+                               rtol=1e-5)
+
+
+def test_banned_tokens_hold_from_the_first_step_without_a_prefix():
+  got = decoding.greedy_search(_looping_tokens_to_logits(), _rows(1), prefix=None,
+                               max_decode_length=4, eos_id=EOS,
+                               banned_tokens=np.isin(np.arange(12), PREFERRED[:2]))
+  assert np.asarray(got)[0].tolist() == [PREFERRED[2]] * 4

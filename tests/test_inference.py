@@ -91,17 +91,77 @@ def test_the_encoder_runs_at_the_longest_input_and_the_search_at_its_bucket(trai
   assert translator.translate(SENTENCES, 'eng_Latn', 'hau_Latn') == exact
 
 
+def _record_searches(translator: inference.Translator) -> list[tuple[np.ndarray, np.ndarray]]:
+  """The list to which `translator` now appends each batch's encoder tokens [B, length] and
+  output ids [B, max_decode_length] (the forced tag first)."""
+  predict_batch = translator.model.predict_batch
+  searches = []
+
+  def recording_predict_batch(params, encoder_tokens, **kwargs):
+    outputs = predict_batch(params, encoder_tokens, **kwargs)
+    searches.append((np.asarray(encoder_tokens), np.asarray(outputs)))
+    return outputs
+
+  translator.model.predict_batch = recording_predict_batch
+  return searches
+
+
+def _generated(output_ids: np.ndarray, eos_id: int) -> list[int]:
+  """The ids a search generated after the forced tag, up to and including EOS."""
+  ids = output_ids[1:].tolist()
+  return ids[:ids.index(eos_id) + 1] if eos_id in ids else ids
+
+
 def test_output_limits_reach_the_search_through_the_settings(trained_run):
   """The tiny trained run loops to the length limit; a length ratio of 1 ends every output
   by the source's length plus one piece, and no bigram repeats."""
   limited = _unsharded_translator(trained_run, max_length_ratio=1.0, max_length_offset=1,
                                   no_repeat_ngram_size=2)
-  tokenizer = limited.tokenizer
-  for source, output in zip(SENTENCES, limited.translate(SENTENCES, 'eng_Latn', 'hau_Latn')):
-    pieces = tokenizer.encode(output)
-    # Source pieces count its tag and EOS; output pieces its decoder tag, not its EOS.
-    assert len(pieces) <= len(tokenizer.encode(source)) + 2 + 1
-    bigrams = list(zip(pieces, pieces[1:]))
-    assert len(bigrams) == len(set(bigrams)), output
+  searches = _record_searches(limited)
+  assert all(limited.translate(SENTENCES, 'eng_Latn', 'hau_Latn'))
+  eos_id = limited.tokenizer.eos_id()
+  for encoder_tokens, outputs in searches:
+    for source, output in zip(encoder_tokens, outputs):
+      generated = _generated(output, eos_id)
+      # Source pieces count its tag and EOS; generated ones their EOS, not the forced tag.
+      assert len(generated) <= np.count_nonzero(source) + 1
+      bigrams = list(zip(output[:1 + len(generated)], generated))
+      assert len(bigrams) == len(set(bigrams)), output
   with pytest.raises(UserError, match='max_length_ratio: must be >= 0'):
     inference.DecodeSettings(max_length_ratio=-1.0)
+
+
+def test_reserved_pieces_are_the_vocabularys_tags_and_control_pieces_but_eos(trained_run):
+  translator = _unsharded_translator(trained_run)
+  tokenizer = translator.tokenizer
+  reserved = {tokenizer.id_to_piece(int(i)) for i in np.flatnonzero(
+      tags.reserved_pieces(tokenizer))}
+  assert reserved == {'<pad>', '<unk>'} | set(tags.special_symbols())
+  assert len(tags.special_symbols()) == 204 + 2 + 32  # Tags, <BT> and <DA>, TBD<i>.
+  assert tokenizer.id_to_piece(1) == '</s>'
+
+
+def test_detokenised_text_drops_every_reserved_piece(trained_run):
+  """A search that bans nothing (a decoder tag not forced) may output tags; the text never
+  holds them."""
+  translator = _unsharded_translator(trained_run)
+  piece = translator.tokenizer.piece_to_id
+  words = translator.tokenizer.encode('Monday and Tuesday')
+  generated = ([piece('<2hau_Latn>'), piece('<2amh_Ethi>')] + words[:2] + [piece('<BT>')]
+               + words[2:] + [piece('<DA>'), piece('TBD3'), 0, 2, 1, piece('<2hau_Latn>')])
+  assert translator.decode_target(generated, has_decoder_tag=True) == 'Monday and Tuesday'
+  assert translator.decode_target(generated, has_decoder_tag=False) == 'Monday and Tuesday'
+
+
+def test_translations_hold_no_tag_where_the_model_prefers_one(trained_run):
+  """The tiny run's favourite next piece is often a language tag (the forced decoder tag is
+  the one target piece it learned well): the search never generates one after the forced
+  tag, so no translation holds one."""
+  translator = _unsharded_translator(trained_run, parallel_batches=1)
+  searches = _record_searches(translator)
+  outputs = translator.translate(SENTENCES, 'eng_Latn', 'hau_Latn')
+  assert all(outputs) and not any('<2' in output for output in outputs), outputs
+  reserved = tags.reserved_pieces(translator.tokenizer)
+  for _, output_ids in searches:
+    for ids in output_ids:
+      assert not reserved[_generated(ids, translator.tokenizer.eos_id())].any(), ids

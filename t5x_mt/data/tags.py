@@ -22,6 +22,9 @@ the pair is synthetic (docs/methods.md#back-translation):
 import dataclasses
 from typing import Any
 
+import numpy as np
+from sentencepiece import sentencepiece_model_pb2 as model_pb2
+
 from t5x_mt import languages
 from t5x_mt.errors import UserError
 
@@ -116,3 +119,22 @@ def tag_piece_id(tokenizer: Any, tag: str, vocabulary_file: str) -> int:
     raise UserError(f'{vocabulary_file}: the vocabulary has no piece {tag} (build it with '
                     'launch/build_vocab.py)')
   return piece_id
+
+
+# SentencePiece piece types that spell text; every other piece marks data.
+_TEXT_PIECE_TYPES = (model_pb2.ModelProto.SentencePiece.NORMAL,
+                     model_pb2.ModelProto.SentencePiece.BYTE)
+
+
+def reserved_pieces(tokenizer: Any) -> np.ndarray:
+  """bool [pieces] of a SentencePiece processor: True for the pieces that are never text.
+
+  Those are the user-defined symbols (language tags, `<BT>`, `<DA>`, the spare `TBD<i>`),
+  the control pieces (padding, BOS where a vocabulary has one), the unknown piece and any
+  unused ones: a model must never generate them after the forced decoder tag, and
+  detokenised text must never hold them. EOS is not among them: it ends a translation.
+  """
+  model = model_pb2.ModelProto.FromString(tokenizer.serialized_model_proto())
+  eos_id = tokenizer.eos_id()
+  return np.array([piece.type not in _TEXT_PIECE_TYPES and piece_id != eos_id
+                   for piece_id, piece in enumerate(model.pieces)])
