@@ -6,7 +6,9 @@ names, so the direction's `<src>-<tgt>` is written with a dot here), and the nam
 below. Directions of other registered corpora (NTREX-128, FLORES-200, a user's files)
 are registered by `get_mixture_or_task` when first named, since listing their languages
 means reading their folders. Other projects import this module to reuse the registry, and
-register mixtures over their own corpora with `register_mixture`.
+register mixtures over their own corpora with `register_mixture`. Every Task carries the
+postprocessing and metric function of `data_tasks.metrics`, so seqio's Evaluator (and
+T5X's, built on it) scores sacreBLEU BLEU and chrF++ on it.
 
 The registry's run-level settings are one `DataSettings` value, taken when a dataset is
 built, not when tasks are registered, so that one registry serves every run. A program
@@ -30,6 +32,7 @@ import seqio
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from data_tasks import metrics
 from t5x_mt import languages
 from t5x_mt import validation
 from t5x_mt.data import cldr
@@ -399,7 +402,8 @@ def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
           functools.partial(_add_direction, direction=source.direction.id),
       ],
       output_features=output_features(),
-      metric_fns=[])
+      postprocess_fn=metrics.postprocess_translation,
+      metric_fns=[metrics.translation_metrics])
   TASK_SOURCES[name] = source
   return name
 
@@ -423,23 +427,50 @@ def register_task_mixture(name: str, task_names: Sequence[str], *,
   return name
 
 
-def member_tasks(member: str) -> list[str]:
+def member_tasks(member: str, mixture: str | None = None) -> list[str]:
   """The direction Tasks a mixture member names: a registered mixture (its tasks), a Task
   (`<corpus>_<src>.<tgt>`), or a corpus that records its directions (a launch/clean.py or
-  launch/back_translate.py folder: every direction it holds; a streamed corpus: both
-  directions of its pair)."""
-  if member in corpora.registered_corpora() and member not in seqio.MixtureRegistry.names():
+  launch/back_translate.py folder: every direction it holds; files of one pair: their
+  source -> target direction; a streamed corpus: both directions of its pair). A member
+  named as the `mixture` it joins is the corpus of that name, so a mixture over one corpus
+  may take the corpus's name."""
+  if member in corpora.registered_corpora() and (
+      member == mixture or member not in seqio.MixtureRegistry.names()):
     corpus = corpora.get_corpus(member)
     if isinstance(corpus, streamed.StreamedCorpus):
       return [register_direction_task(member, *direction)
               for direction in (corpus.languages(), corpus.languages()[::-1])]
-    if not isinstance(corpus, corpus_types.PairsCorpus):
+    if not isinstance(corpus, (corpus_types.PairsCorpus, corpus_types.ParallelCorpus)):
       raise UserError(f'mixture member {member!r}: corpus {member!r} pairs any two of its '
                       'languages; name its directions as tasks, <corpus>_<src>.<tgt>')
     return [register_direction_task(member, src, tgt) for src, tgt in corpus.directions()]
   provider = get_mixture_or_task(member)
   return [task.name for task in provider.tasks] if isinstance(provider, seqio.Mixture) else [
       provider.name]
+
+
+def _check_spec_keys(spec: Mapping, known: Sequence[str], where: str) -> None:
+  """A UserError unless `spec` is a dict of `known` keys (the two it needs first)."""
+  if not isinstance(spec, Mapping):
+    raise UserError(f'{where}: expected a dict with {known[0]} and {known[1]}')
+  unknown = sorted(set(spec) - set(known))
+  if unknown:
+    raise UserError(f'{where}: unknown keys {unknown} (known: {", ".join(known)})')
+
+
+def _spec_pair(spec: Mapping, key: str, default: Sequence | None, where: str) -> Sequence:
+  """The spec's two-item [source, target] setting `key`."""
+  value = spec.get(key, default)
+  if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2:
+    raise UserError(f'{where}: {key} must be a list of two, [source, target]')
+  return value
+
+
+def _spec_columns(spec: Mapping, where: str) -> tuple[int, int]:
+  src_column, tgt_column = _spec_pair(spec, 'columns', (0, 1), where)
+  if not all(isinstance(column, int) and column >= 0 for column in (src_column, tgt_column)):
+    raise UserError(f'{where}: columns must be two column numbers from 0')
+  return src_column, tgt_column
 
 
 _STREAMED_SPEC_KEYS = ('languages', 'files', 'columns') + tuple(
@@ -450,45 +481,88 @@ def register_streamed_corpus(name: str, spec: Mapping, where: str) -> None:
   """Registers a streamed TSV corpus from its spec: {'languages': [src, tgt], 'files':
   [paths or globs], and optionally 'columns': [src, tgt] (default [0, 1]) and the
   `streamed.StreamSettings` fields}; errors name `where`."""
-  if not isinstance(spec, Mapping):
-    raise UserError(f'{where}: expected a dict with languages and files')
-  unknown = sorted(set(spec) - set(_STREAMED_SPEC_KEYS))
-  if unknown:
-    raise UserError(f'{where}: unknown keys {unknown} (known: {", ".join(_STREAMED_SPEC_KEYS)})')
-  for pair_key, default in (('languages', None), ('columns', (0, 1))):
-    value = spec.get(pair_key, default)
-    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2:
-      raise UserError(f'{where}: {pair_key} must be a list of two, [source, target]')
-  src_column, tgt_column = spec.get('columns', (0, 1))
-  if not all(isinstance(column, int) and column >= 0 for column in (src_column, tgt_column)):
-    raise UserError(f'{where}: columns must be two column numbers from 0')
+  _check_spec_keys(spec, _STREAMED_SPEC_KEYS, where)
+  languages_pair = _spec_pair(spec, 'languages', None, where)
+  src_column, tgt_column = _spec_columns(spec, where)
   settings = streamed.StreamSettings(**{key: value for key, value in spec.items()
                                         if key not in ('languages', 'files', 'columns')})
-  corpora.register_streamed_tsv(name, *spec['languages'], spec.get('files'),
+  corpora.register_streamed_tsv(name, *languages_pair, spec.get('files'),
                                 src_column=src_column, tgt_column=tgt_column,
                                 settings=settings, overwrite=True)
 
 
+FILE_SPLITS = ('train', 'validation', 'test')
+_FILES_SPEC_KEYS = ('languages',) + FILE_SPLITS + ('columns', 'validation_lines')
+
+
+def file_splits(spec: Mapping) -> tuple[str, ...]:
+  """The splits a `corpora_files` spec gives files for. A split whose paths are all None
+  is not given: a recipe's optional files that its user left unset."""
+  def given(files) -> bool:
+    if isinstance(files, (list, tuple)):
+      return any(path is not None for path in files)
+    return files is not None
+  return tuple(split for split in FILE_SPLITS if given(spec.get(split)))
+
+
+def _split_files(files, where: str) -> corpus_types.PairFiles:
+  if isinstance(files, str):
+    return files
+  if isinstance(files, (list, tuple)) and len(files) == 2 and all(
+      isinstance(path, str) for path in files):
+    return tuple(files)
+  raise UserError(f'{where}: expected [source file, target file] or one TSV file, '
+                  f'got {files!r}')
+
+
+def register_files_corpus(name: str, spec: Mapping, where: str) -> None:
+  """Registers a corpus of one language pair read from files, from its spec:
+  {'languages': [src, tgt], 'train': files, and optionally 'validation' and 'test' (files),
+  'validation_lines' (the last that many lines of the train files held out as the
+  validation split, never trained on) and 'columns' (of TSV files, default [0, 1])}, where
+  files are [source file, target file], line-aligned, or one TSV file; errors name `where`."""
+  _check_spec_keys(spec, _FILES_SPEC_KEYS, where)
+  src_lang, tgt_lang = _spec_pair(spec, 'languages', None, where)
+  languages.check_language(src_lang, f'{where}: source language')
+  languages.check_language(tgt_lang, f'{where}: target language')
+  splits = file_splits(spec)
+  if 'train' not in splits:
+    raise UserError(f"{where}: no train files (give 'train': [source file, target file], "
+                    'or one TSV file)')
+  corpora.register_files(
+      name, src_lang, tgt_lang,
+      {split: _split_files(spec[split], f'{where}: {split}') for split in splits},
+      columns=_spec_columns(spec, where), overwrite=True,
+      validation_lines=validation.integer(f'{where}: validation_lines',
+                                          spec.get('validation_lines', 0), minimum=0))
+
+
 def register_corpora_and_mixtures(corpora_dirs: Mapping[str, str] | None = None,
                                   mixtures: Mapping[str, Sequence[str]] | None = None,
-                                  streamed_corpora: Mapping[str, Mapping] | None = None
+                                  streamed_corpora: Mapping[str, Mapping] | None = None,
+                                  corpora_files: Mapping[str, Mapping] | None = None
                                   ) -> None:
-  """Registers corpus folders, streamed corpora and mixtures over them (those a run's
-  config names).
+  """Registers corpus folders, corpora of files, streamed corpora and mixtures over them
+  (those a run's config names).
 
   `corpora_dirs` maps a corpus name to a folder written by launch/clean.py or
-  launch/back_translate.py; `streamed_corpora` maps a corpus name to the spec of TSV files
+  launch/back_translate.py; `corpora_files` maps a corpus name to the spec of its files
+  (`register_files_corpus`); `streamed_corpora` maps a corpus name to the spec of TSV files
   read by streaming (`register_streamed_corpus`); `mixtures` maps a mixture name to its
   members (see `member_tasks`), e.g. {'ntrex128_bt': ['ntrex128', 'bt_round1']}. Safe to
   call again: the same names are registered anew.
   """
   for name, directory in (corpora_dirs or {}).items():
     corpora.register_dir(name, os.path.expanduser(directory), overwrite=True)
+  for name, spec in (corpora_files or {}).items():
+    register_files_corpus(
+        name, spec, f'data_tasks.register_from_config.corpora_files[{name!r}]')
   for name, spec in (streamed_corpora or {}).items():
     register_streamed_corpus(
         name, spec, f'data_tasks.register_from_config.streamed_corpora[{name!r}]')
   for name, members in (mixtures or {}).items():
-    tasks = list(dict.fromkeys(task for member in members for task in member_tasks(member)))
+    tasks = list(dict.fromkeys(task for member in members
+                               for task in member_tasks(member, mixture=name)))
     register_task_mixture(name, tasks, overwrite=True)
 
 

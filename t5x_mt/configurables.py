@@ -27,6 +27,7 @@ from t5x_mt import inference
 from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt import run_config
+from t5x_mt import run_layout
 from t5x_mt import run_vocabulary
 from t5x_mt import trainer
 from t5x_mt.data import tags
@@ -90,9 +91,28 @@ def _pair_groups(extra: Mapping[str, Sequence[str]] | None = None
 @gin.configurable('register_from_config', module='data_tasks')
 def _corpora_and_mixtures(corpora_dirs: Mapping[str, str] | None = None,
                           mixtures: Mapping[str, Sequence[str]] | None = None,
-                          streamed_corpora: Mapping[str, Mapping] | None = None
+                          streamed_corpora: Mapping[str, Mapping] | None = None,
+                          corpora_files: Mapping[str, Mapping] | None = None
                           ) -> dict[str, Any]:
-  return dict(corpora_dirs=corpora_dirs, mixtures=mixtures, streamed_corpora=streamed_corpora)
+  return dict(corpora_dirs=corpora_dirs, mixtures=mixtures, streamed_corpora=streamed_corpora,
+              corpora_files=corpora_files)
+
+
+@gin.configurable('gives_files', module='data_tasks')
+def _gives_files(corpus: str, split: str) -> bool:
+  """Whether `register_from_config.corpora_files` gives `corpus` files for `split`, so that
+  a recipe scores a test split only where its user named one:
+  `train_loop.train.evaluate_test_split = @data_tasks.gives_files()`."""
+  spec = (_corpora_and_mixtures()['corpora_files'] or {}).get(corpus, {})
+  return split in data_tasks.file_splits(spec)
+
+
+@gin.configurable('model_dir_vocabulary', module='data_tasks')
+def _model_dir_vocabulary(model_dir: str) -> str:
+  """The run's own copy of its vocabulary (`MODEL_DIR/vocab.model`) as VOCABULARY_PATH, so
+  that a run on other files builds a vocabulary of its own instead of reusing one built
+  from other text: `VOCABULARY_PATH = @data_tasks.model_dir_vocabulary()`."""
+  return str(run_layout.RunLayout(model_dir).vocabulary)
 
 
 @gin.configurable('cleaning_steps', module='cleaning')
@@ -136,8 +156,8 @@ def data_settings() -> data_tasks.DataSettings:
 
 
 def register_corpora_and_mixtures() -> None:
-  """Registers the corpus folders and mixtures the recipe declares
-  (`data_tasks.register_from_config.corpora_dirs/mixtures`)."""
+  """Registers the corpora and mixtures the recipe declares
+  (`data_tasks.register_from_config.corpora_dirs/corpora_files/streamed_corpora/mixtures`)."""
   data_tasks.register_corpora_and_mixtures(**_corpora_and_mixtures())
 
 

@@ -10,16 +10,18 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
+from t5x_mt import files
 from t5x_mt.data import catalogue
 from t5x_mt.data import readers
 from t5x_mt.data import streamed
 from t5x_mt.data.corpus_types import Corpus
 from t5x_mt.data.corpus_types import MultiwayCorpus
-from t5x_mt.data.corpus_types import ParallelCorpus
+from t5x_mt.data.corpus_types import PairFiles
 from t5x_mt.data.corpus_types import SYNTHETIC_MANIFEST
 from t5x_mt.data.corpus_types import clean_dir_corpus
+from t5x_mt.data.corpus_types import files_corpus
 from t5x_mt.data.corpus_types import synthetic_dir_corpus
 from t5x_mt.errors import UserError
 from t5x_mt.languages import check_language
@@ -72,23 +74,45 @@ def registered_corpora() -> tuple[str, ...]:
   return tuple(sorted(_FACTORIES))
 
 
+def register_files(name: str, src_lang: str, tgt_lang: str,
+                   split_files: Mapping[str, PairFiles], *, columns: Sequence[int] = (0, 1),
+                   validation_lines: int = 0, overwrite: bool = False) -> None:
+  """Registers a one-pair corpus read from files: each split two line-aligned files
+  [source, target] or one (gzipped) TSV file (`columns` the source and target columns).
+
+  `validation_lines` > 0 holds out the last that many lines of 'train' as 'validation'
+  (`corpus_types.files_corpus`). Paths may hold ~ and environment variables (`files.expand`).
+  """
+  check_language(src_lang, f'corpus {name!r} source language')
+  check_language(tgt_lang, f'corpus {name!r} target language')
+  if validation_lines and 'validation' in split_files:
+    raise UserError(f'corpus {name!r}: give validation files or validation_lines, not both')
+  if validation_lines and 'train' not in split_files:
+    raise UserError(f'corpus {name!r}: validation_lines holds out lines of train files, '
+                    'and none are given')
+  expanded = {split: _expanded(pair_files) for split, pair_files in split_files.items()}
+  register_corpus(name, lambda: files_corpus(
+      name, src_lang, tgt_lang, expanded, columns=columns, validation_lines=validation_lines),
+                  overwrite=overwrite)
+
+
+def _expanded(pair_files: PairFiles) -> PairFiles:
+  if isinstance(pair_files, (str, os.PathLike)):
+    return files.expand(pair_files)
+  return tuple(map(files.expand, pair_files))
+
+
 def register_parallel_files(name: str, src_lang: str, tgt_lang: str,
                             src_file: str | os.PathLike[str], tgt_file: str | os.PathLike[str],
                             *, split: str = 'train') -> None:
   """Registers two line-aligned files as split `split` of a one-pair corpus."""
-  check_language(src_lang, f'corpus {name!r} source language')
-  check_language(tgt_lang, f'corpus {name!r} target language')
-  register_corpus(name, lambda: ParallelCorpus(
-      name, src_lang, tgt_lang, {split: readers.read_parallel_files(src_file, tgt_file)}))
+  register_files(name, src_lang, tgt_lang, {split: (src_file, tgt_file)})
 
 
 def register_tsv(name: str, src_lang: str, tgt_lang: str, path: str | os.PathLike[str], *,
                  src_column: int = 0, tgt_column: int = 1, split: str = 'train') -> None:
   """Registers two columns of a (gzipped) TSV file as split `split` of a one-pair corpus."""
-  check_language(src_lang, f'corpus {name!r} source language')
-  check_language(tgt_lang, f'corpus {name!r} target language')
-  register_corpus(name, lambda: ParallelCorpus(
-      name, src_lang, tgt_lang, {split: readers.read_tsv(path, src_column, tgt_column)}))
+  register_files(name, src_lang, tgt_lang, {split: path}, columns=(src_column, tgt_column))
 
 
 def register_streamed_tsv(name: str, src_lang: str, tgt_lang: str,

@@ -4,11 +4,13 @@ A corpus answers "give me the (src, tgt) pairs of split S" for any two of its la
 `MultiwayCorpus` holds rows {language: text} (CLDR, FLORES-200, NTREX-128: any two
 languages of a row translate each other); `ParallelCorpus` holds one language pair (two
 files, a TSV); `PairsCorpus` holds several directions (a `launch/clean.py` folder) and
-`SyntheticCorpus` adds the tags of back-translated pairs. Naming corpora is the job of
+`SyntheticCorpus` adds the tags of back-translated pairs; `files_corpus` reads a
+`ParallelCorpus` from files and holds out its validation lines. Naming corpora is the job of
 `corpora` (the registry) and `catalogue` (the built-in ones).
 """
 
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -105,6 +107,10 @@ class ParallelCorpus:
   def languages(self) -> tuple[str, ...]:
     return (self.src_lang, self.tgt_lang)
 
+  def directions(self) -> tuple[tuple[str, str], ...]:
+    """The direction its files hold (a mixture that names the corpus trains this one)."""
+    return ((self.src_lang, self.tgt_lang),)
+
   def splits(self) -> tuple[str, ...]:
     return tuple(self._pairs)
 
@@ -183,6 +189,57 @@ def clean_dir_corpus(name: str, directory: str | os.PathLike[str],
     raise UserError(f'{directory}: no <src>-<tgt>.<src> files (not a launch/clean.py '
                     'output folder)')
   return PairsCorpus(name, split, pairs)
+
+
+# Where one split's pairs are: two line-aligned files [source, target], or one TSV file.
+PairFiles = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+def read_pair_files(files: PairFiles, columns: Sequence[int] = (0, 1)
+                    ) -> list[tuple[str, str]]:
+  """Pairs from two line-aligned files (source, target), or from two columns of one
+  (gzipped) TSV file."""
+  if isinstance(files, (str, os.PathLike)):
+    return readers.read_tsv(files, *columns)
+  return readers.read_parallel_files(*files)
+
+
+def files_corpus(name: str, src_lang: str, tgt_lang: str,
+                 split_files: Mapping[str, PairFiles], *, columns: Sequence[int] = (0, 1),
+                 validation_lines: int = 0) -> ParallelCorpus:
+  """A one-pair corpus read from files, a split per entry of `split_files`.
+
+  `validation_lines` > 0 holds out the last that many lines of the 'train' files as split
+  'validation': those lines, and any earlier training pair that repeats one of them
+  exactly, are never trained on, so the run is never scored on a pair it learnt.
+  """
+  pairs = {split: read_pair_files(files, columns) for split, files in split_files.items()}
+  if validation_lines:
+    pairs['train'], pairs['validation'] = _hold_out_last(
+        name, pairs['train'], validation_lines, split_files['train'])
+  return ParallelCorpus(name, src_lang, tgt_lang, pairs)
+
+
+def _hold_out_last(name: str, pairs: list[tuple[str, str]], lines: int, files: PairFiles
+                   ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+  """(training pairs, held-out pairs): the last `lines` pairs held out, and the earlier
+  ones that repeat a held-out pair left out of training."""
+  if lines >= len(pairs):
+    raise UserError(f'corpus {name!r}: validation_lines={lines} would hold out every line '
+                    f'of {_describe(files)} ({len(pairs)} lines)')
+  train, held_out = readers.split_last(pairs, lines)
+  held_out_pairs = set(held_out)
+  kept = [pair for pair in train if pair not in held_out_pairs]
+  logging.info('Corpus %r: the last %d lines of %s are its validation split (%d earlier '
+               'training pairs repeat one of them and are left out)', name, lines,
+               _describe(files), len(train) - len(kept))
+  return kept, held_out
+
+
+def _describe(files: PairFiles) -> str:
+  if isinstance(files, (str, os.PathLike)):
+    return str(files)
+  return ' and '.join(map(str, files))
 
 
 SYNTHETIC_MANIFEST = 'synthetic.json'
