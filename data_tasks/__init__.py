@@ -33,6 +33,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from data_tasks import metrics
+from t5x_mt import files
 from t5x_mt import languages
 from t5x_mt import validation
 from t5x_mt.data import cldr
@@ -250,7 +251,7 @@ def use_vocabulary(path: str | os.PathLike[str]) -> None:
   This is how a program that reuses the registry chooses its vocabulary without gin; the
   choice holds for the rest of the process, or until `configure` chooses again.
   """
-  path = os.path.expanduser(os.fspath(path))
+  path = files.expand(path)
   if not tf.io.gfile.exists(path):
     raise UserError(f'{path}: vocabulary file not found (build it with '
                     'launch/build_vocab.py)')
@@ -553,7 +554,7 @@ def register_corpora_and_mixtures(corpora_dirs: Mapping[str, str] | None = None,
   call again: the same names are registered anew.
   """
   for name, directory in (corpora_dirs or {}).items():
-    corpora.register_dir(name, os.path.expanduser(directory), overwrite=True)
+    corpora.register_dir(name, files.expand(directory), overwrite=True)
   for name, spec in (corpora_files or {}).items():
     register_files_corpus(
         name, spec, f'data_tasks.register_from_config.corpora_files[{name!r}]')

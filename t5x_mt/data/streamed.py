@@ -21,6 +21,7 @@ import os
 import threading
 
 
+from t5x_mt import files
 from t5x_mt.data.streaming import StreamingShuffle
 from t5x_mt.errors import UserError
 from t5x_mt.languages import check_language
@@ -49,7 +50,7 @@ def expand_files(patterns: Sequence[str | os.PathLike[str]], where: str) -> list
     raise UserError(f'{where}: give a list of files or glob patterns')
   found = []
   for pattern in patterns:
-    pattern = os.path.expanduser(os.fspath(pattern))
+    pattern = files.expand(pattern)
     matches = sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
     if not matches:
       raise UserError(f'{where}: {pattern}: no such file')
