@@ -142,10 +142,10 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   settings = dataclasses.replace(configurables.eval_config(), **options)
   direction_scores = {}
   for name in names:
-    summary = actions.evaluate_directions(translator, name, step, settings)
+    summary = actions.evaluate_directions(translator, name, step, settings, progress_bar=True)
     direction_scores.update(summary['directions'])
   summary = evaluation.summarize(step, direction_scores)
-  summary['split'] = args.split
+  summary.update(split=args.split, task=', '.join(names))
   # Family models' scores belong to no one run; with --output_json the scores go there
   # alone, so an evaluation under other settings never replaces the run's own record.
   if args.checkpoint_dir is not None and args.output_json is None and processes.is_primary():

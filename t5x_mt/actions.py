@@ -22,6 +22,7 @@ from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import tensorboardX
 import tensorflow as tf
+import tqdm
 
 import data_tasks
 from t5x_mt import dro
@@ -29,6 +30,7 @@ from t5x_mt import evaluation
 from t5x_mt import files
 from t5x_mt import inference
 from t5x_mt import processes
+from t5x_mt import progress
 from t5x_mt import run_config
 from t5x_mt import run_layout
 from t5x_mt.run import Run
@@ -99,10 +101,23 @@ class MetricsLog:
     record = {name: value if _finite_or_not_a_number(value) else None
               for name, value in record.items()}
     files.append_text(self.path, json.dumps(record, sort_keys=True, allow_nan=False) + '\n')
-    for name, value in record.items():
-      if name != 'step' and value is not None:
-        self._tensorboard.add_scalar(name, value, record['step'])
+    self.write_scalars(record['step'], {name: value for name, value in record.items()
+                                        if name != 'step' and value is not None})
+
+  def write_scalars(self, step: int, scalars: dict[str, float]) -> None:
+    """TensorBoard scalars of `step` beside the logged ones (evaluation scores), in the
+    same event files."""
+    if not self._writes:
+      return
+    for name, value in scalars.items():
+      self._tensorboard.add_scalar(name, value, step)
     self._tensorboard.flush()
+
+  def close(self) -> None:
+    """Puts every event on disk: the event writer's thread may still hold the last ones,
+    which a flush does not wait for."""
+    if self._writes:
+      self._tensorboard.close()
 
 
 def _finite_or_not_a_number(value: Any) -> bool:
@@ -116,7 +131,7 @@ class LogMetrics(Action):
   def __init__(self, run: Run, every: int, robust: dro.DroTraining | None = None):
     self._every = every
     self._robust = robust
-    self._log = MetricsLog(run.layout, run.start_step)
+    self.log = MetricsLog(run.layout, run.start_step)
     self._window_sums: Metrics | None = None
     self._window_start = time.perf_counter()
     self._paused_at_start = run.paused_seconds
@@ -141,7 +156,7 @@ class LogMetrics(Action):
                         **{k: v for k, v in summary.items()
                            if k.startswith(('loss/', 'tokens/'))},
                         **(self._robust.log_record() if self._robust else {})}
-    self._log.write(self.last_record)
+    self.log.write(self.last_record)
     run.progress.set_postfix(loss=f'{summary["loss"]:.3f}')
     self._window_sums, self._window_start = None, time.perf_counter()
     self._paused_at_start = run.paused_seconds
@@ -182,23 +197,31 @@ class UpdateDro(Action):
     self.robust.restore(json.loads(files.path(prefix).read_text(encoding='utf-8')))
 
 
-def evaluate_directions(translator: inference.Translator, mixture_or_task_name: str, step: int,
-                        config: run_config.EvalConfig, split: str | None = None
-                        ) -> dict[str, Any]:
+def evaluate_directions(translator: inference.Translator | inference.FamilyTranslator,
+                        mixture_or_task_name: str, step: int | None,
+                        config: run_config.EvalConfig, split: str | None = None, *,
+                        progress_bar: bool = False) -> dict[str, Any]:
   """Translates each direction's split (`config.split` unless given) and scores it (the
-  eval/step_<N>.json summary), with the share of its outputs caught in a loop
-  (`evaluation.looping_share`) and, if the config asks, the copy baseline. A direction
-  several corpora train is evaluated once."""
+  eval/step_<N>.json summary, with its split and task), with the share of its outputs
+  caught in a loop (`evaluation.looping_share`) and, if the config asks, the copy
+  baseline. A direction several corpora train is evaluated once. The progress bar counts
+  the sentences of every direction, once per leg of a pivoted one."""
   split = split or config.split
+  directions = list(_evaluation_pairs(mixture_or_task_name, config, split))
+  total = sum(len(pairs) * len(translator.legs(direction.src_lang, direction.tgt_lang))
+              for direction, pairs in directions)
   scores = {}
-  for direction, pairs in _evaluation_pairs(mixture_or_task_name, config, split):
-    sources, references = zip(*pairs)
-    hypotheses = translator.translate(list(sources), direction.src_lang, direction.tgt_lang)
-    scores[direction.name] = evaluation.score_translations(
-        list(sources), hypotheses, list(references), spm_model_path=config.spm_model_path,
-        baseline=config.baseline)
+  with progress.bar(total=total, desc=f'{mixture_or_task_name} {split}', unit='sentence',
+                    shown=progress_bar) as bar:
+    for direction, pairs in directions:
+      sources, references = zip(*pairs)
+      hypotheses = translator.translate(list(sources), direction.src_lang, direction.tgt_lang,
+                                        on_batch=bar.update)
+      scores[direction.name] = evaluation.score_translations(
+          list(sources), hypotheses, list(references), spm_model_path=config.spm_model_path,
+          baseline=config.baseline)
   summary = evaluation.summarize(step, scores)
-  summary['split'] = split
+  summary.update(split=split, task=mixture_or_task_name)
   return summary
 
 
@@ -228,21 +251,15 @@ def check_evaluable(mixture_or_task_name: str, config: run_config.EvalConfig,
                       'train_loop.evaluate_directions.corpus')
 
 
-def write_evaluation(layout: run_layout.RunLayout, summary: dict[str, Any], test: bool) -> None:
-  """Process 0 writes and prints the scores (every process computed the same)."""
-  if not processes.is_primary():
-    return
-  evaluation.write_eval_json(layout.root, summary, 'test' if test else 'validation')
-  print(evaluation.format_table(summary), flush=True)
-
-
 class Evaluate(Action):
   """Every `every` steps before the last, scores the run's directions into
-  eval/step_<N>.json; `latest` holds (step, summary) for the actions after it."""
+  eval/step_<N>.json (and, given the run's `log`, into TensorBoard); `latest` holds
+  (step, summary) for the actions after it."""
 
-  def __init__(self, every: int, config: run_config.EvalConfig):
+  def __init__(self, every: int, config: run_config.EvalConfig, log: MetricsLog | None = None):
     self._every = every
     self.config = config
+    self._log = log
     self.latest: tuple[int, dict[str, Any]] | None = None
 
   def after_step(self, run: Run, step: int, metrics: Metrics) -> None:
@@ -250,11 +267,29 @@ class Evaluate(Action):
       return
     started = time.perf_counter()
     run.translator.params = run.state.params
-    summary = evaluate_directions(run.translator, run.config.mixture_or_task_name, step,
-                                  self.config)
-    write_evaluation(run.layout, summary, test=False)
+    summary = self.evaluate(run, step)
+    self.write(run, summary, test=False)
     self.latest = (step, summary)
     run.paused_seconds += time.perf_counter() - started
+
+  def evaluate(self, run: Run, step: int, split: str | None = None) -> dict[str, Any]:
+    """`evaluate_directions` of the run's mixture with the translator's parameters, under
+    a progress bar where the run shows one."""
+    return evaluate_directions(run.translator, run.config.mixture_or_task_name, step,
+                               self.config, split, progress_bar=run.config.progress_bar)
+
+  def write(self, run: Run, summary: dict[str, Any], test: bool) -> None:
+    """Process 0 writes the scores (every process computed the same) as the record of
+    the validation or the test split, as TensorBoard scalars named by that split at the
+    evaluated step, and prints their table."""
+    if not processes.is_primary():
+      return
+    role = 'test' if test else 'validation'
+    evaluation.write_eval_json(run.layout.root, summary, role)
+    if self._log is not None:
+      self._log.write_scalars(summary['step'], evaluation.scalars(summary, role))
+    tqdm.tqdm.write(evaluation.format_table(summary), file=sys.stdout)
+    sys.stdout.flush()
 
 
 @dataclasses.dataclass
@@ -419,8 +454,9 @@ class SaveOnPreemption(Action):
     run.checkpoints.wait()
     self.preempted_at = step
     if processes.is_primary():
-      print(f'{self._signal or "SIGTERM"} at step {step}: saved checkpoint {step} and '
-            'stopped; run the same command to resume', file=sys.stderr, flush=True)
+      # tqdm.write: a line of its own, not glued to the training bar the signal cut.
+      tqdm.tqdm.write(f'{self._signal or "SIGTERM"} at step {step}: saved checkpoint {step} '
+                      'and stopped; run the same command to resume', file=sys.stderr)
 
   def stop_requested(self) -> bool:
     return self.preempted_at is not None

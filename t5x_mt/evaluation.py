@@ -117,8 +117,9 @@ def category_of(direction: str) -> tuple[str, ...]:
 
 
 def _mean_scores(scores: Sequence[dict[str, Any]]) -> dict[str, Any]:
-  """Unweighted means over directions; spBLEU only when every direction has one, and the
-  copy baseline's chrF++ when every direction was scored against it."""
+  """Unweighted means over directions; spBLEU only when every direction has one, the
+  looping share when every direction's was measured, and the copy baseline's chrF++ when
+  every direction was scored against it."""
   spbleus = [score['spbleu'] for score in scores]
   means = {
       'bleu': statistics.fmean(score['bleu'] for score in scores),
@@ -126,6 +127,8 @@ def _mean_scores(scores: Sequence[dict[str, Any]]) -> dict[str, Any]:
       'spbleu': None if None in spbleus else statistics.fmean(spbleus),
       'n': len(scores),
   }
+  if all('looping' in score for score in scores):
+    means['looping'] = statistics.fmean(score['looping'] for score in scores)
   if all('copy' in score for score in scores):
     means['copy'] = {'chrf': statistics.fmean(score['copy']['chrf'] for score in scores)}
   return means
@@ -170,39 +173,71 @@ def write_eval_json(model_dir: str | os.PathLike, summary: dict[str, Any],
   return path
 
 
+def scalars(summary: dict[str, Any], split: str) -> dict[str, float]:
+  """A `summarize` record's BLEU and chrF++ as TensorBoard scalars of `split`:
+  '<split>/chrf' for the average over directions, '<split>/chrf/<direction>' for each
+  (as the training losses are 'loss' and 'loss/<direction>'); likewise 'bleu'."""
+  values = {}
+  for metric in ('bleu', 'chrf'):
+    values[f'{split}/{metric}'] = summary['average'][metric]
+    values.update({f'{split}/{metric}/{direction}': scores[metric]
+                   for direction, scores in summary['directions'].items()})
+  return values
+
+
 def _format_score(value: Optional[float]) -> str:
   return f'{"-":>7}' if value is None else f'{value:7.2f}'
 
 
-def _format_row(name: str, scores: dict[str, Any], width: int, with_copy: bool) -> str:
+def _format_row(name: str, scores: dict[str, Any], width: int, with_looping: bool,
+                with_copy: bool) -> str:
   row = (f'{name:<{width}} {_format_score(scores["bleu"])} {_format_score(scores["chrf"])} '
          f'{_format_score(scores.get("spbleu"))} {scores["n"]:>7}')
+  if with_looping:
+    row += f' {100 * scores["looping"]:6.1f}%'
   if with_copy:
     copy = scores['copy']['chrf']
     row += f' {_format_score(copy)} {scores["chrf"] - copy:+7.2f}'
   return row
 
 
+def _table_title(summary: dict[str, Any]) -> str:
+  """What a table's scores are of: the split, the mixture or task, and the step (or the
+  family models), as far as the record names them."""
+  scored = f'{summary["split"]} split' if 'split' in summary else 'scores'
+  if 'task' in summary:
+    scored += f' of {summary["task"]}'
+  if summary['step'] is None:
+    return f'{scored}, family models'
+  return f'{scored} at step {summary["step"]}'
+
+
 def format_table(summary: dict[str, Any]) -> str:
-  """A fixed-width table of a `summarize` record: directions, then categories.
+  """A fixed-width table of a `summarize` record under a title naming its split, task
+  and step (as far as the record names them): directions, then categories.
 
   For directions `n` is the number of sentences; for categories, the number of directions.
+  The looping share and the copy baseline get columns where every direction has them.
   """
   names = list(summary['directions']) + list(summary['categories'])
   width = max(len(name) for name in names + ['direction'])
-  with_copy = all('copy' in scores for scores in summary['directions'].values())
-  copy_columns = f' {"copy":>7} {"gain":>7}' if with_copy else ''
+  directions = summary['directions'].values()
+  with_looping = all('looping' in scores for scores in directions)
+  with_copy = all('copy' in scores for scores in directions)
+  extra_columns = ((f' {"looping":>7}' if with_looping else '') +
+                   (f' {"copy":>7} {"gain":>7}' if with_copy else ''))
   header = f'{"direction":<{width}} {"BLEU":>7} {"chrF++":>7} {"spBLEU":>7} {"n":>7}'
-  header += copy_columns
+  header += extra_columns
   rule = '-' * len(header)
-  title = 'family models' if summary['step'] is None else f'step {summary["step"]}'
-  lines = [title, header, rule]
-  lines += [_format_row(name, scores, width, with_copy)
+  lines = [_table_title(summary), header, rule]
+  lines += [_format_row(name, scores, width, with_looping, with_copy)
             for name, scores in summary['directions'].items()]
   lines += [rule, f'{"category":<{width}} {"BLEU":>7} {"chrF++":>7} {"spBLEU":>7} '
-            f'{"dirs":>7}{copy_columns}', rule]
-  lines += [_format_row(name, scores, width, with_copy)
+            f'{"dirs":>7}{extra_columns}', rule]
+  lines += [_format_row(name, scores, width, with_looping, with_copy)
             for name, scores in summary['categories'].items()]
+  if with_looping:
+    lines.append('looping: share of translations that repeat a word 4-gram 3 times or more')
   if with_copy:
     lines.append("copy: chrF++ of the source copied unchanged; gain: the model's chrF++ "
                  'above it')

@@ -15,12 +15,14 @@ stay `pathlib.Path`s and behave as above.
 
 from collections.abc import Iterator
 import contextlib
+import io
 import json
 import logging
 import os
 import pathlib
 import shutil
 import tempfile
+from typing import BinaryIO
 
 from etils import epath
 
@@ -68,30 +70,39 @@ def absolute(location: str | os.PathLike) -> AnyPath:
 def write_bytes_atomically(target: str | os.PathLike, data: bytes) -> AnyPath:
   """Writes `data` to `target` (creating its folder) through a temporary file and a
   rename; on an object store, as one object write."""
+  with atomic_writer(target) as f:
+    f.write(data)
+  return path(target)
+
+
+@contextlib.contextmanager
+def atomic_writer(target: str | os.PathLike) -> Iterator[BinaryIO]:
+  """A binary file to write `target` through, piece by piece: it becomes `target` (its
+  folder created) only when the block succeeds, and a failed block leaves nothing.
+
+  Locally the pieces go to a temporary file beside `target`, renamed over it at the end;
+  on an object store they are held and written as one object.
+  """
   target = path(target)
   target.parent.mkdir(parents=True, exist_ok=True)
   if on_object_store(target):
-    target.write_bytes(data)
-    return target
-  return _replace_through_temporary(target, data)
-
-
-def _replace_through_temporary(local: pathlib.Path, data: bytes) -> pathlib.Path:
-  """Puts `data` at `local` through a temporary file beside it and a rename."""
-  fd, temporary = tempfile.mkstemp(dir=local.parent, prefix=f'.{local.name}.', suffix='.tmp')
+    with io.BytesIO() as held:
+      yield held
+      target.write_bytes(held.getvalue())
+    return
+  fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}.', suffix='.tmp')
   try:
     with os.fdopen(fd, 'wb') as f:
-      f.write(data)
+      yield f
       f.flush()
       os.fsync(f.fileno())
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 would hide outputs from others.
-    os.replace(temporary, local)
+    os.replace(temporary, target)
   except BaseException:
     pathlib.Path(temporary).unlink(missing_ok=True)
     raise
-  return local
 
 
 def write_text_atomically(target: str | os.PathLike, text: str) -> AnyPath:

@@ -236,12 +236,14 @@ class Translator:
     return translation_legs(src_lang, tgt_lang, self.settings.pivot_language,
                             self.settings.pivot_directions)
 
-  def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[str]:
+  def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str,
+                on_batch: Callable[[int], None] | None = None) -> list[str]:
     """Translations of `sentences` from src_lang into tgt_lang, in input order; through
-    the pivot language where `pivots` says so."""
+    the pivot language where `pivots` says so. `on_batch` gets the number of sentences
+    of each batch once decoded, in each leg (a progress bar's update)."""
     self.check_direction(src_lang, tgt_lang)
     for leg_src, leg_tgt in self.legs(src_lang, tgt_lang):
-      sentences = self.translate_directly(sentences, leg_src, leg_tgt)
+      sentences = self.translate_directly(sentences, leg_src, leg_tgt, on_batch)
     return list(sentences)
 
   def check_direction(self, src_lang: str, tgt_lang: str) -> None:
@@ -250,9 +252,10 @@ class Translator:
     for _, leg_tgt in self.legs(src_lang, tgt_lang):
       self.check_target(leg_tgt)
 
-  def translate_directly(self, sentences: Sequence[str], src_lang: str,
-                         tgt_lang: str) -> list[str]:
-    """Translations of `sentences` from src_lang into tgt_lang by the model alone."""
+  def translate_directly(self, sentences: Sequence[str], src_lang: str, tgt_lang: str,
+                         on_batch: Callable[[int], None] | None = None) -> list[str]:
+    """Translations of `sentences` from src_lang into tgt_lang by the model alone;
+    `on_batch` as in `translate`."""
     self.check_target(tgt_lang)
     config = self.model.config
     if config.adapter_keys:
@@ -272,6 +275,8 @@ class Translator:
       for rows, generated in zip(batches, pool.map(run, batches)):
         for row, index in enumerate(rows):
           outputs[index] = self.decode_target(generated[row], prefix_id is not None)
+        if on_batch is not None:
+          on_batch(len(rows))
     return outputs
 
 
@@ -302,24 +307,26 @@ class FamilyTranslator:
                       f'into {tgt_lang} (add {group}=DIR)')
     return self.family_models[group]
 
-  def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[str]:
+  def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str,
+                on_batch: Callable[[int], None] | None = None) -> list[str]:
     self.check_direction(src_lang, tgt_lang)
-    for leg_src, leg_tgt in self._legs(src_lang, tgt_lang):
+    for leg_src, leg_tgt in self.legs(src_lang, tgt_lang):
       sentences = self._translator(self.model_for(leg_tgt)).translate_directly(
-          sentences, leg_src, leg_tgt)
+          sentences, leg_src, leg_tgt, on_batch)
     return list(sentences)
 
   def check_direction(self, src_lang: str, tgt_lang: str) -> None:
     """A UserError before any work if a leg of src_lang -> tgt_lang has no model."""
-    for _, leg_tgt in self._legs(src_lang, tgt_lang):
+    for _, leg_tgt in self.legs(src_lang, tgt_lang):
       self.model_for(leg_tgt)
 
-  def _legs(self, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
+  def legs(self, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
+    """The direct translations src_lang -> tgt_lang is made of (see `translation_legs`)."""
     return translation_legs(src_lang, tgt_lang, self.pivot_language, self.pivot_directions)
 
   def overlong(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[int]:
     """Indices of the sentences too long for the model that reads them first."""
-    first_target = self._legs(src_lang, tgt_lang)[0][1]
+    first_target = self.legs(src_lang, tgt_lang)[0][1]
     return self._translator(self.model_for(first_target)).overlong(sentences, src_lang,
                                                                    first_target)
 

@@ -12,13 +12,13 @@ settings (tag strategy, vocabulary: its vocab.model) become the registry's. Deco
 settings given as arguments (beam size, alpha, batch size) still override the run's.
 """
 
+from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 import dataclasses
 import itertools
 import logging
-import sys
 from typing import Any
 
 import flax.linen as nn
@@ -36,7 +36,7 @@ from t5x_mt import inference
 from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import partitioning
-from t5x_mt import processes
+from t5x_mt import progress
 from t5x_mt import run_layout
 from t5x_mt import run_vocabulary
 from t5x_mt.data import vocab
@@ -243,23 +243,33 @@ def _saved_params(run_checkpoints: checkpoints.RunCheckpoints, steps: Sequence[i
 def translate_lines(translator: inference.Translator | inference.FamilyTranslator,
                     lines: Sequence[str], src_lang: str, tgt_lang: str, *,
                     progress_bar: bool = False, source_name: str = 'input') -> list[str]:
-  """Translations of one sentence per line, line for line.
+  """Translations of one sentence per line, line for line (see `stream_translations`)."""
+  return list(itertools.chain.from_iterable(stream_translations(
+      translator, lines, src_lang, tgt_lang, total=len(lines), progress_bar=progress_bar,
+      source_name=source_name)))
 
+
+def stream_translations(translator: inference.Translator | inference.FamilyTranslator,
+                        lines: Iterable[str], src_lang: str, tgt_lang: str, *,
+                        total: int | None = None, progress_bar: bool = False,
+                        source_name: str = 'input') -> Iterator[list[str]]:
+  """Translations of one sentence per line, one chunk of consecutive lines at a time.
+
+  `lines` is read only as far as the chunk being translated, so a caller that writes each
+  chunk as it comes holds one chunk, and its reader sees output before the input ends.
   Empty (or blank) lines become empty lines without reaching the model, which would
   otherwise invent a sentence from the tag alone. A line longer than the model's input
   is translated from its start, with a warning naming `source_name` and the line number.
+  The progress bar counts lines up to `total` (None: the count alone).
   """
   translator.check_direction(src_lang, tgt_lang)
-  outputs = [''] * len(lines)
-  to_translate = [i for i, line in enumerate(lines) if line.strip()]
-  for index in translator.overlong([lines[i] for i in to_translate], src_lang, tgt_lang):
-    logging.warning("%s:%d: longer than the model's input; only its start is translated",
-                    source_name, to_translate[index] + 1)
-  chunks = translation_chunks(translator, [lines[i] for i in to_translate], src_lang,
-                              tgt_lang, progress_bar=progress_bar)
-  for index, translation in zip(to_translate, itertools.chain.from_iterable(chunks)):
-    outputs[index] = translation
-  return outputs
+  lines = iter(lines)
+  with _translation_bar(translator, src_lang, tgt_lang, total, 0, progress_bar) as bar:
+    line_number = 1
+    while chunk := list(itertools.islice(lines, _chunk_size(translator))):
+      yield _translate_lines_chunk(translator, chunk, src_lang, tgt_lang, bar, source_name,
+                                   line_number)
+      line_number += len(chunk)
 
 
 def translation_chunks(translator: inference.Translator, sentences: Sequence[str],
@@ -268,17 +278,56 @@ def translation_chunks(translator: inference.Translator, sentences: Sequence[str
   """Translations of sentences[start:], one chunk of consecutive sentences at a time.
 
   A caller that stores each chunk as it comes (launch/back_translate.py) loses at most
-  one chunk to a kill. A newline inside a translation becomes a space, so a translation
-  is always one line. The progress bar (stderr, away from translations on stdout) counts
-  from `start`; process 0 alone shows it.
+  one chunk to a kill. The progress bar counts from `start`.
   """
-  chunk_size = translator.batch_size * TRANSLATE_CHUNK_BATCHES
-  with tqdm.tqdm(total=len(sentences), initial=start,
-                 disable=not (progress_bar and processes.is_primary()),
-                 file=sys.stderr, desc=f'{src_lang}-{tgt_lang}', unit='sentence',
-                 dynamic_ncols=True) as bar:
+  chunk_size = _chunk_size(translator)
+  with _translation_bar(translator, src_lang, tgt_lang, len(sentences), start,
+                        progress_bar) as bar:
     for chunk_start in range(start, len(sentences), chunk_size):
-      chunk = sentences[chunk_start:chunk_start + chunk_size]
-      translations = translator.translate(chunk, src_lang, tgt_lang)
-      yield [' '.join(translation.splitlines()) for translation in translations]
-      bar.update(len(chunk))
+      yield _translate_chunk(translator, sentences[chunk_start:chunk_start + chunk_size],
+                             src_lang, tgt_lang, bar)
+
+
+def _chunk_size(translator: inference.Translator | inference.FamilyTranslator) -> int:
+  return translator.batch_size * TRANSLATE_CHUNK_BATCHES
+
+
+def _translation_bar(translator: inference.Translator | inference.FamilyTranslator,
+                     src_lang: str, tgt_lang: str, total: int | None, start: int,
+                     shown: bool) -> tqdm.tqdm:
+  """A bar named by the direction's path that counts each sentence once per leg (a
+  pivoted direction's twice), from `start` sentences done."""
+  legs = translator.legs(src_lang, tgt_lang)
+  path = '-'.join([src_lang] + [leg_tgt for _, leg_tgt in legs])
+  return progress.bar(total=None if total is None else total * len(legs), desc=path,
+                      unit='sentence', shown=shown, initial=start * len(legs))
+
+
+def _translate_chunk(translator: inference.Translator | inference.FamilyTranslator,
+                     sentences: Sequence[str], src_lang: str, tgt_lang: str,
+                     bar: tqdm.tqdm) -> list[str]:
+  """Translations of `sentences`, each one line (a newline inside becomes a space); `bar`
+  moves with each decoded batch."""
+  if not sentences:
+    return []
+  translations = translator.translate(sentences, src_lang, tgt_lang, on_batch=bar.update)
+  return [' '.join(translation.splitlines()) for translation in translations]
+
+
+def _translate_lines_chunk(translator: inference.Translator | inference.FamilyTranslator,
+                           lines: Sequence[str], src_lang: str, tgt_lang: str,
+                           bar: tqdm.tqdm, source_name: str, first_line_number: int
+                           ) -> list[str]:
+  """`_translate_chunk` of the lines that hold text; the others stay empty (and count as
+  done at once). An overlong line is named by `source_name` and its line number."""
+  to_translate = [i for i, line in enumerate(lines) if line.strip()]
+  for index in translator.overlong([lines[i] for i in to_translate], src_lang, tgt_lang):
+    logging.warning("%s:%d: longer than the model's input; only its start is translated",
+                    source_name, first_line_number + to_translate[index])
+  bar.update((len(lines) - len(to_translate)) * len(translator.legs(src_lang, tgt_lang)))
+  outputs = [''] * len(lines)
+  translations = _translate_chunk(translator, [lines[i] for i in to_translate], src_lang,
+                                  tgt_lang, bar)
+  for index, translation in zip(to_translate, translations):
+    outputs[index] = translation
+  return outputs

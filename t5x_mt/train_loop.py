@@ -16,7 +16,6 @@ from typing import Any
 import jax
 import seqio
 import tensorflow as tf
-import tqdm
 
 import data_tasks
 from t5x_mt import actions
@@ -30,6 +29,7 @@ from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt import processes
+from t5x_mt import progress
 from t5x_mt import run as run_lib
 from t5x_mt import run_config
 from t5x_mt import run_layout
@@ -220,31 +220,30 @@ def _final_evaluations(run: run_lib.Run, step: int, evaluate: actions.Evaluate,
   """The last step's validation scores (with early stopping, beside the best step's), and
   the test split's, scored at the step validation selected."""
   run.translator.params = run.state.params
-  summary = actions.evaluate_directions(run.translator, run.config.mixture_or_task_name, step,
-                                        evaluate.config)
+  summary = evaluate.evaluate(run, step)
   best_step = stop_early and stop_early.record.best_step
   if best_step is not None:
     stop_early.report(summary)
-  actions.write_evaluation(run.layout, summary, test=False)
+  evaluate.write(run, summary, test=False)
   if not run.config.evaluate_test_split:
     return
   selected = step if best_step is None else best_step
   if selected != step:
     run.translator.params = run.checkpoints.restore_params(selected, run.state.params)
-  test_summary = actions.evaluate_directions(run.translator, run.config.mixture_or_task_name,
-                                             selected, evaluate.config, split='test')
-  actions.write_evaluation(run.layout, test_summary, test=True)
+  evaluate.write(run, evaluate.evaluate(run, selected, split='test'), test=True)
 
 
 def train(spec: run_config.RunSpec) -> dict[str, Any]:
   """Trains, checkpoints, logs and evaluates a run; returns the last logged metrics."""
+  if run_lib.report_if_finished(spec.train):
+    return {}
   run, update_dro = build_run(spec)
   config = run.config
-  evaluate = actions.Evaluate(config.eval_every_steps, spec.evaluation)
-  stop_early = (actions.StopEarly(run, evaluate, config.early_stopping_patience)
-                if config.early_stopping_patience else None)
   log_metrics = actions.LogMetrics(run, config.log_every_steps,
                                    update_dro.robust if update_dro else None)
+  evaluate = actions.Evaluate(config.eval_every_steps, spec.evaluation, log_metrics.log)
+  stop_early = (actions.StopEarly(run, evaluate, config.early_stopping_patience)
+                if config.early_stopping_patience else None)
   stop_on_nonfinite = actions.StopOnNonFinite(config.max_nonfinite_steps)
   preemption = actions.SaveOnPreemption()
   loop_actions = [action for action in (stop_on_nonfinite, update_dro, log_metrics, evaluate,
@@ -252,10 +251,8 @@ def train(spec: run_config.RunSpec) -> dict[str, Any]:
                                         actions.SaveCheckpoints(config.checkpoint_every_steps),
                                         preemption)
                   if action]
-  run.progress = tqdm.tqdm(total=config.train_steps, initial=run.start_step,
-                           disable=not (config.progress_bar and processes.is_primary()),
-                           desc='train', unit='step',
-                           dynamic_ncols=True)
+  run.progress = progress.bar(total=config.train_steps, initial=run.start_step, desc='train',
+                              unit='step', shown=config.progress_bar)
   try:
     with preemption.listening():
       step = run_steps(run, loop_actions)
@@ -263,9 +260,8 @@ def train(spec: run_config.RunSpec) -> dict[str, Any]:
   finally:
     run.progress.close()
     run.checkpoints.wait()  # A run that stops here keeps the checkpoints it was writing.
-  if preemption.preempted_at is not None:
-    run.checkpoints.close()
-    return log_metrics.last_record
-  _final_evaluations(run, step, evaluate, stop_early)
+  if preemption.preempted_at is None:
+    _final_evaluations(run, step, evaluate, stop_early)
+  log_metrics.log.close()
   run.checkpoints.close()
   return log_metrics.last_record

@@ -159,7 +159,7 @@ def test_format_table_lists_directions_and_categories():
       'eng_Latn-hau_Latn': _scores(10.5, 30.5),
   })
   lines = evaluation.format_table(summary).splitlines()
-  assert lines[0] == 'step 7'
+  assert lines[0] == 'scores at step 7'  # A record that names no split or task.
   row = next(line for line in lines if line.startswith('hau_Latn-eng_Latn'))
   assert row.split() == ['hau_Latn-eng_Latn', '20.00', '40.00', '22.00', '1012']
   row = next(line for line in lines if line.startswith('eng_Latn-hau_Latn'))

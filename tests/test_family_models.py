@@ -18,7 +18,8 @@ class RecordingTranslator:
     self.directory = directory
     loads.append(directory)
 
-  def translate_directly(self, sentences, src_lang, tgt_lang):
+  def translate_directly(self, sentences, src_lang, tgt_lang, on_batch=None):
+    del on_batch  # One batch, not counted.
     return [f'{self.directory}:{src_lang}>{tgt_lang}:{s}' for s in sentences]
 
 
@@ -117,6 +118,7 @@ def test_evaluate_tasks_with_family_models_writes_nothing_into_the_runs(trained_
       f'--family_models=4={trained_run}', '--tasks=cldr_eng_Latn.hau_Latn',
       '--max_sentences=2', '--beam_size=1', f'--output_json={output}'], monkeypatch, capsys)
   assert code == 0, err
-  assert out.splitlines()[0] == 'family models' and 'eng_Latn-hau_Latn' in out
+  assert out.splitlines()[0] == 'validation split of cldr_eng_Latn.hau_Latn, family models'
+  assert 'eng_Latn-hau_Latn' in out
   assert '"step": null' in output.read_text()
   assert sorted(p.name for p in (trained_run / 'eval').iterdir()) == before

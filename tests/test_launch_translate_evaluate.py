@@ -116,7 +116,8 @@ def test_evaluate_tasks_writes_eval_json_for_the_checkpoint_step(trained_run, mo
   assert summary['categories']['ALL']['chrf'] == pytest.approx(
       (summary['directions']['eng_Latn-hau_Latn']['chrf']
        + summary['directions']['hau_Latn-eng_Latn']['chrf']) / 2)
-  assert out.startswith(f'step {TRAIN_STEPS}\n') and 'hau_Latn-eng_Latn' in out
+  assert out.startswith('validation split of cldr_eng_Latn.hau_Latn, cldr_hau_Latn.eng_Latn '
+                        f'at step {TRAIN_STEPS}\n') and 'hau_Latn-eng_Latn' in out
 
 
 def test_evaluate_tasks_on_another_corpus(trained_run, monkeypatch, capsys, tmp_path):

@@ -103,12 +103,16 @@ class RecordingTranslator:
   def __init__(self):
     self.calls = []
 
-  def translate(self, sentences, src_lang, tgt_lang):
+  def translate(self, sentences, src_lang, tgt_lang, on_batch=None):
     self.calls.append((list(sentences), src_lang, tgt_lang))
+    on_batch(len(sentences))
     return [s.upper() + ('\nsecond line' if s == 'two lines' else '') for s in sentences]
 
   def check_direction(self, src_lang, tgt_lang):
     del src_lang, tgt_lang  # Translates any direction.
+
+  def legs(self, src_lang, tgt_lang):
+    return [(src_lang, tgt_lang)]
 
   def overlong(self, sentences, src_lang, tgt_lang):
     del src_lang, tgt_lang
@@ -170,9 +174,9 @@ def test_pivoted_direction_goes_through_the_pivot_language(trained_run):
   legs = []
   translate_directly = translator.translate_directly
 
-  def recording(batch, src_lang, tgt_lang):
+  def recording(batch, src_lang, tgt_lang, on_batch=None):
     legs.append((src_lang, tgt_lang))
-    return translate_directly(batch, src_lang, tgt_lang)
+    return translate_directly(batch, src_lang, tgt_lang, on_batch)
   translator.translate_directly = recording
   translator.settings = dataclasses.replace(translator.settings,
                                             pivot_directions=('hau_Latn-fra_Latn',))

@@ -9,7 +9,7 @@ import gzip
 import json
 import os
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from t5x_mt.errors import UserError
 from t5x_mt.languages import FLORES200_CODES
@@ -33,34 +33,29 @@ def shared_data_dir() -> Path | None:
   return folder if folder.is_dir() else None
 
 
-def _read_bytes(path: Path) -> bytes:
-  """The file's (gunzipped if it ends in .gz) content; UserError if it cannot be read."""
+def read_lines(path: str | os.PathLike[str]) -> list[str]:
+  """The lines of a UTF-8 text file (gzipped if named *.gz), without line ends."""
+  return list(iter_lines(path))
+
+
+def iter_lines(path: str | os.PathLike[str]) -> Iterator[str]:
+  """`read_lines` one line at a time: the file is read only as far as the lines taken, so
+  a pipe's writer may still be writing the rest."""
+  path = Path(path)
   try:
-    if path.suffix == '.gz':
-      with gzip.open(path, 'rb') as f:
-        return f.read()
-    return path.read_bytes()
+    with gzip.open(path, 'rb') if path.suffix == '.gz' else open(path, 'rb') as f:
+      for number, raw in enumerate(f, start=1):
+        try:
+          line = raw.decode('utf-8')
+        except UnicodeDecodeError as e:
+          raise UserError(f'{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start})'
+                          ) from None
+        line = line[:-1] if line.endswith('\n') else line
+        yield line[:-1] if line.endswith('\r') else line
   except FileNotFoundError:
     raise UserError(f'{path}: no such file') from None
   except (OSError, EOFError) as e:
     raise UserError(f'{path}: cannot read: {e}') from None
-
-
-def read_lines(path: str | os.PathLike[str]) -> list[str]:
-  """The lines of a UTF-8 text file (gzipped if named *.gz), without line ends."""
-  path = Path(path)
-  raw_lines = _read_bytes(path).split(b'\n')
-  if raw_lines[-1] == b'':
-    raw_lines.pop()  # The newline that ends the last line does not start a new one.
-  lines = []
-  for number, raw in enumerate(raw_lines, start=1):
-    try:
-      line = raw.decode('utf-8')
-    except UnicodeDecodeError as e:
-      raise UserError(f'{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start})'
-                      ) from None
-    lines.append(line[:-1] if line.endswith('\r') else line)
-  return lines
 
 
 def read_parallel_files(src_file: str | os.PathLike[str],
