@@ -169,7 +169,7 @@ def ctranslate2_fn(model, translator, sentences, src_lang, tgt_lang, batch_size,
     for rows, results in pending:
       for row, result in zip(rows, results):
         ids = [tokenizer.piece_to_id(p) for p in result.result().hypotheses[0]]
-        outputs[row] = translator.decode_target(ids, prefix is not None)
+        outputs[row] = translator.decode_target(ids)
     return outputs
   return run
 

@@ -178,10 +178,10 @@ class Translator:
       raise UserError(f'{tgt_lang}: the model was never trained to translate into it; it '
                       f'translates into {", ".join(sorted(self.target_languages))}')
 
-  def decode_target(self, ids: Sequence[int], has_decoder_tag: bool) -> str:
+  def decode_target(self, ids: Sequence[int]) -> str:
     """Text of generated ids up to the first EOS: without the forced tag, or any other
     tag or control piece (`tags.reserved_pieces`) a search that bans none let through."""
-    ids = list(ids[1:] if has_decoder_tag else ids)
+    ids = list(ids)
     if vocab.EOS_ID in ids:
       ids = ids[:ids.index(vocab.EOS_ID)]
     return self.tokenizer.decode([i for i in ids if not self._reserved_pieces[i]])
@@ -274,7 +274,7 @@ class Translator:
     with concurrent.futures.ThreadPoolExecutor(self.parallel_batches) as pool:
       for rows, generated in zip(batches, pool.map(run, batches)):
         for row, index in enumerate(rows):
-          outputs[index] = self.decode_target(generated[row], prefix_id is not None)
+          outputs[index] = self.decode_target(generated[row])
         if on_batch is not None:
           on_batch(len(rows))
     return outputs

@@ -149,8 +149,7 @@ def test_detokenised_text_drops_every_reserved_piece(trained_run):
   words = translator.tokenizer.encode('Monday and Tuesday')
   generated = ([piece('<2hau_Latn>'), piece('<2amh_Ethi>')] + words[:2] + [piece('<BT>')]
                + words[2:] + [piece('<DA>'), piece('TBD3'), 0, 2, 1, piece('<2hau_Latn>')])
-  assert translator.decode_target(generated, has_decoder_tag=True) == 'Monday and Tuesday'
-  assert translator.decode_target(generated, has_decoder_tag=False) == 'Monday and Tuesday'
+  assert translator.decode_target(generated) == 'Monday and Tuesday'
 
 
 def test_translations_hold_no_tag_where_the_model_prefers_one(trained_run):
