@@ -80,6 +80,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
 def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[str, Any]:
   """Scores the translations of --src_file against --ref_file."""
   from t5x_mt import evaluation  # pylint: disable=g-import-not-at-top
+  from t5x_mt import run_layout  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import readers  # pylint: disable=g-import-not-at-top
   sources = readers.read_lines(args.src_file)
@@ -87,8 +88,13 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   if len(sources) != len(references):
     raise UserError(f'{args.src_file} has {len(sources)} lines but {args.ref_file} has '
                     f'{len(references)}: --src_file and --ref_file must be line-aligned')
+  if not sources:
+    raise UserError(f'{args.src_file} and {args.ref_file} are empty: no sentences to score')
   translator = run_loading.load_model(args.checkpoint_dir, cli.family_models(args), args.step,
                                       decoding)
+  if args.checkpoint_dir is not None:
+    run_layout.RunLayout(args.checkpoint_dir).warn_untrained(
+        translator.legs(args.src_lang, args.tgt_lang))
   hypotheses = run_loading.translate_lines(translator, sources, args.src_lang, args.tgt_lang,
                                            progress_bar=True, source_name=args.src_file)
   return evaluation.score_translations(sources, hypotheses, references,
@@ -99,6 +105,20 @@ def _check_task(name: str) -> None:
   import data_tasks  # pylint: disable=g-import-not-at-top
   with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--tasks'):
     data_tasks.get_mixture_or_task(name)
+
+
+def _check_split(names: list[str], split: str, corpus: str | None) -> None:
+  """A UserError before any translation when no corpus the tasks read (or --corpus) has
+  the split: it names the splits they have."""
+  import data_tasks  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
+  corpus_names = [corpus] if corpus else [
+      member.corpus for name in names for member in data_tasks.mixture_view(name).members]
+  splits = dict.fromkeys(name for corpus_name in dict.fromkeys(corpus_names)
+                         for name in corpora.get_corpus(corpus_name).splits())
+  if split not in splits:
+    read = f'--corpus {corpus}' if corpus else ', '.join(names)
+    raise UserError(f'--split: {read} has no {split!r} split (it has: {", ".join(splits)})')
 
 
 def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +154,7 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
     except UserError as error:
       raise UserError(f'--corpus: {error}') from None
     options['corpus'] = args.corpus
+  _check_split(names, args.split, args.corpus)
   if args.spm_model is not None:
     options['spm_model_path'] = args.spm_model
   if args.baseline is not None:

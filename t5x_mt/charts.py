@@ -15,6 +15,14 @@ def pyplot():
   return plt
 
 
+def legend_outside(axes, **legend_options) -> None:
+  """The legend of `axes` to the right of its plotting area, where it covers no data:
+  among many bars matplotlib's 'best' place may have no free corner, and then a legend
+  hides bars. `png_bytes` makes room for it."""
+  axes.legend(loc='upper left', bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+              **legend_options)
+
+
 def png_bytes(figure) -> bytes:
   """`figure` laid out, rendered as a 100-dpi PNG, and closed."""
   figure.tight_layout()

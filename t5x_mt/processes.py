@@ -7,11 +7,15 @@ the same metrics and translations; process 0 alone writes run files and logs, an
 progress. The others log with a prefix naming their index.
 """
 
+import atexit
 from collections.abc import Callable, Sequence
 import itertools
 import logging
 import os
+import re
 import sys
+import threading
+from typing import BinaryIO
 
 import jax
 from jax.experimental import multihost_utils
@@ -22,6 +26,9 @@ from t5x_mt.errors import UserError
 
 # Every process passes the same barriers in the same order, so they number them alike.
 _barriers = itertools.count()
+# What gloo prints on stdout each time it connects a group of processes for a collective:
+# nothing a user acts on, and every process prints it again for every new group.
+_GLOO_CONNECTED = re.compile(rb'\[Gloo\] Rank \d+ is connected to \d+ peer ranks')
 
 
 def initialize(coordinator_address: str | None, num_processes: int | None,
@@ -39,12 +46,15 @@ def initialize(coordinator_address: str | None, num_processes: int | None,
                       '--coordinator_address, --num_processes and --process_id)')
     return
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-  _native_output_to_stderr()
+  native_output = _NativeOutput()
+  native_output.redirect()
   jax.distributed.initialize(coordinator_address=coordinator_address,
                              num_processes=num_processes, process_id=process_id,
                              local_device_ids=local_device_ids)
   if jax.process_index() > 0:
-    _prefix_log_lines(f'[process {jax.process_index()}] ')
+    prefix = f'[process {jax.process_index()}] '
+    native_output.prefix = prefix.encode()
+    _prefix_log_lines(prefix)
     # Results (scores, translations) are printed once, by process 0.
     sys.stdout = open(os.devnull, 'w', encoding='utf-8')  # pylint: disable=consider-using-with
 
@@ -63,14 +73,47 @@ def _cluster_detected() -> bool:
     return False
 
 
-def _native_output_to_stderr() -> None:
-  """Points file descriptor 1 at stderr and keeps Python's stdout on the real one: the
-  collectives' native code reports its connections on descriptor 1, which would mix
-  with what a command prints (translations, scores)."""
-  sys.stdout.flush()
-  real_stdout = os.dup(1)
-  os.dup2(2, 1)
-  sys.stdout = os.fdopen(real_stdout, 'w', encoding='utf-8', buffering=1)
+class _NativeOutput:
+  """What native code writes to file descriptor 1, sent to stderr a line at a time.
+
+  The collectives' native code reports on descriptor 1, which would mix with what a
+  command prints (translations, scores) on Python's stdout. Its lines go to stderr
+  instead, each with `prefix` (the process's, as log lines have), and gloo's reports of
+  connections made are left out.
+  """
+
+  def __init__(self):
+    self.prefix = b''
+
+  def copy(self, source: BinaryIO, sink: BinaryIO) -> None:
+    """Copies the lines of `source` to `sink` until `source` ends."""
+    for line in source:
+      if not _GLOO_CONNECTED.match(line):
+        sink.write(self.prefix + line)
+        sink.flush()
+
+  def redirect(self) -> None:
+    """Points descriptor 1 at a pipe that a daemon thread copies to stderr, and keeps
+    Python's stdout on the real descriptor 1. At exit descriptor 1 turns to the null
+    device, which ends the pipe once the thread has copied what it holds."""
+    sys.stdout.flush()
+    real_stdout = os.dup(1)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 1)
+    os.close(write_end)
+    sys.stdout = os.fdopen(real_stdout, 'w', encoding='utf-8', buffering=1)
+    source = os.fdopen(read_end, 'rb')
+    sink = os.fdopen(os.dup(2), 'wb')
+    copier = threading.Thread(target=self.copy, args=(source, sink), daemon=True,
+                              name='native stdout')
+    copier.start()
+
+    def close_pipe() -> None:
+      null = os.open(os.devnull, os.O_WRONLY)
+      os.dup2(null, 1)
+      os.close(null)
+      copier.join(timeout=5)
+    atexit.register(close_pipe)
 
 
 def _prefix_log_lines(prefix: str) -> None:

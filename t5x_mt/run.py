@@ -1,7 +1,9 @@
-"""A training run ready to step: what `train_loop.build_run` assembles and actions act on."""
+"""A training run ready to step: what `train_loop.build_run` assembles and actions act on;
+and a run that already finished, which shows its scores again instead of re-evaluating."""
 
 from collections.abc import Callable
 import dataclasses
+import json
 from typing import Any
 
 import jax
@@ -9,9 +11,11 @@ import optax
 import tqdm
 
 from t5x_mt import checkpoints
+from t5x_mt import evaluation
 from t5x_mt import inference
 from t5x_mt import models
 from t5x_mt import partitioning
+from t5x_mt import processes
 from t5x_mt import run_config
 from t5x_mt import run_layout
 from t5x_mt import trainer
@@ -48,3 +52,45 @@ class Run:
     """A checkpoint of `step`, once however many actions ask for it."""
     if self.checkpoints.latest_step() != step:
       self.checkpoints.save(step, self.state, self.host_states)
+
+
+def report_if_finished(config: run_config.TrainConfig) -> bool:
+  """Whether the run in MODEL_DIR already trained TRAIN_STEPS steps and scored them at
+  the end; if so, process 0 says so and prints the saved scores, so the same command run
+  again answers at once instead of evaluating again what it already scored."""
+  summaries = json.loads(processes.from_primary(
+      lambda: json.dumps(_final_summaries(config)).encode()))
+  if summaries is None:
+    return False
+  if processes.is_primary():
+    print(f'{config.model_dir}: finished at step {config.train_steps} (TRAIN_STEPS); its '
+          'scores:', flush=True)
+    for summary in summaries:
+      print(evaluation.format_table(summary), flush=True)
+  return True
+
+
+def _final_summaries(config: run_config.TrainConfig) -> list[dict[str, Any]] | None:
+  """The records of the final evaluations (validation at TRAIN_STEPS, then the test split
+  where the run scores it) of a run whose latest checkpoint is at TRAIN_STEPS; None for a
+  run that has not got there or was stopped before scoring it."""
+  layout = run_layout.RunLayout(config.model_dir)
+  if not layout.checkpoints.is_dir():
+    return None
+  run_checkpoints = checkpoints.RunCheckpoints(config.model_dir, read_only=True)
+  try:
+    latest = run_checkpoints.latest_step()
+  finally:
+    run_checkpoints.close()
+  validation = layout.eval_record(config.train_steps)
+  if latest != config.train_steps or not validation.is_file():
+    return None
+  summaries = [json.loads(validation.read_text(encoding='utf-8'))]
+  if config.evaluate_test_split:
+    # The test split is scored at the step validation selected (early stopping's best).
+    selected = (summaries[0].get('best') or {}).get('step') or config.train_steps
+    test = layout.eval_record(selected, 'test')
+    if not test.is_file():
+      return None
+    summaries.append(json.loads(test.read_text(encoding='utf-8')))
+  return summaries

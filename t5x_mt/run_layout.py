@@ -21,9 +21,11 @@ folder on an object store (gs://bucket/run) keeps its scheme in every path (`fil
 from collections.abc import Iterable
 import dataclasses
 import json
+import logging
 import os
 
 from t5x_mt import files
+from t5x_mt.data import directions
 
 _VALIDATION = 'validation'
 
@@ -95,6 +97,16 @@ class RunLayout:
     if not self.directions.is_file():
       return None
     return json.loads(self.directions.read_text(encoding='utf-8'))['directions']
+
+  def warn_untrained(self, legs: Iterable[tuple[str, str]]) -> None:
+    """Logs a warning for each leg (src, tgt) of a translation that the run did not train
+    on (`directions.untrained_warnings`); none for a run that did not record its
+    directions."""
+    trained = self.trained_directions()
+    if trained is not None:
+      for warning in directions.untrained_warnings(
+          [directions.Direction(*leg) for leg in legs], trained):
+        logging.warning(warning)
 
   def write_directions(self, names: Iterable[str]) -> None:
     """Records the directions the run trains on, sorted and without repeats."""

@@ -5,6 +5,7 @@ must be a small integer that is the same in every process: it is derived from th
 languages' positions in the fixed FLORES-200 code list, never from registration order.
 """
 
+from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 from t5x_mt import languages
@@ -65,6 +66,36 @@ class Direction(NamedTuple):
     or its target language."""
     check_grouping(grouping, 'direction grouping')
     return self.name if grouping == 'direction' else self.tgt_lang
+
+
+def untrained_warnings(legs: Sequence[Direction], trained: Collection[str]) -> list[str]:
+  """One line for each of `legs` (a translation, or the two legs of a pivoted one) that a
+  run whose directions are `trained` (names) did not train on: a copy into the source's
+  own language, a source it never read, or a zero-shot direction between languages it
+  knows. A model translates these too, less well than what it trained on; a user should
+  know before reading its output. None for a leg into a language the run never learned:
+  the translator refuses those with an error.
+  """
+  trained_directions = [Direction.parse(name, 'directions.json') for name in trained]
+  sources = sorted({direction.src_lang for direction in trained_directions})
+  targets = {direction.tgt_lang for direction in trained_directions}
+  if any(leg.tgt_lang not in targets for leg in legs):
+    return []
+  warnings = []
+  for leg in legs:
+    if leg.name in trained:
+      continue
+    if leg.src_lang == leg.tgt_lang:
+      warnings.append(f'{leg.name}: source and target are the same language, which the run '
+                      'never trained to copy; expect a rewording, not the input')
+    elif leg.src_lang not in sources:
+      warnings.append(f'{leg.name}: the run never trained on {leg.src_lang} as a source '
+                      f'(it trained on {", ".join(sources)}); expect poor translations')
+    else:
+      warnings.append(f'{leg.name}: a zero-shot direction, which the run never trained on '
+                      f'(it knows {leg.src_lang} as a source and {leg.tgt_lang} as a target); '
+                      'expect weaker translations')
+  return warnings
 
 
 def target_index(direction_ids):

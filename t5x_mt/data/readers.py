@@ -2,9 +2,12 @@
 
 All files are UTF-8, one segment per line. Line ends may be LF or CRLF (NTREX-128 ships
 CRLF); a lone '\\r' inside a line is kept, so that a stray carriage return never shifts the
-alignment of a multi-way corpus. Every problem is a UserError naming the file (and line).
+alignment of a multi-way corpus. A byte-order mark that starts a file (Windows editors
+write one) is not text and is dropped: kept, it would be part of the first segment, in a
+reference the scores read too. Every problem is a UserError naming the file (and line).
 """
 
+import codecs
 import gzip
 import json
 import os
@@ -45,6 +48,8 @@ def iter_lines(path: str | os.PathLike[str]) -> Iterator[str]:
   try:
     with gzip.open(path, 'rb') if path.suffix == '.gz' else open(path, 'rb') as f:
       for number, raw in enumerate(f, start=1):
+        if number == 1:
+          raw = raw.removeprefix(codecs.BOM_UTF8)
         try:
           line = raw.decode('utf-8')
         except UnicodeDecodeError as e:

@@ -62,7 +62,7 @@ def shares_chart(shares: list[Share], title: str) -> bytes:
   log scale, so that the smallest languages stay visible."""
   pyplot = charts.pyplot()
   import matplotlib.ticker  # pylint: disable=g-import-not-at-top  (plotting only here)
-  figure, axes = pyplot.subplots(figsize=(2.0 + 0.34 * max(4, len(shares)), 4.5))
+  figure, axes = pyplot.subplots(figsize=(3.8 + 0.34 * max(4, len(shares)), 4.5))
   positions = range(len(shares))
   axes.bar([p - 0.2 for p in positions], [100 * s.original for s in shares], width=0.4,
            label='original (pairs)', color='#7a9cc6')
@@ -77,6 +77,6 @@ def shares_chart(shares: list[Share], title: str) -> bytes:
   axes.set_xticks(list(positions))
   axes.set_xticklabels([s.name for s in shares], rotation=60, ha='right', fontsize='small')
   axes.set_xlim(-0.6, len(shares) - 0.4)
-  axes.legend(fontsize='small')
+  charts.legend_outside(axes, fontsize='small')
   axes.set_title(title)
   return charts.png_bytes(figure)

@@ -337,7 +337,9 @@ def removal_chart(report: dict) -> bytes:
   pyplot = charts.pyplot()
   directions = list(report['directions'])
   steps = [name for name in report['total']['dropped'] if report['total']['dropped'][name]]
-  figure, axes = pyplot.subplots(figsize=(9, 1.5 + 0.32 * max(1, len(directions))))
+  # Tall enough for a bar per direction and for the legend's line per step beside them.
+  figure, axes = pyplot.subplots(figsize=(9, max(1.5 + 0.32 * max(1, len(directions)),
+                                                 0.8 + 0.2 * len(steps))))
   left = [0.0] * len(directions)
   colours = pyplot.get_cmap('tab20')
   for number, step in enumerate(steps):
@@ -349,7 +351,7 @@ def removal_chart(report: dict) -> bytes:
   axes.set_xlim(0, max(5.0, max(left, default=0) * 1.1))
   axes.invert_yaxis()
   if steps:
-    axes.legend(fontsize='small', loc='lower right')
+    charts.legend_outside(axes, fontsize='small')
   axes.set_title('What each cleaning step removed')
   return charts.png_bytes(figure)
 
@@ -357,10 +359,15 @@ def removal_chart(report: dict) -> bytes:
 def format_report(report: dict) -> str:
   """The report as a table: one row per direction, one column per step that removed any."""
   steps = [name for name, count in report['total']['dropped'].items() if count]
-  header = f'{"direction":<20}{"in":>9}{"out":>9}' + ''.join(f'{name[:14]:>15}'
-                                                             for name in steps)
+  entries = [*report['directions'].items(), ('total', report['total'])]
+  name_width = max(len('direction'), *(len(direction) for direction, _ in entries)) + 2
+  # Each column as wide as its step's full name or its largest count, with a gap of 2.
+  widths = [max(len(name), len(str(report['total']['dropped'][name]))) + 2 for name in steps]
+  header = f'{"direction":<{name_width}}{"in":>9}{"out":>9}' + ''.join(
+      f'{name:>{width}}' for name, width in zip(steps, widths))
   rows = [header, '-' * len(header)]
-  for direction, entry in [*report['directions'].items(), ('total', report['total'])]:
-    rows.append(f'{direction:<20}{entry["pairs_in"]:>9}{entry["pairs_out"]:>9}'
-                + ''.join(f'{entry["dropped"].get(name, 0):>15}' for name in steps))
+  for direction, entry in entries:
+    rows.append(f'{direction:<{name_width}}{entry["pairs_in"]:>9}{entry["pairs_out"]:>9}'
+                + ''.join(f'{entry["dropped"].get(name, 0):>{width}}'
+                          for name, width in zip(steps, widths)))
   return '\n'.join(rows)
