@@ -227,16 +227,15 @@ def test_the_cleaning_chart_legend_covers_no_bar(monkeypatch):
 
 
 def test_the_sampling_chart_legend_covers_no_bar(monkeypatch):
-  # The shares of the CLDR demo mixture at temperature 5.
-  shares = [sampling.Share(name, pairs, original / 100, sampled / 100)
-            for name, pairs, original, sampled in (
-                ('eng_Latn', 20574, 29.77, 30.02), ('fra_Latn', 11395, 16.49, 15.33),
-                ('swh_Latn', 11121, 16.09, 15.27), ('hau_Latn', 10751, 15.56, 15.10),
-                ('amh_Ethi', 7138, 10.33, 10.00), ('zul_Latn', 6172, 8.93, 9.80),
-                ('yor_Latn', 1969, 2.85, 4.48))]
-  legend, bars = _legend_and_bars(lambda: sampling.shares_chart(shares, 'cldr_demo'),
+  # Every other language large: tall bars across the whole width leave no corner free.
+  names = ('eng_Latn', 'fra_Latn', 'hau_Latn', 'swh_Latn', 'amh_Ethi', 'zul_Latn',
+           'yor_Latn', 'ibo_Latn')
+  pairs = [30000 if number % 2 == 0 else 300 for number in range(len(names))]
+  shares = [sampling.Share(name, count, count / sum(pairs), count / sum(pairs))
+            for name, count in zip(names, pairs)]
+  legend, bars = _legend_and_bars(lambda: sampling.shares_chart(shares, 'eight languages'),
                                   monkeypatch)
-  assert len(bars) == 14
+  assert len(bars) == 16
   assert not [bar for bar in bars if legend.overlaps(bar)]
 
 
