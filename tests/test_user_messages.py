@@ -270,6 +270,22 @@ def test_a_run_stopped_before_its_final_evaluation_is_not_finished(trained_run, 
   assert not train_loop.run_lib.report_if_finished(spec.train)
 
 
+def _read_all(terminal: int) -> bytes:
+  """What was written to a pseudo-terminal whose other end is closed, then closes it. The
+  kernel hands the bytes over in pieces; EIO says there are no more."""
+  chunks = []
+  while True:
+    try:
+      chunk = os.read(terminal, 1 << 16)
+    except OSError:
+      break
+    if not chunk:
+      break
+    chunks.append(chunk)
+  os.close(terminal)
+  return b''.join(chunks)
+
+
 @pytest.mark.slow
 def test_the_preemption_line_starts_a_line_of_its_own_below_the_bar(trained_run, tmp_path,
                                                                     monkeypatch):
@@ -289,8 +305,7 @@ def test_the_preemption_line_starts_a_line_of_its_own_below_the_bar(trained_run,
       train_loop.run_steps(run, [preemption])
     run.progress.close()
     run.checkpoints.close()
-  shown = os.read(terminal, 1 << 16).decode()
-  os.close(terminal)
+  shown = _read_all(terminal).decode()
   step = TINY_RUN_STEPS + 1
   message = (f'SIGINT at step {step}: saved checkpoint {step} and stopped; run the same '
              'command to resume')
