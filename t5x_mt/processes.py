@@ -112,7 +112,7 @@ class _NativeOutput:
       null = os.open(os.devnull, os.O_WRONLY)
       os.dup2(null, 1)
       os.close(null)
-      copier.join(timeout=5)
+      copier.join(timeout=1)
     atexit.register(close_pipe)
 
 
