@@ -222,7 +222,9 @@ def format_table(summary: dict[str, Any]) -> str:
   names = list(summary['directions']) + list(summary['categories'])
   width = max(len(name) for name in names + ['direction'])
   directions = summary['directions'].values()
-  with_looping = all('looping' in scores for scores in directions)
+  # Records written before the looping share was measured have it for no category.
+  with_looping = all('looping' in scores
+                     for scores in [*directions, *summary['categories'].values()])
   with_copy = all('copy' in scores for scores in directions)
   extra_columns = ((f' {"looping":>7}' if with_looping else '') +
                    (f' {"copy":>7} {"gain":>7}' if with_copy else ''))

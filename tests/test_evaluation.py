@@ -190,3 +190,17 @@ def test_copy_baseline_is_averaged_and_shown_beside_the_model():
   assert table[3].split() == ['eng_Latn-hau_Latn', '10.00', '30.00', '-', '5', '20.00',
                               '+10.00']
   assert [line.split()[-1] for line in table if line.startswith('ALL')] == ['+12.50']
+
+
+def test_a_record_written_before_the_looping_share_prints_without_that_column():
+  """eval/step_N.json of older runs has `looping` per direction but none per category; a
+  finished run prints such records again."""
+  directions = {'eng_Latn-hau_Latn': {'bleu': 10.0, 'chrf': 30.0, 'spbleu': None, 'n': 5,
+                                      'looping': 0.2}}
+  summary = evaluation.summarize(7, directions)
+  for scores in summary['categories'].values():
+    del scores['looping']
+  table = evaluation.format_table(summary).splitlines()
+  assert table[1].split() == ['direction', 'BLEU', 'chrF++', 'spBLEU', 'n']
+  assert [line.split() for line in table if line.startswith('ALL')] == [
+      ['ALL', '10.00', '30.00', '-', '1']]

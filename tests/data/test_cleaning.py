@@ -94,6 +94,18 @@ def test_invalid_utf8_is_counted_and_skipped(tmp_path):
                                               ).read_text()
 
 
+def test_a_byte_order_mark_opening_a_file_is_not_part_of_its_first_line(tmp_path):
+  src, tgt = _write_pair(tmp_path, source=['\ufeffGood morning.', 'Good night.'],
+                         target=['\ufeffBarka da safiya.', 'Sai da safe.'])
+  tsv = tmp_path / 'in.tsv'
+  tsv.write_bytes('\ufeffGood morning.\tBarka da safiya.\n'.encode())
+  sources = [cleaning_io.ParallelFiles(str(src), str(tgt), 'eng_Latn', 'hau_Latn'),
+             cleaning_io.TsvFile(str(tsv), 'eng_Latn', 'hau_Latn')]
+  first_pairs = [next(source.read(source.chunks(1)[0])).pair for source in sources]
+  assert [(pair.src, pair.tgt) for pair in first_pairs] == [
+      ('Good morning.', 'Barka da safiya.')] * 2
+
+
 def test_cleaned_folder_is_a_corpus(tmp_path):
   out, _ = _clean(tmp_path)
   corpora.register_clean_dir('cleaned_test', out, overwrite=True)

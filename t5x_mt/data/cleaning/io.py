@@ -17,6 +17,7 @@ The clean corpus folder, readable by `corpora.register_clean_dir`:
   report.json, removed.png               what each step removed, per direction
 """
 
+import codecs
 import dataclasses
 import gzip
 import os
@@ -49,8 +50,11 @@ class Chunk:
   offsets: tuple[int, ...] = ()  # Byte offsets into the source's files, where seekable.
 
 
-def _decode(raw: bytes) -> tuple[str | None, str]:
-  """(text or None if not UTF-8, text with bad bytes replaced); a trailing CR is dropped."""
+def _decode(raw: bytes, index: int) -> tuple[str | None, str]:
+  """(text or None if not UTF-8, text with bad bytes replaced) of line `index` (from 0); a
+  trailing CR is dropped, and a byte-order mark that opens the file, as `readers` does."""
+  if index == 0:
+    raw = raw.removeprefix(codecs.BOM_UTF8)
   raw = raw.rstrip(b'\n')
   if raw.endswith(b'\r'):
     raw = raw[:-1]
@@ -105,8 +109,8 @@ class ParallelFiles:
       for f, offset in zip((src, tgt), chunk.offsets):
         f.seek(offset)
       for index in range(chunk.first_index, chunk.first_index + chunk.count):
-        (src_text, src_raw), (tgt_text, tgt_raw) = _decode(src.readline()), _decode(
-            tgt.readline())
+        (src_text, src_raw), (tgt_text, tgt_raw) = _decode(src.readline(), index), _decode(
+            tgt.readline(), index)
         pair = None if src_text is None or tgt_text is None else Pair(src_text, tgt_text)
         yield Record(index, pair, (src_raw, tgt_raw))
 
@@ -148,7 +152,7 @@ class TsvFile:
     with _open(Path(self.path)) as f:
       f.seek(chunk.offsets[0])
       for index in range(chunk.first_index, chunk.first_index + chunk.count):
-        text, raw = _decode(f.readline())
+        text, raw = _decode(f.readline(), index)
         raw_fields = raw.split('\t')
         raw_pair = (raw_fields[self.src_column] if len(raw_fields) > self.src_column else raw,
                     raw_fields[self.tgt_column] if len(raw_fields) > self.tgt_column else '')
