@@ -26,6 +26,7 @@ from t5x_mt.errors import UserError
 
 EXIT_USER_ERROR = 2
 EXIT_RUN_FAILURE = 1
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a filter cut off.
 _COORDINATOR_ADDRESS = re.compile(r'^(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d+$')
 
 # Lines TensorFlow's native code prints while it loads and looks for GPUs, whatever
@@ -63,6 +64,8 @@ def run(main: Callable[[list[str]], int | None]) -> None:
     code = main(sys.argv[1:])
   except UserError as error:
     _exit_with(error)
+  except BrokenPipeError:
+    _exit_reader_gone()
   except RunFailure as error:
     _exit_with(error, EXIT_RUN_FAILURE)
   except (RuntimeError, OSError) as error:
@@ -72,6 +75,13 @@ def run(main: Callable[[list[str]], int | None]) -> None:
     _exit_with(UserError(f'{model_file}: cannot load this SentencePiece model '
                          f'({_first_line(error)})'))
   sys.exit(code or 0)
+
+
+def _exit_reader_gone() -> NoReturn:
+  """Exits quietly when whatever reads stdout stopped reading (`translate.py ... | head`), as
+  a Unix filter does: no traceback, and none either when Python flushes stdout at exit."""
+  os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+  sys.exit(EXIT_BROKEN_PIPE)
 
 
 def _not_a_gin_search_miss(record: logging.LogRecord) -> bool:

@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from t5x_mt import cli
+
 from test_launch_translate_evaluate import command_environment
 from test_launch_translate_evaluate import LAUNCH
 
@@ -75,6 +77,17 @@ def test_help_answers_without_importing_tensorflow_or_jax(script, workdir):
   finished = launch(script, '--help', cwd=workdir)
   assert finished.returncode == 0 and finished.stdout.startswith('usage: ')
   assert finished.stderr == '' and finished.imported == []
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(monkeypatch, capsys):
+  """`translate.py ... | head -1`: the pipe's reader is gone while the command writes."""
+  read_end, write_end = os.pipe()
+  os.close(read_end)
+  with capsys.disabled():
+    monkeypatch.setattr(sys, 'stdout', os.fdopen(write_end, 'w'))
+    with pytest.raises(SystemExit) as exited:
+      cli.run(lambda argv: print('a translation\n' * 10_000, flush=True))
+  assert exited.value.code == cli.EXIT_BROKEN_PIPE == 141
 
 
 @pytest.mark.parametrize('script', SCRIPTS)
