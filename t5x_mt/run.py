@@ -58,8 +58,9 @@ def report_if_finished(config: run_config.TrainConfig) -> bool:
   """Whether the run in MODEL_DIR already trained TRAIN_STEPS steps and scored them at
   the end; if so, process 0 says so and prints the saved scores, so the same command run
   again answers at once instead of evaluating again what it already scored."""
-  summaries = json.loads(processes.from_primary(
-      lambda: json.dumps(_final_summaries(config)).encode()))
+  # Every process reads the run's files: opening its checkpoints synchronises the
+  # processes (Orbax), so process 0 alone would wait for the others there.
+  summaries = _final_summaries(config)
   if summaries is None:
     return False
   if processes.is_primary():

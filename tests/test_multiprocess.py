@@ -142,12 +142,11 @@ def test_two_processes_train_as_one_process_with_as_many_devices(workspace, refe
                                                                  two_processes):
   model_dir, finished = two_processes
   assert_same_curve(model_dir, reference)
-  # Process 0 writes the run's files and prints the scores; process 1 neither, and
-  # its log lines name it.
-  assert 'ALL' in finished[0].stdout and finished[1].stdout == ''
-  logged = [line for line in finished[1].stderr.splitlines()
-            if line.startswith(('INFO', 'WARNING', '[process'))]
-  assert logged and all(line.startswith('[process 1] ') for line in logged)
+  # Process 0 writes the run's files and prints the scores; process 1 prints nothing: no
+  # results, and none of the collectives' connection reports (test_user_messages shows
+  # that what it does log names it).
+  assert 'ALL' in finished[0].stdout
+  assert (finished[1].stdout, finished[1].stderr) == ('', '')
   scores = json.loads((model_dir / 'eval' / f'step_{STEPS}.json').read_text())
   reference_scores = json.loads(
       (workspace / 'one' / 'eval' / f'step_{STEPS}.json').read_text())
