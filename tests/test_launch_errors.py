@@ -220,6 +220,7 @@ def test_missing_gin_file_is_named_before_any_import(workdir):
   assert finished.imported == []
 
 
+@pytest.mark.slow
 def test_gin_file_with_an_unclosed_parenthesis_is_named(workdir):
   (workdir / 'steps.gin').write_text('duplicates.bloom_error_rate = (1e-7\n', encoding='utf-8')
   finished = launch('clean.py', '--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
@@ -229,6 +230,7 @@ def test_gin_file_with_an_unclosed_parenthesis_is_named(workdir):
   assert files_under(workdir) == ['steps.gin']
 
 
+@pytest.mark.slow
 def test_gin_mistake_names_the_file_and_line(workdir):
   (workdir / 'steps.gin').write_text('# Tighter duplicates.\nduplicates.bloom_error = 1e-7\n',
                                      encoding='utf-8')
@@ -240,6 +242,7 @@ def test_gin_mistake_names_the_file_and_line(workdir):
 
 
 
+@pytest.mark.slow
 def test_unquoted_string_binding_says_how_to_quote_it(workdir):
   finished = launch('clean.py', '--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
                     '--tgt_lang=hau_Latn', '--preset=default', '--gin.MODEL_DIR=/tmp/x',
@@ -249,6 +252,7 @@ def test_unquoted_string_binding_says_how_to_quote_it(workdir):
   assert files_under(workdir) == []
 
 
+@pytest.mark.slow
 def test_error_inside_a_configurable_is_one_line_without_tensorflow_logging(workdir):
   """train() refuses the mixture inside gin's wrapper, which appends "In call to
   configurable 'train'" to the message."""
@@ -261,6 +265,7 @@ def test_error_inside_a_configurable_is_one_line_without_tensorflow_logging(work
       "error: MIXTURE_OR_TASK_NAME: unknown mixture or task 'no_such_mixture'; ")
 
 
+@pytest.mark.slow
 def test_unknown_mixture_names_the_mixture_flag(workdir):
   finished = launch('plot_sampling.py', '--mixture=no_such_mixture', '--output=shares.png',
                     cwd=workdir)
@@ -270,6 +275,7 @@ def test_unknown_mixture_names_the_mixture_flag(workdir):
   assert files_under(workdir) == []
 
 
+@pytest.mark.slow
 def test_missing_averaging_step_names_the_steps_flag(trained_run, workdir):
   finished = launch('average_checkpoints.py', f'--checkpoint_dir={trained_run}',
                     '--steps=2,3', '--output_dir=averaged', cwd=workdir)
@@ -277,6 +283,7 @@ def test_missing_averaging_step_names_the_steps_flag(trained_run, workdir):
   assert files_under(workdir) == []
 
 
+@pytest.mark.slow
 def test_unloadable_sentencepiece_model_is_one_line_naming_the_file(trained_run, workdir):
   run = workdir / 'run'
   shutil.copytree(trained_run, run)
@@ -289,6 +296,7 @@ def test_unloadable_sentencepiece_model_is_one_line_naming_the_file(trained_run,
   assert not (workdir / 'out.txt').exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('binding, error_line', [
     ('--gin.TRAIN_STEPS=0',
      'error: TRAIN_STEPS (train_loop.train.train_steps): must be >= 1, got 0'),
@@ -314,6 +322,7 @@ def streamed_corpus_flags(workdir: pathlib.Path, lines: str) -> list[str]:
           "--gin.MIXTURE_OR_TASK_NAME='web_eng_Latn.hau_Latn'"]
 
 
+@pytest.mark.slow
 def test_streamed_corpus_line_without_its_columns_is_named(workdir):
   finished = launch('train.py', *streamed_corpus_flags(workdir, 'a\tb\nno tab\n'), cwd=workdir)
   assert_refused(finished, f'error: {workdir / "web.tsv"}:2: fewer than 2 tab-separated '
@@ -321,6 +330,7 @@ def test_streamed_corpus_line_without_its_columns_is_named(workdir):
   assert files_under(workdir) == ['web.tsv']
 
 
+@pytest.mark.slow
 def test_run_that_could_score_no_direction_is_refused_before_training(workdir):
   finished = launch('train.py', *streamed_corpus_flags(workdir, 'a\tb\n'), cwd=workdir)
   assert_refused(finished, "error: no direction of 'web_eng_Latn.hau_Latn' has validation "

@@ -66,6 +66,7 @@ def test_loss_fn_scales_only_the_objective_by_direction():
   assert float(scaled['objective_weight']) == 2.0 * 2.0
 
 
+@pytest.mark.slow
 def test_score_batch_is_each_rows_target_log_likelihood():
   model, params, batch = models.TranslationModel(CONFIG), random_params(CONFIG), _batch()
   expected = (_target_log_probs(params, batch) * np.asarray(batch['decoder_loss_weights'])).sum(-1)

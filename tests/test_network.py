@@ -199,6 +199,7 @@ def test_beam_search_scores_are_the_teacher_forced_scores_of_its_outputs(cache_l
   assert len({tuple(row) for row in targets}) > len(PAIRS)  # Beams differ, so they reorder.
 
 
+@pytest.mark.slow
 def test_decode_cache_layout_is_batch_leading_or_scalar():
   encoded = jnp.ones((3, 5, TINY.emb_dim))
   cache = decode_cache.init(network.Transformer(TINY), random_params(), encoded,

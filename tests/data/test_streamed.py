@@ -4,6 +4,7 @@ that resume exactly, and temperature sampling and DRO's sampler across them."""
 import gzip
 import itertools
 import json
+import time
 
 import numpy as np
 import pytest
@@ -174,6 +175,15 @@ def test_temperature_rates_count_the_streamed_pairs(streamed_mixture):
   assert rates['cldr_eng_Latn.fra_Latn'] == pytest.approx(cldr_pairs ** (1 / 5))
 
 
+def blocks_read_once_prefetching_stops(streams, quiet_seconds=0.5):
+  """Each stream's blocks read, once tf.data's threads have filled their buffers and stopped
+  reading: how far they get meanwhile depends on the machine's load."""
+  counts = None
+  while counts != (counts := [stream.blocks_read for stream in streams]):
+    time.sleep(quiet_seconds)
+  return counts
+
+
 def batches_of(stream, count):
   return [next(stream) for _ in range(count)]
 
@@ -197,7 +207,7 @@ def test_packed_pipeline_resumes_exactly(streamed_mixture, tmp_path, monkeypatch
   resumed = open_stream()
   batches_of(resumed, 3)  # Prefetching from the start when the position arrives.
   streams = resumed._streams  # pylint: disable=protected-access
-  read_before = [stream.blocks_read for stream in streams]
+  read_before = blocks_read_once_prefetching_stops(streams)
   resumed.read_state(prefix)
   for expected, got in zip(tail, batches_of(resumed, 20)):
     for name in expected:
