@@ -266,9 +266,12 @@ def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = Fa
                         '1=DIR,2=DIR,...; each direction goes to its target\'s group (swh: 3)')
   parser.add_argument('--step', type=int, default=None,
                       help='checkpoint step to load (default: the latest)')
-  parser.add_argument('--beam_size', type=int, default=4, help='beam width; 1 is greedy')
-  parser.add_argument('--alpha', type=float, default=1.0, help='length penalty exponent')
-  parser.add_argument('--batch_size', type=int, default=64, help='sentences per batch')
+  parser.add_argument('--beam_size', type=int, default=None,
+                      help="beam width; 1 is greedy (default: the run's setting, else 4)")
+  parser.add_argument('--alpha', type=float, default=None,
+                      help="length penalty exponent (default: the run's setting, else 1.0)")
+  parser.add_argument('--batch_size', type=int, default=None,
+                      help="sentences per batch (default: the run's setting, else 64)")
   parser.add_argument('--parallel_batches', type=int, default=None,
                       help='batches decoded at once, a thread each (default: the CPU cores '
                       'on one CPU device, else 1)')
@@ -286,13 +289,8 @@ def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = Fa
 
 
 def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
-  """The Translator settings the decoding flags fix, checked so a typo fails before loading."""
-  if args.beam_size < 1:
-    raise UserError(f'--beam_size: must be >= 1, got {args.beam_size}')
-  if args.batch_size < 1:
-    raise UserError(f'--batch_size: must be >= 1, got {args.batch_size}')
-  if args.parallel_batches is not None and args.parallel_batches < 1:
-    raise UserError(f'--parallel_batches: must be >= 1, got {args.parallel_batches}')
+  """The Translator settings the decoding flags given fix, checked so a typo fails before
+  loading; a flag left out leaves the run's setting (its config.gin) in force."""
   if hasattr(args, 'family_models'):
     if (args.checkpoint_dir is None) == (args.family_models is None):
       raise UserError('give exactly one of --checkpoint_dir and --family_models')
@@ -300,14 +298,13 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
       parse_family_models(args.family_models)
       if args.step is not None:
         raise UserError('--step: family models each load their latest checkpoint')
-  overrides = {'beam_size': args.beam_size, 'alpha': args.alpha, 'batch_size': args.batch_size}
-  if args.parallel_batches is not None:
-    overrides['parallel_batches'] = args.parallel_batches
-  for name, at_least in (('no_repeat_ngram_size', 0), ('max_length_ratio', 0),
-                         ('max_length_offset', 0)):
+  overrides = {}
+  for name, at_least in (('beam_size', 1), ('alpha', None), ('batch_size', 1),
+                         ('parallel_batches', 1), ('no_repeat_ngram_size', 0),
+                         ('max_length_ratio', 0), ('max_length_offset', 0)):
     value = getattr(args, name)
     if value is not None:
-      if value < at_least:
+      if at_least is not None and value < at_least:
         raise UserError(f'--{name}: must be >= {at_least}, got {value}')
       overrides[name] = value
   if args.pivot_via:

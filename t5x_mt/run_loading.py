@@ -152,18 +152,26 @@ def load_model(checkpoint_dir: str | None, family_models: Mapping[int, str] | No
                step: int | None,
                overrides: dict[str, Any]) -> inference.Translator | inference.FamilyTranslator:
   """The translator of run `checkpoint_dir`, or the router over `family_models` ({family
-  group: run folder})."""
+  group: run folder}).
+
+  The router reads lines in chunks of batches of overrides['batch_size'] sentences, else of
+  the largest batch size the family runs' config.gin files bind. Reading them leaves the
+  last run's config as the process's gin config, as loading its model does.
+  """
   if family_models is None:
     return load_translator(checkpoint_dir, step, **overrides)
+  run_batch_sizes = []
   for directory in family_models.values():
     checkpoint_step(directory)  # Each must be a run with a checkpoint, before any loads.
+    load_run_config(directory)
+    run_batch_sizes.append(configurables.decode_settings().batch_size)
   # The router pivots, so that each leg goes to the model of its own target.
   pivot = {name: overrides[name] for name in ('pivot_language', 'pivot_directions')
            if name in overrides}
   model_overrides = {k: v for k, v in overrides.items() if k not in pivot}
   return inference.FamilyTranslator(
       family_models, lambda directory: load_translator(directory, **model_overrides),
-      batch_size=overrides.get('batch_size', 64), **pivot)
+      batch_size=overrides.get('batch_size', max(run_batch_sizes)), **pivot)
 
 
 @dataclasses.dataclass(frozen=True)
