@@ -20,12 +20,10 @@ import numpy as np
 
 from t5x_mt import languages
 from t5x_mt import layers
+from t5x_mt import parameter_layout
 from t5x_mt.data import directions
 from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
-
-# Parameters whose path has a part starting with this are adapters (network.py names them).
-MODULE_PREFIX = 'adapters_'
 
 
 def check_config(by: str, keys: Sequence[str], bottlenecks: Sequence[int]) -> None:
@@ -128,7 +126,8 @@ class Adapters(nn.Module):
 
 def is_adapter_path(path: Sequence[Any]) -> bool:
   """True for a parameter path (jax tree path) inside an adapter module."""
-  return any(str(getattr(entry, 'key', '')).startswith(MODULE_PREFIX) for entry in path)
+  return any(str(getattr(entry, 'key', '')).startswith(parameter_layout.ADAPTER_PREFIX)
+             for entry in path)
 
 
 def trainable_labels(params: Any) -> Any:

@@ -10,8 +10,7 @@ import jax
 from t5x_mt import adapters
 from t5x_mt import checkpoints
 from t5x_mt import files
-from t5x_mt import models
-from t5x_mt import network
+from t5x_mt import parameter_layout
 from t5x_mt import run_layout
 from t5x_mt.errors import UserError
 
@@ -44,11 +43,11 @@ def in_parent_layout(parent: checkpoints.RunCheckpoints, target: Any,
   converted back and placed as `target` is."""
   step = parent.latest_step()
   saved = parent.saved_shapes(step) if step is not None else {}
-  parent_scanned = any(path[:2] == ('encoder', network.SCANNED_LAYERS) for path in saved)
-  if not saved or parent_scanned == models.is_scanned(target):
+  parent_scanned = any(parameter_layout.is_scanned_path(path) for path in saved)
+  if not saved or parent_scanned == parameter_layout.is_scanned(target):
     return restore(target)
-  to_parent, back = ((models.to_scanned, models.to_unrolled) if parent_scanned else
-                     (models.to_unrolled, models.to_scanned))
+  layouts = (parameter_layout.to_scanned, parameter_layout.to_unrolled)
+  to_parent, back = layouts if parent_scanned else layouts[::-1]
   logging.info('Converting the parameters between scanned and unrolled layers')
   restored = back(restore(to_parent(target)))
   return jax.tree.map(lambda value, like: jax.device_put(value, like.sharding), restored,
@@ -62,7 +61,7 @@ def _with_new_adapters(parent: checkpoints.RunCheckpoints, target: Any) -> Any:
   saved = parent.saved_shapes(step) if step is not None else {}
   flat = traverse_util.flatten_dict(target)
   new = {path for path in flat if path not in saved and
-         any(part.startswith(adapters.MODULE_PREFIX) for part in path)}
+         any(part.startswith(parameter_layout.ADAPTER_PREFIX) for part in path)}
   if not new:
     return parent.restore_params(step, target)
   logging.info('%d adapter parameters are new: they start at their initial values', len(new))

@@ -1,4 +1,4 @@
-"""Building blocks of the pre-LN Transformer: norms, dense layers, attention, MLP, embeddings.
+"""Building blocks of the Transformer: norms, dense layers, attention, MLP, embeddings.
 
 Conventions shared by every module here:
 - Parameters are created in `param_dtype` (float32) with logical axis names from
@@ -19,6 +19,7 @@ import numpy as np
 
 from t5x_mt import decode_cache
 from t5x_mt import kernels
+from t5x_mt import parameter_layout
 
 Array = jax.Array
 DType = Any
@@ -35,6 +36,13 @@ def _xavier_uniform(num_input_axes: int, num_output_axes: int) -> Initializer:
   return nn.initializers.variance_scaling(
       1.0, 'fan_avg', 'uniform', in_axis=tuple(range(num_input_axes)),
       out_axis=tuple(range(num_input_axes, num_input_axes + num_output_axes)))
+
+
+def scaled(init: Initializer, factor: float) -> Initializer:
+  """`init` with its values multiplied by `factor` (the identity for 1)."""
+  if factor == 1.0:
+    return init
+  return lambda *args, **kwargs: init(*args, **kwargs) * factor
 
 
 def normalize(x: Array, epsilon: float = 1e-6) -> Array:
@@ -80,6 +88,7 @@ class DenseGeneral(nn.Module):
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
   kernel_init: Optional[Initializer] = None  # Default: Glorot-uniform.
+  init_scale: float = 1.0  # Multiplies the initial kernel (B2T's depth scaling).
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -90,8 +99,9 @@ class DenseGeneral(nn.Module):
       raise ValueError(f'kernel_axes {self.kernel_axes} do not match kernel {kernel_shape}')
     kernel = self.param(
         'kernel',
-        nn.with_logical_partitioning(self.kernel_init or _xavier_uniform(n_in, len(features)),
-                                     tuple(self.kernel_axes)),
+        nn.with_logical_partitioning(
+            scaled(self.kernel_init or _xavier_uniform(n_in, len(features)), self.init_scale),
+            tuple(self.kernel_axes)),
         kernel_shape, self.param_dtype)
     contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
     y = jax.lax.dot_general(x.astype(self.dtype), kernel.astype(self.dtype), (contract, ((), ())))
@@ -135,22 +145,66 @@ class MultiHeadAttention(nn.Module):
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
   fixed_kv: bool = False  # Keys/values come from inputs fixed while decoding (cross-attention).
+  init_scale: float = 1.0  # Multiplies every initial weight (B2T's depth scaling).
+  # Shaw et al. (2018) relative positions: k > 0 learns key (and, with `relative_values`,
+  # value) tables of 2k + 1 rows, shared across heads, for key-minus-query distances
+  # clipped to [-k, k]; 0 attends without them.
+  relative_max_distance: int = 0
+  relative_values: bool = True
 
   def _project(self, x: Array, name: str) -> Array:
     y = DenseGeneral((self.num_heads, self.head_dim), ('embed', 'heads', 'kv'),
-                     dtype=self.dtype, param_dtype=self.param_dtype, name=name)(x)
+                     dtype=self.dtype, param_dtype=self.param_dtype,
+                     init_scale=self.init_scale, name=name)(x)
     return nn.with_logical_constraint(y, ('batch', 'length', 'heads', 'kv'))
+
+  def _relative_tables(self) -> tuple[Optional[Array], Optional[Array]]:
+    """(key table, value table or None) [2k + 1, head_dim], or (None, None) without
+    relative positions."""
+    if not self.relative_max_distance:
+      return None, None
+    init = nn.with_logical_partitioning(
+        scaled(nn.initializers.normal(stddev=self.head_dim ** -0.5), self.init_scale),
+        (None, 'kv'))
+    shape = (2 * self.relative_max_distance + 1, self.head_dim)
+    keys = self.param(parameter_layout.RELATIVE_KEYS, init, shape, self.param_dtype)
+    values = None
+    if self.relative_values:
+      values = self.param(parameter_layout.RELATIVE_VALUES, init, shape, self.param_dtype)
+    return keys, values
+
+  def _relative_terms(self, query: Array, relative_ids: Optional[Array]
+                      ) -> tuple[Optional[Array], Optional[tuple[Array, Array]]]:
+    """The logits bias [B, heads, Lq, Lk] of the relative key table (Shaw's q . a_ij /
+    sqrt(d)) and the value table with the ids that pick its rows (`kernels.attention`'s
+    `relative_values`), for `relative_ids` [B or 1, Lq, Lk]; (None, None) without."""
+    key_table, value_table = self._relative_tables()
+    if key_table is None:
+      return None, None
+    if relative_ids is None:
+      raise ValueError('relative positions need relative_ids for the attention')
+    per_distance = jnp.einsum('bqhd,rd->bhqr', query, key_table.astype(query.dtype),
+                              preferred_element_type=jnp.float32)
+    per_distance = per_distance * (1.0 / jnp.sqrt(jnp.float32(self.head_dim)))
+    ids = jnp.broadcast_to(relative_ids[:, None], per_distance.shape[:3] + relative_ids.shape[-1:])
+    bias = jnp.take_along_axis(per_distance, ids, axis=-1)
+    values = None if value_table is None else (value_table, relative_ids)
+    return bias, values
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Array, *,
                q_segment_ids: Optional[Array] = None,
                kv_segment_ids: Optional[Array] = None,
                causal: bool = False,
-               bias: Optional[Array] = None,
+               relative_ids: Optional[Array] = None,
                decode: bool = False,
                max_decode_length: Optional[int] = None,
                deterministic: bool = True) -> Array:
-    """Attends from `inputs_q` [B, Lq, E] to `inputs_kv` [B, Lk, E]; returns [B, Lq, E]."""
+    """Attends from `inputs_q` [B, Lq, E] to `inputs_kv` [B, Lk, E]; returns [B, Lq, E].
+
+    `relative_ids` [B or 1, Lq, Lk] (`relative_position_ids`) pick each query-key pair's
+    rows of the relative tables; decoding steps derive them from the cache's index.
+    """
     query = self._project(inputs_q, 'query')
     cache_names = decode_cache.FIXED_KV_CACHE if self.fixed_kv else decode_cache.STEP_KV_CACHE
     if decode and self.has_variable('cache', cache_names[0]):
@@ -163,13 +217,16 @@ class MultiHeadAttention(nn.Module):
       dropout_rng = None
       if not deterministic and self.dropout_rate > 0.0:
         dropout_rng = self.make_rng('dropout')
+      bias, relative_values = self._relative_terms(query, relative_ids)
       out = kernels.attention(query, key, value, q_segment_ids=q_segment_ids,
                               kv_segment_ids=kv_segment_ids, bias=bias, causal=causal,
+                              relative_values=relative_values,
                               implementation=self.implementation,
                               dropout_rate=self.dropout_rate, dropout_rng=dropout_rng)
     out = nn.with_logical_constraint(out, ('batch', 'length', 'heads', 'kv'))
     out = DenseGeneral((inputs_q.shape[-1],), ('heads', 'kv', 'embed'), num_input_axes=2,
-                       dtype=self.dtype, param_dtype=self.param_dtype, name='out')(out)
+                       dtype=self.dtype, param_dtype=self.param_dtype,
+                       init_scale=self.init_scale, name='out')(out)
     return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
   def _create_cache(self, key: Array, value: Array, max_decode_length: Optional[int]):
@@ -205,8 +262,24 @@ class MultiHeadAttention(nn.Module):
       key_cache, value_cache, kv_valid = self._write_step(inputs_kv)
     examples = key_cache.shape[0]
     folded = query.reshape((examples, query.shape[0] // examples) + query.shape[2:])
-    out = kernels.decoding_step_attention(folded, key_cache, value_cache, kv_valid)
+    bias, relative_values = None, None
+    if self.relative_max_distance and not self.fixed_kv:
+      bias, relative_values = self._relative_terms(folded, self._step_relative_ids(
+          key_cache.shape[-1]))
+    out = kernels.decoding_step_attention(folded, key_cache, value_cache, kv_valid,
+                                          bias=bias, relative_values=relative_values)
     return out.reshape(query.shape)
+
+  def _step_relative_ids(self, entries: int) -> Array:
+    """[1, 1, entries]: the relative table row of every self-attention cache entry for
+    this step's query, whose position is the index before `_write_step` advanced it
+    (entry e holds position e // slots)."""
+    slots = self.get_variable('cache', decode_cache.ANCESTRY_CACHE).shape[0] // (
+        self.get_variable('cache', decode_cache.STEP_KV_CACHE[0]).shape[0])
+    query_position = self.get_variable('cache', 'cache_index') - 1
+    key_positions = jnp.arange(entries, dtype=jnp.int32) // slots
+    return relative_position_ids(jnp.reshape(query_position, (1, 1)),
+                                 key_positions[None], self.relative_max_distance)
 
   def _write_step(self, inputs_kv: Array) -> tuple[Array, Array, Array]:
     """Writes each hypothesis' key and value of this step into its slot at `cache_index`
@@ -242,17 +315,18 @@ class MlpBlock(nn.Module):
   activation: str = 'relu'
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
+  init_scale: float = 1.0  # Multiplies both initial kernels (B2T's depth scaling).
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     if self.activation not in ACTIVATIONS:
       raise ValueError(f'unknown activation {self.activation!r}; valid: {sorted(ACTIVATIONS)}')
     h = DenseGeneral((self.mlp_dim,), ('embed', 'mlp'), dtype=self.dtype,
-                     param_dtype=self.param_dtype, name='wi')(x)
+                     param_dtype=self.param_dtype, init_scale=self.init_scale, name='wi')(x)
     h = ACTIVATIONS[self.activation](h)
     h = nn.with_logical_constraint(h, ('batch', 'length', 'mlp'))
     y = DenseGeneral((x.shape[-1],), ('mlp', 'embed'), dtype=self.dtype,
-                     param_dtype=self.param_dtype, name='wo')(h)
+                     param_dtype=self.param_dtype, init_scale=self.init_scale, name='wo')(h)
     return nn.with_logical_constraint(y, ('batch', 'length', 'embed'))
 
 
@@ -285,7 +359,18 @@ class Embed(nn.Module):
     return nn.with_logical_constraint(logits, ('batch', 'length', 'vocab'))
 
 
-POSITION_EMBEDDINGS = ('learned', 'sinusoidal')
+# Absolute positions added to the embeddings ('learned', 'sinusoidal'), or 'relative':
+# Shaw's tables in self-attention instead (TransformerConfig says on which side).
+POSITION_EMBEDDINGS = ('learned', 'sinusoidal', 'relative')
+ABSOLUTE_POSITION_EMBEDDINGS = ('learned', 'sinusoidal')
+
+
+def relative_position_ids(q_positions: Array, kv_positions: Array, max_distance: int) -> Array:
+  """[B, Lq, Lk] rows of a relative table of 2 * max_distance + 1 rows: key position minus
+  query position, clipped to [-max_distance, max_distance], plus max_distance. Positions
+  [B, L] restart in every packed sequence; pairs across sequences are masked anyway."""
+  distance = kv_positions[:, None, :] - q_positions[:, :, None]
+  return jnp.clip(distance, -max_distance, max_distance).astype(jnp.int32) + max_distance
 
 
 def sinusoidal_table(max_length: int, features: int, max_scale: float = 10000.0) -> np.ndarray:

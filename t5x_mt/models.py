@@ -16,11 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5x_mt import adapters
 from t5x_mt import decode_cache
 from t5x_mt import decoding
 from t5x_mt import losses
 from t5x_mt import network
+from t5x_mt import parameter_layout
 from t5x_mt.kernels import fused_loss
 
 Array = jax.Array
@@ -30,9 +30,6 @@ Batch = dict[str, Array]
 MODEL_INPUTS = ('encoder_input_tokens', 'decoder_input_tokens', 'decoder_target_tokens',
                 'encoder_segment_ids', 'decoder_segment_ids', 'encoder_positions',
                 'decoder_positions', 'decoder_direction_ids')
-
-STACKS = ('encoder', 'decoder')
-
 
 def dummy_batch(batch_size: int, encoder_length: int, decoder_length: int) -> Batch:
   """An all-padding batch with the shapes and dtypes of real ones, for initialisation."""
@@ -70,52 +67,6 @@ def objective_scales(batch: Batch, direction_ids: Array, direction_scales: Array
   token_scales = losses.direction_token_scales(batch['decoder_direction_ids'], direction_ids,
                                                direction_scales)
   return weights, token_scales, weights * token_scales
-
-
-def is_scanned(params: Any) -> bool:
-  """Whether `params` are in the scanned layout (`to_scanned`)."""
-  return network.SCANNED_LAYERS in params['encoder']
-
-
-def to_scanned(params: Any) -> Any:
-  """Unrolled parameters (`layers_<i>`, `adapters_<i>`) in the layout of scan_layers=True:
-  each stack's layers (and adapters) stacked on a leading axis."""
-  params = dict(params)
-  for stack in STACKS:
-    side = dict(params[stack])
-    depth = sum(1 for name in side if name.startswith('layers_'))
-    scanned = {network.SCANNED_LAYER: [side.pop(f'layers_{i}') for i in range(depth)]}
-    if f'{adapters.MODULE_PREFIX}0' in side:
-      scanned[network.SCANNED_ADAPTERS] = [side.pop(f'{adapters.MODULE_PREFIX}{i}')
-                                           for i in range(depth)]
-    side[network.SCANNED_LAYERS] = {
-        name: jax.tree.map(lambda *leaves: jnp.stack(leaves), *layers)
-        for name, layers in scanned.items()}
-    params[stack] = side
-  return params
-
-
-def to_unrolled(params: Any) -> Any:
-  """The inverse of `to_scanned`: scanned parameters in the unrolled layout."""
-  params = dict(params)
-  for stack in STACKS:
-    side = dict(params[stack])
-    scanned = side.pop(network.SCANNED_LAYERS)
-    depth = jax.tree.leaves(scanned[network.SCANNED_LAYER])[0].shape[0]
-    for i in range(depth):
-      for name, prefix in ((network.SCANNED_LAYER, 'layers_'),
-                           (network.SCANNED_ADAPTERS, adapters.MODULE_PREFIX)):
-        if name in scanned:
-          side[f'{prefix}{i}'] = jax.tree.map(lambda leaf, i=i: leaf[i], scanned[name])
-    params[stack] = side
-  return params
-
-
-def convert_layout(params: Any, scanned: bool) -> Any:
-  """`params` in the scanned (True) or unrolled layout, whichever they are in now."""
-  if is_scanned(params) == scanned:
-    return params
-  return to_scanned(params) if scanned else to_unrolled(params)
 
 
 class TranslationModel:
@@ -161,9 +112,10 @@ class TranslationModel:
     if loss_chunk_length:
       hidden = self.module.apply({'params': params}, **model_kwargs(batch),
                                  return_hidden=True, **kwargs)
-      projection, scale, vocab_major = self._output_projection(params)
+      projection, vocab_major = parameter_layout.output_projection(self.config, params)
       objective_sum, raw_loss = fused_loss.chunked_label_smoothed_objective(
-          hidden, projection, targets, scales, label_smoothing, scale, vocab_major,
+          hidden, projection, targets, scales, label_smoothing,
+          parameter_layout.logit_scale(self.config), vocab_major,
           loss_chunk_length)
       token_loss = raw_loss * weights
     else:
@@ -176,16 +128,6 @@ class TranslationModel:
     return {'loss_sum': token_loss.sum(), 'tokens': weights.sum(),
             'direction_loss_sums': direction_loss, 'direction_tokens': direction_tokens,
             'objective_sum': objective_sum, 'objective_weight': scales.sum()}
-
-  def _output_projection(self, params: Any) -> tuple[Array, float, bool]:
-    """(projection, logits scale, vocab-major) with logits = hidden . projection * scale:
-    the tied embedding [vocab, embed] scaled by 1/sqrt(emb_dim), or `logits_dense`'s
-    kernel [embed, vocab] unscaled. What the decoder applies to the states it returns
-    with `return_hidden`."""
-    if self.config.logits_via_embedding:
-      return (params['shared_embedding']['embedding'],
-              1.0 / float(np.sqrt(self.config.emb_dim)), True)
-    return params['decoder']['logits_dense']['kernel'], 1.0, False
 
   def score_batch(self, params: Any, batch: Batch) -> Array:
     """Each row's log-likelihood [B] of its targets, teacher-forced without dropout: the
@@ -237,7 +179,7 @@ class TranslationModel:
                     num_pieces: int, limits: decoding.OutputLimits):
     """Beam (or greedy) search over one direction's encoded batch."""
     if self.config.scan_layers:
-      params = to_unrolled(params)
+      params = parameter_layout.to_unrolled(params)
     module = self._decoding_module
     cache_lengths = decode_cache.stage_lengths(max_decode_length)
     cross_attention, cache = decode_cache.split_fixed(decode_cache.init(

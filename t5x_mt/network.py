@@ -1,17 +1,27 @@
-"""Pre-LN Transformer encoder-decoder for multilingual translation.
+"""Transformer encoder-decoder for multilingual translation, in the seed systems' variants.
 
-Choices (the WMT systems of docs/methods.md#model are fairseq pre-LN transformers):
-- Pre-LN blocks, x + Dropout(Sublayer(LN(x))), with a final LayerNorm after each stack.
-- LayerNorm with scale and bias; dense layers with biases; ReLU MLP (GELU selectable).
-- Token embeddings ~ N(0, 1) and not multiplied by sqrt(d); learned positions ~ N(0, 0.02),
-  or fixed sinusoids. The decoder's input embedding is always its output projection when
-  `logits_via_embedding`, and then logits are divided by sqrt(d) so that they start with unit
-  variance (as in T5X); otherwise a separate [embed, vocab] projection (no bias) is used.
+Choices (docs/methods.md#model has the formulas of every variant):
+- `layer_norm` places the norms: 'pre' (fairseq's pre-LN of the WMT systems), x + Dropout(
+  Sublayer(LN(x))) with a final LayerNorm after each stack; 'post' (Vaswani et al.),
+  LN(x + Dropout(Sublayer(x))) and no final norm; 'post_b2t' (Takase et al. 2022, NT5),
+  post-LN whose last sublayer also adds the layer's input before its norm (the
+  bottom-to-top connection), with every weight of a stack's layers other than norms and
+  biases initialised N^-1/2 times smaller, N the stack's depth.
+- `position_embedding`: learned absolute positions ~ N(0, 0.02), fixed sinusoids, or
+  'relative': Shaw et al.'s (2018) key and value tables in the encoder's self-attention
+  (`relative_max_distance` k, tables of 2k + 1 rows shared across heads), no absolute
+  positions there, and sinusoids in the decoder unless `relative_in_decoder`.
+- LayerNorm with scale and bias; dense layers with biases; ReLU MLP (GELU selectable),
+  with a width per stack when `encoder_mlp_dim`/`decoder_mlp_dim` are set.
+- Token embeddings ~ N(0, 1) and not multiplied by sqrt(d). The decoder's input embedding
+  is its output projection when `logits_via_embedding`, and logits are then multiplied by
+  `parameter_layout.logit_scale` so that they start with unit variance (as in T5X);
+  otherwise a separate [embed, vocab] projection (no bias) is used.
 - Deep stacks: `scan_layers` runs each stack as one `nn.scan` over stacked layer
   parameters (one layer to compile, whatever the depth) and `remat_policy` recomputes
-  activations in the backward pass instead of storing them (`REMAT_POLICIES`). Scanned
-  parameters are [layers, ...] arrays under `encoder/layers` and `decoder/layers`
-  (`models.to_scanned`/`to_unrolled` convert); decoding always runs the unrolled stack.
+  activations in the backward pass instead of storing them (`REMAT_POLICIES`). Parameter
+  paths and the conversions between layouts are `parameter_layout`'s; decoding always runs
+  the unrolled stack.
 - Masks: token 0 is padding. Unpacked inputs derive segment ids from `tokens > 0` (the decoder
   from `decoder_target_tokens`, since its inputs may start with token 0); packed inputs use
   the given segment ids, still zeroed where the token is padding.
@@ -27,8 +37,10 @@ import jax.numpy as jnp
 from t5x_mt import adapters
 from t5x_mt import kernels
 from t5x_mt import layers
+from t5x_mt import parameter_layout
 from t5x_mt import validation
 from t5x_mt.data import directions
+from t5x_mt.errors import UserError
 
 Array = jax.Array
 
@@ -41,12 +53,18 @@ class TransformerConfig:
   num_heads: int = 8
   head_dim: int = 64
   mlp_dim: int = 2048
+  encoder_mlp_dim: int = 0  # 0: mlp_dim (NT5's models widen one side only).
+  decoder_mlp_dim: int = 0
   num_encoder_layers: int = 6
   num_decoder_layers: int = 6
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
   share_encoder_embedding: bool = True  # The decoder's input and output are always shared.
-  position_embedding: str = 'learned'  # Or 'sinusoidal'.
+  layer_norm: str = 'pre'  # A key of LAYER_NORMS.
+  position_embedding: str = 'learned'  # Or 'sinusoidal' or 'relative'.
+  relative_max_distance: int = 16  # Shaw's k, with position_embedding='relative'.
+  relative_values: bool = True  # False: relative key tables only.
+  relative_in_decoder: bool = False  # Relative decoder self-attention instead of sinusoids.
   max_length: int = 512
   dtype: Any = jnp.float32  # Compute dtype; parameters stay float32.
   attention_implementation: str = 'auto'  # t5x_mt.kernels: 'xla', 'pallas' or 'auto'.
@@ -72,8 +90,11 @@ class TransformerConfig:
     name = lambda field: f'network.TransformerConfig.{field}'
     for field in ('vocab_size', 'emb_dim', 'num_heads', 'head_dim', 'mlp_dim', 'max_length'):
       validation.integer(name(field), getattr(self, field), minimum=1)
-    for field in ('num_encoder_layers', 'num_decoder_layers'):
+    for field in ('num_encoder_layers', 'num_decoder_layers', 'encoder_mlp_dim',
+                  'decoder_mlp_dim'):
       validation.integer(name(field), getattr(self, field), minimum=0)
+    validation.integer(name('relative_max_distance'), self.relative_max_distance, minimum=1)
+    validation.choice(name('layer_norm'), self.layer_norm, LAYER_NORMS)
     for field in ('dropout_rate', 'attention_dropout_rate'):
       validation.number(name(field), getattr(self, field), at_least=0.0, below=1.0)
     validation.choice(name('position_embedding'), self.position_embedding,
@@ -84,6 +105,41 @@ class TransformerConfig:
     validation.choice(name('remat_policy'), self.remat_policy, REMAT_POLICIES)
     # Checked with or without adapter keys, so a typo never waits for the first adapter.
     directions.check_grouping(self.adapter_by, name('adapter_by'))
+    self._check_combinations(name)
+
+  def _check_combinations(self, name) -> None:
+    """Settings that each hold but not together."""
+    relative = self.position_embedding == 'relative'
+    if self.relative_in_decoder and not relative:
+      raise UserError(f"{name('relative_in_decoder')}: needs position_embedding = "
+                      f"'relative', not {self.position_embedding!r}")
+    if relative and self.relative_values and self.attention_implementation not in (
+        'auto', 'xla'):
+      raise UserError(f"{name('attention_implementation')}: {self.attention_implementation!r} "
+                      "has no relative value tables; use 'auto' or 'xla', or set "
+                      f"{name('relative_values')} = False")
+
+  def mlp_dim_of(self, stack: str) -> int:
+    """The feed-forward width of `stack`'s layers ('encoder' or 'decoder')."""
+    return getattr(self, f'{stack}_mlp_dim') or self.mlp_dim
+
+  def relative_distance_of(self, stack: str) -> int:
+    """Shaw's k in `stack`'s self-attention, 0 where it has no relative positions."""
+    if self.position_embedding != 'relative' or (
+        stack == 'decoder' and not self.relative_in_decoder):
+      return 0
+    return self.relative_max_distance
+
+  def absolute_positions_of(self, stack: str) -> str | None:
+    """The absolute positions added to `stack`'s embeddings, None with relative ones."""
+    if self.position_embedding in layers.ABSOLUTE_POSITION_EMBEDDINGS:
+      return self.position_embedding
+    return None if self.relative_distance_of(stack) else 'sinusoidal'
+
+  def init_scale_of(self, stack: str) -> float:
+    """What B2T multiplies `stack`'s initial layer weights by: depth^-1/2, else 1."""
+    depth = getattr(self, f'num_{stack}_layers')
+    return depth ** -0.5 if self.layer_norm == 'post_b2t' and depth else 1.0
 
 
 # What the backward pass keeps of a layer's forward activations ('none': everything, no
@@ -94,9 +150,8 @@ REMAT_POLICIES = {
     'dots': jax.checkpoint_policies.dots_saveable,
     'dots_with_no_batch_dims': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-SCANNED_LAYERS = 'layers'  # encoder/layers, decoder/layers: the scanned stacks.
-SCANNED_LAYER = 'layer'
-SCANNED_ADAPTERS = adapters.MODULE_PREFIX + 'stacked'
+# Where each layer's norms sit (parameter_layout.layer_norm_names names them).
+LAYER_NORMS = ('pre', 'post', 'post_b2t')
 
 
 def _segment_ids(tokens: Array, segment_ids: Optional[Array]) -> Array:
@@ -105,57 +160,103 @@ def _segment_ids(tokens: Array, segment_ids: Optional[Array]) -> Array:
   return valid if segment_ids is None else segment_ids.astype(jnp.int32) * valid
 
 
+def _sublayer(cfg: TransformerConfig, x: Array, sublayer, name: str, deterministic: bool,
+              bottom: Optional[Array] = None) -> Array:
+  """x through one residual sublayer with its norm where `cfg.layer_norm` puts it; `bottom`
+  (B2T: the layer's input) joins the residual sum before the post-norm."""
+  dropout = nn.Dropout(cfg.dropout_rate)
+  norm_name = f'{"pre" if cfg.layer_norm == "pre" else "post"}_{name}_norm'
+  norm = layers.LayerNorm(dtype=cfg.dtype, name=norm_name)
+  if cfg.layer_norm == 'pre':
+    return x + dropout(sublayer(norm(x)), deterministic=deterministic)
+  y = x + dropout(sublayer(x), deterministic=deterministic)
+  return norm(y if bottom is None else y + bottom)
+
+
+def _bottom(cfg: TransformerConfig, x: Array) -> Optional[Array]:
+  """The layer input that B2T adds before the layer's last norm, None otherwise."""
+  return x if cfg.layer_norm == 'post_b2t' else None
+
+
+def _attention(cfg: TransformerConfig, stack: str, name: str, fixed_kv: bool = False):
+  relative = 0 if fixed_kv else cfg.relative_distance_of(stack)
+  return layers.MultiHeadAttention(
+      cfg.num_heads, cfg.head_dim, cfg.attention_dropout_rate, cfg.attention_implementation,
+      dtype=cfg.dtype, fixed_kv=fixed_kv, init_scale=cfg.init_scale_of(stack),
+      relative_max_distance=relative, relative_values=cfg.relative_values, name=name)
+
+
+def _mlp(cfg: TransformerConfig, stack: str):
+  return layers.MlpBlock(cfg.mlp_dim_of(stack), cfg.mlp_activation, dtype=cfg.dtype,
+                         init_scale=cfg.init_scale_of(stack), name='mlp')
+
+
 class EncoderLayer(nn.Module):
-  """Pre-LN self-attention + MLP block."""
+  """Self-attention + MLP, with the norms of `config.layer_norm`."""
   config: TransformerConfig
 
   @nn.compact
-  def __call__(self, x: Array, segment_ids: Array, deterministic: bool) -> Array:
+  def __call__(self, x: Array, segment_ids: Array, relative_ids: Optional[Array],
+               deterministic: bool) -> Array:
     cfg = self.config
-    h = layers.LayerNorm(dtype=cfg.dtype, name='pre_attention_norm')(x)
-    h = layers.MultiHeadAttention(
-        cfg.num_heads, cfg.head_dim, cfg.attention_dropout_rate, cfg.attention_implementation,
-        dtype=cfg.dtype, name='attention')(h, h, q_segment_ids=segment_ids,
-                                           kv_segment_ids=segment_ids,
-                                           deterministic=deterministic)
-    x = x + nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
-    h = layers.LayerNorm(dtype=cfg.dtype, name='pre_mlp_norm')(x)
-    h = layers.MlpBlock(cfg.mlp_dim, cfg.mlp_activation, dtype=cfg.dtype, name='mlp')(h)
-    x = x + nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
-    return nn.with_logical_constraint(x, ('batch', 'length', 'embed'))
+    attention = _attention(cfg, 'encoder', 'attention')
+    h = _sublayer(cfg, x, lambda y: attention(
+        y, y, q_segment_ids=segment_ids, kv_segment_ids=segment_ids,
+        relative_ids=relative_ids, deterministic=deterministic), 'attention', deterministic)
+    h = _sublayer(cfg, h, _mlp(cfg, 'encoder'), 'mlp', deterministic, _bottom(cfg, x))
+    return nn.with_logical_constraint(h, ('batch', 'length', 'embed'))
 
 
 class DecoderLayer(nn.Module):
-  """Pre-LN causal self-attention + cross-attention + MLP block."""
+  """Causal self-attention + cross-attention + MLP, with the norms of `config.layer_norm`."""
   config: TransformerConfig
 
   @nn.compact
   def __call__(self, x: Array, encoded: Array, segment_ids: Optional[Array],
-               encoder_segment_ids: Array, deterministic: bool, decode: bool,
-               max_decode_length: Optional[int]) -> Array:
+               encoder_segment_ids: Array, relative_ids: Optional[Array],
+               deterministic: bool, decode: bool, max_decode_length: Optional[int]) -> Array:
     cfg = self.config
-    dropout = nn.Dropout(cfg.dropout_rate)
+    own = _attention(cfg, 'decoder', 'self_attention')
+    cross = _attention(cfg, 'decoder', 'encoder_decoder_attention', fixed_kv=True)
+    h = _sublayer(cfg, x, lambda y: own(
+        y, y, q_segment_ids=segment_ids, kv_segment_ids=segment_ids, causal=True,
+        relative_ids=relative_ids, decode=decode, max_decode_length=max_decode_length,
+        deterministic=deterministic), 'self_attention', deterministic)
+    h = _sublayer(cfg, h, lambda y: cross(
+        y, encoded, q_segment_ids=segment_ids, kv_segment_ids=encoder_segment_ids,
+        decode=decode, deterministic=deterministic), 'cross_attention', deterministic)
+    h = _sublayer(cfg, h, _mlp(cfg, 'decoder'), 'mlp', deterministic, _bottom(cfg, x))
+    return nn.with_logical_constraint(h, ('batch', 'length', 'embed'))
 
-    def attention(name, fixed_kv=False):
-      return layers.MultiHeadAttention(
-          cfg.num_heads, cfg.head_dim, cfg.attention_dropout_rate,
-          cfg.attention_implementation, dtype=cfg.dtype, fixed_kv=fixed_kv, name=name)
 
-    h = layers.LayerNorm(dtype=cfg.dtype, name='pre_self_attention_norm')(x)
-    h = attention('self_attention')(h, h, q_segment_ids=segment_ids, kv_segment_ids=segment_ids,
-                                    causal=True, decode=decode,
-                                    max_decode_length=max_decode_length,
-                                    deterministic=deterministic)
-    x = x + dropout(h, deterministic=deterministic)
-    h = layers.LayerNorm(dtype=cfg.dtype, name='pre_cross_attention_norm')(x)
-    h = attention('encoder_decoder_attention', fixed_kv=True)(
-        h, encoded, q_segment_ids=segment_ids, kv_segment_ids=encoder_segment_ids,
-        decode=decode, deterministic=deterministic)
-    x = x + dropout(h, deterministic=deterministic)
-    h = layers.LayerNorm(dtype=cfg.dtype, name='pre_mlp_norm')(x)
-    h = layers.MlpBlock(cfg.mlp_dim, cfg.mlp_activation, dtype=cfg.dtype, name='mlp')(h)
-    x = x + dropout(h, deterministic=deterministic)
-    return nn.with_logical_constraint(x, ('batch', 'length', 'embed'))
+def _relative_ids(cfg: TransformerConfig, stack: str, length: int,
+                  positions: Optional[Array]) -> Optional[Array]:
+  """Each self-attention pair's row of `stack`'s relative tables [B or 1, L, L] (positions
+  restart in packed sequences), None without relative positions."""
+  distance = cfg.relative_distance_of(stack)
+  if not distance:
+    return None
+  if positions is None:
+    positions = jnp.arange(length, dtype=jnp.int32)[None]
+  return layers.relative_position_ids(positions, positions, distance)
+
+
+def _embed(cfg: TransformerConfig, stack: str, embedding: layers.Embed, tokens: Array,
+           positions: Optional[Array], deterministic: bool, decode: bool = False) -> Array:
+  """Token embeddings plus `stack`'s absolute positions (if any), with dropout."""
+  x = embedding(tokens)
+  kind = cfg.absolute_positions_of(stack)
+  if kind:
+    x = layers.PositionEmbedding(cfg.max_length, kind, dtype=cfg.dtype,
+                                 name=parameter_layout.POSITION_EMBEDDING)(
+                                     x, positions, decode=decode)
+  return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+
+
+def _final_norm(cfg: TransformerConfig, stack: str, x: Array) -> Array:
+  if not parameter_layout.has_final_norm(cfg.layer_norm):
+    return x
+  return layers.LayerNorm(dtype=cfg.dtype, name=parameter_layout.FINAL_NORMS[stack])(x)
 
 
 def _adapters(cfg: TransformerConfig, layer: int):
@@ -163,13 +264,18 @@ def _adapters(cfg: TransformerConfig, layer: int):
   if not cfg.adapter_keys:
     return lambda x, index: x
   return adapters.Adapters(cfg.adapter_keys, cfg.adapter_bottlenecks, cfg.dtype,
-                           name=f'{adapters.MODULE_PREFIX}{layer}')
+                           name=parameter_layout.adapter_name(layer))
 
 
 def _adapter_index(cfg: TransformerConfig, direction_ids: Optional[Array]) -> Optional[Array]:
   if not cfg.adapter_keys or direction_ids is None:
     return None
   return adapters.adapter_index(direction_ids, cfg.adapter_by, cfg.adapter_keys)
+
+
+# The Python flags each layer's __call__ branches on (`self` counts as 0).
+ENCODER_STATIC_ARGNUMS = (4,)
+DECODER_STATIC_ARGNUMS = (6, 7, 8)
 
 
 def _remat(layer_class, cfg: TransformerConfig, static_argnums: tuple[int, ...]):
@@ -187,11 +293,12 @@ class EncoderBlock(nn.Module):
   deterministic: bool
 
   @nn.compact
-  def __call__(self, x: Array, segment_ids: Array,
+  def __call__(self, x: Array, segment_ids: Array, relative_ids: Optional[Array],
                adapter_index: Optional[Array]) -> tuple[Array, None]:
     cfg = self.config
-    x = _remat(EncoderLayer, cfg, static_argnums=(3,))(cfg, name=SCANNED_LAYER)(
-        x, segment_ids, self.deterministic)
+    x = _remat(EncoderLayer, cfg, static_argnums=ENCODER_STATIC_ARGNUMS)(
+        cfg, name=parameter_layout.SCANNED_LAYER)(x, segment_ids, relative_ids,
+                                                  self.deterministic)
     return _stacked_adapters(cfg)(x, adapter_index), None
 
 
@@ -202,11 +309,13 @@ class DecoderBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, encoded: Array, segment_ids: Optional[Array],
-               encoder_segment_ids: Array,
+               encoder_segment_ids: Array, relative_ids: Optional[Array],
                adapter_index: Optional[Array]) -> tuple[Array, None]:
     cfg = self.config
-    x = _remat(DecoderLayer, cfg, static_argnums=(5, 6, 7))(cfg, name=SCANNED_LAYER)(
-        x, encoded, segment_ids, encoder_segment_ids, self.deterministic, False, None)
+    x = _remat(DecoderLayer, cfg, static_argnums=DECODER_STATIC_ARGNUMS)(
+        cfg, name=parameter_layout.SCANNED_LAYER)(
+            x, encoded, segment_ids, encoder_segment_ids, relative_ids, self.deterministic,
+            False, None)
     return _stacked_adapters(cfg)(x, adapter_index), None
 
 
@@ -214,7 +323,7 @@ def _stacked_adapters(cfg: TransformerConfig):
   if not cfg.adapter_keys:
     return lambda x, index: x
   return adapters.Adapters(cfg.adapter_keys, cfg.adapter_bottlenecks, cfg.dtype,
-                           name=SCANNED_ADAPTERS)
+                           name=parameter_layout.SCANNED_ADAPTERS)
 
 
 def _scanned(block_class, cfg: TransformerConfig, num_layers: int):
@@ -234,19 +343,19 @@ class Encoder(nn.Module):
   def __call__(self, tokens: Array, segment_ids: Array, positions: Optional[Array],
                deterministic: bool, adapter_index: Optional[Array] = None) -> Array:
     cfg = self.config
-    x = self.embedding(tokens)
-    x = layers.PositionEmbedding(cfg.max_length, cfg.position_embedding, dtype=cfg.dtype,
-                                 name='posembed')(x, positions)
-    x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+    x = _embed(cfg, 'encoder', self.embedding, tokens, positions, deterministic)
+    relative_ids = _relative_ids(cfg, 'encoder', tokens.shape[1], positions)
     if cfg.scan_layers:
       stack = _scanned(EncoderBlock, cfg, cfg.num_encoder_layers)
-      x, _ = stack(cfg, deterministic, name=SCANNED_LAYERS)(x, segment_ids, adapter_index)
+      x, _ = stack(cfg, deterministic, name=parameter_layout.SCANNED_LAYERS)(
+          x, segment_ids, relative_ids, adapter_index)
     else:
-      layer = _remat(EncoderLayer, cfg, static_argnums=(3,))
+      layer = _remat(EncoderLayer, cfg, static_argnums=ENCODER_STATIC_ARGNUMS)
       for i in range(cfg.num_encoder_layers):
-        x = layer(cfg, name=f'layers_{i}')(x, segment_ids, deterministic)
+        x = layer(cfg, name=parameter_layout.layer_name(i))(x, segment_ids, relative_ids,
+                                                            deterministic)
         x = _adapters(cfg, i)(x, adapter_index)
-    return layers.LayerNorm(dtype=cfg.dtype, name='encoder_norm')(x)
+    return _final_norm(cfg, 'encoder', x)
 
 
 class Decoder(nn.Module):
@@ -262,31 +371,32 @@ class Decoder(nn.Module):
                decode: bool, max_decode_length: Optional[int],
                adapter_index: Optional[Array] = None, return_hidden: bool = False) -> Array:
     cfg = self.config
-    x = self.embedding(tokens)
-    x = layers.PositionEmbedding(cfg.max_length, cfg.position_embedding, dtype=cfg.dtype,
-                                 name='posembed')(x, positions, decode=decode)
-    x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+    x = _embed(cfg, 'decoder', self.embedding, tokens, positions, deterministic, decode)
+    relative_ids = None if decode else _relative_ids(cfg, 'decoder', tokens.shape[1],
+                                                     positions)
     if cfg.scan_layers:
       if decode:
         raise ValueError('decoding runs the unrolled stack: build the model with '
-                         'scan_layers=False and pass models.to_unrolled(params)')
+                         'scan_layers=False and pass parameter_layout.to_unrolled(params)')
       stack = _scanned(DecoderBlock, cfg, cfg.num_decoder_layers)
-      x, _ = stack(cfg, deterministic, name=SCANNED_LAYERS)(
-          x, encoded, segment_ids, encoder_segment_ids, adapter_index)
+      x, _ = stack(cfg, deterministic, name=parameter_layout.SCANNED_LAYERS)(
+          x, encoded, segment_ids, encoder_segment_ids, relative_ids, adapter_index)
     else:
-      layer = _remat(DecoderLayer, cfg, static_argnums=(5, 6, 7))
+      layer = _remat(DecoderLayer, cfg, static_argnums=DECODER_STATIC_ARGNUMS)
       for i in range(cfg.num_decoder_layers):
-        x = layer(cfg, name=f'layers_{i}')(x, encoded, segment_ids, encoder_segment_ids,
-                                           deterministic, decode, max_decode_length)
+        x = layer(cfg, name=parameter_layout.layer_name(i))(
+            x, encoded, segment_ids, encoder_segment_ids, relative_ids, deterministic, decode,
+            max_decode_length)
         x = _adapters(cfg, i)(x, adapter_index)
-    x = layers.LayerNorm(dtype=cfg.dtype, name='decoder_norm')(x)
+    x = _final_norm(cfg, 'decoder', x)
     if return_hidden:
       return x
     if cfg.logits_via_embedding:
-      logits = self.embedding.attend(x) / jnp.sqrt(jnp.float32(cfg.emb_dim)).astype(cfg.dtype)
+      logits = self.embedding.attend(x) * jnp.asarray(parameter_layout.logit_scale(cfg),
+                                                      cfg.dtype)
     else:
       logits = layers.DenseGeneral((cfg.vocab_size,), ('embed', 'vocab'), use_bias=False,
-                                   dtype=cfg.dtype, name='logits_dense')(x)
+                                   dtype=cfg.dtype, name=parameter_layout.OUTPUT_PROJECTION)(x)
     logits = nn.with_logical_constraint(logits, ('batch', 'length', 'vocab'))
     return logits.astype(jnp.float32)
 

@@ -13,6 +13,7 @@ from test_launch_translate_evaluate import run_in_process
 from t5x_mt import adapters
 from t5x_mt import checkpoints
 from t5x_mt import network
+from t5x_mt import parameter_layout
 from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
@@ -70,7 +71,7 @@ def test_new_adapters_leave_the_base_model_outputs_unchanged():
   for stack in ('encoder', 'decoder'):
     params[stack] = {**base_params[stack],
                      **{name: value for name, value in fresh[stack].items()
-                        if name.startswith(adapters.MODULE_PREFIX)}}
+                        if name.startswith(parameter_layout.ADAPTER_PREFIX)}}
   np.testing.assert_array_equal(model.apply({'params': params}, **batch),
                                 base.apply({'params': base_params}, **batch))
 
@@ -123,7 +124,7 @@ def test_adapters_train_on_a_frozen_base_that_stays_bit_identical(trained_run, t
   paths = sorted(shapes)  # saved_params lists leaves in this (sorted-key) order.
   child = dict(zip(paths, saved_params(tmp_path / 'adapters', 2)))
   base = [value for path, value in child.items()
-          if not any(p.startswith(adapters.MODULE_PREFIX) for p in path)]
+          if not any(p.startswith(parameter_layout.ADAPTER_PREFIX) for p in path)]
   assert len(base) == len(parent_before)
   for got, want in zip(base, parent_before):
     np.testing.assert_array_equal(got, want)

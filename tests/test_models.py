@@ -12,6 +12,7 @@ from t5x_mt import inference
 from t5x_mt import losses
 from t5x_mt import models
 from t5x_mt import network
+from t5x_mt import parameter_layout
 from t5x_mt.errors import UserError
 
 from test_network import PAIRS, TINY, padded_batch, random_params
@@ -95,7 +96,7 @@ def test_predict_batch_greedy_is_the_argmax_of_teacher_forcing(scan_layers):
   model = models.TranslationModel(dataclasses.replace(CONFIG, scan_layers=scan_layers))
   encoder_tokens = np.asarray(padded_batch(PAIRS, encoder_length=8)[0])
   predicted = model.predict_batch(
-      models.convert_layout(params, scanned=scan_layers), encoder_tokens, input_length=4,
+      parameter_layout.convert_layout(params, scanned=scan_layers), encoder_tokens, input_length=4,
       direction=3, prefix_id=None, max_decode_length=6, beam_size=1, alpha=1.0,
       stop='beam_full', num_pieces=18)
   expected = _greedy_by_teacher_forcing(params, encoder_tokens[:, :4], 6, 18)
@@ -108,20 +109,20 @@ def test_predict_batch_beams_are_the_same_in_both_layouts_and_force_the_prefix()
   search = dict(input_length=4, direction=3, prefix_id=5, max_decode_length=6, beam_size=3,
                 alpha=1.0, stop='beam_full', num_pieces=20)
   unrolled = models.TranslationModel(CONFIG).predict_batch(params, encoder_tokens, **search)
-  scanned = models.TranslationModel(dataclasses.replace(CONFIG, scan_layers=True)
-                                    ).predict_batch(models.to_scanned(params), encoder_tokens,
-                                                    **search)
+  scanned_model = models.TranslationModel(dataclasses.replace(CONFIG, scan_layers=True))
+  scanned = scanned_model.predict_batch(parameter_layout.to_scanned(params), encoder_tokens,
+                                        **search)
   np.testing.assert_array_equal(np.asarray(scanned), np.asarray(unrolled))
   assert (np.asarray(unrolled)[:, 0] == 5).all()
 
 
 def test_layouts_convert_both_ways_and_only_when_needed():
   params = random_params(CONFIG)
-  scanned = models.convert_layout(params, scanned=True)
-  assert models.is_scanned(scanned) and not models.is_scanned(params)
-  assert models.convert_layout(params, scanned=False) is params
-  assert models.convert_layout(scanned, scanned=True) is scanned
-  assert jax.tree.structure(models.convert_layout(scanned, scanned=False)) == (
+  scanned = parameter_layout.convert_layout(params, scanned=True)
+  assert parameter_layout.is_scanned(scanned) and not parameter_layout.is_scanned(params)
+  assert parameter_layout.convert_layout(params, scanned=False) is params
+  assert parameter_layout.convert_layout(scanned, scanned=True) is scanned
+  assert jax.tree.structure(parameter_layout.convert_layout(scanned, scanned=False)) == (
       jax.tree.structure(params))
 
 

@@ -220,7 +220,7 @@ def test_decode_cache_layout_is_batch_leading_or_scalar():
 
 @pytest.mark.parametrize('field, value, message', [
     ('position_embedding', 'rope', "network.TransformerConfig.position_embedding: 'rope' is "
-                                   "not one of 'learned', 'sinusoidal'"),
+                                   "not one of 'learned', 'relative', 'sinusoidal'"),
     ('mlp_activation', 'gelu2', "network.TransformerConfig.mlp_activation: 'gelu2' is not one "
                                 "of 'gelu', 'relu'"),
     ('attention_implementation', 'flash', "network.TransformerConfig.attention_implementation: "

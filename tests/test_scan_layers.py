@@ -14,6 +14,7 @@ from t5x_mt import fine_tuning
 from t5x_mt import inference
 from t5x_mt import models
 from t5x_mt import network
+from t5x_mt import parameter_layout
 from t5x_mt import run_loading
 from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
@@ -59,22 +60,22 @@ def test_scanned_stacks_compute_the_unrolled_model_and_its_gradients():
   params = _unrolled_params()
   loss, grads = _loss_and_grads(CONFIG, params)
   scanned = dataclasses.replace(CONFIG, scan_layers=True)
-  scanned_loss, scanned_grads = _loss_and_grads(scanned, models.to_scanned(params))
+  scanned_loss, scanned_grads = _loss_and_grads(scanned, parameter_layout.to_scanned(params))
   assert float(scanned_loss) == pytest.approx(float(loss), rel=1e-6)
-  _assert_trees_close(scanned_grads, models.to_scanned(grads), atol=1e-5)
+  _assert_trees_close(scanned_grads, parameter_layout.to_scanned(grads), atol=1e-5)
 
 
 @pytest.mark.slow
 def test_scanned_init_has_the_stacked_layout_and_layouts_round_trip():
   params = _unrolled_params()
-  stacked = models.to_scanned(params)
+  stacked = parameter_layout.to_scanned(params)
   scanned_init = nn.meta.unbox(network.Transformer(
       dataclasses.replace(CONFIG, scan_layers=True)).init(jax.random.key(0), **_batch())['params'])
   assert jax.tree.structure(scanned_init) == jax.tree.structure(stacked)
   assert jax.tree.map(jnp.shape, scanned_init) == jax.tree.map(jnp.shape, stacked)
   assert stacked['encoder']['layers']['layer']['mlp']['wi']['kernel'].shape == (3, 32, 64)
-  assert models.is_scanned(stacked) and not models.is_scanned(params)
-  _assert_trees_close(models.to_unrolled(stacked), params, atol=0)
+  assert parameter_layout.is_scanned(stacked) and not parameter_layout.is_scanned(params)
+  _assert_trees_close(parameter_layout.to_unrolled(stacked), params, atol=0)
 
 
 @pytest.mark.slow
@@ -83,7 +84,7 @@ def test_scanned_init_has_the_stacked_layout_and_layouts_round_trip():
 def test_remat_policies_leave_loss_and_gradients_unchanged(policy, scan_layers):
   params = _unrolled_params()
   if scan_layers:
-    params = models.to_scanned(params)
+    params = parameter_layout.to_scanned(params)
   config = dataclasses.replace(CONFIG, scan_layers=scan_layers)
   loss, grads = _loss_and_grads(config, params)
   remat_loss, remat_grads = _loss_and_grads(
@@ -102,12 +103,12 @@ def test_a_scanned_model_translates_exactly_as_unrolled(trained_run):
   unrolled = run_loading.load_translator(str(trained_run), beam_size=2)
   scanned = inference.Translator(
       models.TranslationModel(dataclasses.replace(unrolled.model.config, scan_layers=True)),
-      models.to_scanned(unrolled.params), unrolled.vocabulary_file, unrolled.tag_strategy,
+      parameter_layout.to_scanned(unrolled.params), unrolled.vocabulary_file, unrolled.tag_strategy,
       unrolled.settings)
   sentences = ['Good morning', 'Where is the station?', 'Thank you very much']
   expected = unrolled.translate(sentences, 'eng_Latn', 'hau_Latn')
   assert scanned.translate(sentences, 'eng_Latn', 'hau_Latn') == expected
-  assert scanned.params is not None and models.is_scanned(scanned.params)
+  assert scanned.params is not None and parameter_layout.is_scanned(scanned.params)
 
 
 def test_init_from_an_unrolled_run_restores_into_scanned_layers(trained_run):
@@ -115,9 +116,9 @@ def test_init_from_an_unrolled_run_restores_into_scanned_layers(trained_run):
   parent = checkpoints.RunCheckpoints(str(trained_run), read_only=True)
   try:
     unrolled = run_loading.load_translator(str(trained_run)).params
-    target = jax.tree.map(jnp.zeros_like, models.to_scanned(unrolled))
+    target = jax.tree.map(jnp.zeros_like, parameter_layout.to_scanned(unrolled))
     restored = fine_tuning.in_parent_layout(
         parent, target, lambda like: parent.restore_params(TINY_RUN_STEPS, like))
   finally:
     parent.close()
-  _assert_trees_close(restored, models.to_scanned(unrolled), atol=0)
+  _assert_trees_close(restored, parameter_layout.to_scanned(unrolled), atol=0)

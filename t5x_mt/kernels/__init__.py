@@ -35,7 +35,8 @@ class AttentionFn(Protocol):
   def __call__(self, q: Array, k: Array, v: Array, *,
                q_segment_ids: Optional[Array], kv_segment_ids: Optional[Array],
                bias: Optional[Array], causal: bool, dropout_rate: float,
-               dropout_rng: Optional[Array], interpret: bool) -> Array:
+               dropout_rng: Optional[Array], interpret: bool,
+               relative_values: Optional[tuple[Array, Array]] = None) -> Array:
     ...
 
 
@@ -97,7 +98,8 @@ def attention(q: Array, k: Array, v: Array, *,
               implementation: str = 'auto',
               interpret: bool = False,
               dropout_rate: float = 0.0,
-              dropout_rng: Optional[Array] = None) -> Array:
+              dropout_rng: Optional[Array] = None,
+              relative_values: Optional[tuple[Array, Array]] = None) -> Array:
   """Multi-head scaled dot-product attention with segment (packing) masks.
 
   Args:
@@ -113,6 +115,11 @@ def attention(q: Array, k: Array, v: Array, *,
     interpret: run Pallas kernels in interpret mode (CPU tests); ignored by 'xla'.
     dropout_rate: attention-probability dropout; applied only when `dropout_rng` is given.
     dropout_rng: PRNG key for dropout, or None for deterministic attention.
+    relative_values: optional (table [rows, head_dim], ids int [batch or 1, q_length,
+      kv_length]): Shaw's relative value term, each query's probabilities summed per
+      table row times the row, added to the output. It needs the probabilities
+      themselves, which a fused kernel never holds, so only 'xla' computes it and 'auto'
+      picks 'xla' for it (relative keys come in through `bias`, which every kernel takes).
 
   Returns:
     [batch, q_length, heads, head_dim] in q's dtype. A query attends to a key only when
@@ -122,15 +129,18 @@ def attention(q: Array, k: Array, v: Array, *,
   name = resolve_implementation(implementation)
   dropout = dropout_rate > 0.0 and dropout_rng is not None
   reason = _IMPLEMENTATIONS[name].unsupported(q, k, dropout)
+  if relative_values is not None and name != 'xla':
+    reason = 'relative value tables (TransformerConfig.relative_values)'
   if implementation == 'auto' and (reason or q.shape[1] == 1):
     name = 'xla'
   elif reason:
     raise ValueError(f'attention implementation {name!r} does not support {reason}; use '
                      "'xla' or 'auto'")
   fn = _IMPLEMENTATIONS[name].fn
+  extra = {} if relative_values is None else {'relative_values': relative_values}
   return fn(q, k, v, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids, bias=bias,
             causal=causal, dropout_rate=dropout_rate, dropout_rng=dropout_rng,
-            interpret=interpret)
+            interpret=interpret, **extra)
 
 
 def _pallas_attention(q: Array, k: Array, v: Array, *, q_segment_ids: Optional[Array],

@@ -49,7 +49,8 @@ def xla_attention(q: Array, k: Array, v: Array, *,
                   causal: bool = False,
                   dropout_rate: float = 0.0,
                   dropout_rng: Optional[Array] = None,
-                  interpret: bool = False) -> Array:
+                  interpret: bool = False,
+                  relative_values: Optional[tuple[Array, Array]] = None) -> Array:
   """Masked softmax(q k^T / sqrt(d) + bias) v; see `t5x_mt.kernels.attention`.
 
   Rows whose every key is masked (padding queries) return exact zeros with zero gradients:
@@ -72,11 +73,25 @@ def xla_attention(q: Array, k: Array, v: Array, *,
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
     probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
 
-  return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v).astype(q.dtype)
+  out = jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v)
+  if relative_values is not None:
+    out = out + relative_value_term(probs, *relative_values).transpose(0, 2, 1, 3)
+  return out.astype(q.dtype)
+
+
+def relative_value_term(probs: Array, table: Array, ids: Array) -> Array:
+  """Shaw's sum over keys of p_ij a_ij [batch, heads, Lq, head_dim]: the attention
+  probabilities [batch, heads, Lq, Lk] gathered per table row (`ids` [B or 1, Lq, Lk]
+  name each pair's row) and multiplied by the table [rows, head_dim]."""
+  rows = jax.nn.one_hot(ids, table.shape[0], dtype=probs.dtype)
+  per_row = jnp.einsum('bhqk,bqkr->bhqr', probs, jnp.broadcast_to(
+      rows, (probs.shape[0],) + rows.shape[1:]))
+  return jnp.einsum('bhqr,rd->bhqd', per_row, table.astype(jnp.float32))
 
 
 def decoding_step_attention(q: Array, key_cache: Array, value_cache: Array,
-                            kv_valid: Array) -> Array:
+                            kv_valid: Array, *, bias: Optional[Array] = None,
+                            relative_values: Optional[tuple[Array, Array]] = None) -> Array:
   """Attention of one decoding step's queries to a cache kept in matmul layout.
 
   A decoding step runs at every generated token over a cache that grows with the output,
@@ -92,6 +107,9 @@ def decoding_step_attention(q: Array, key_cache: Array, value_cache: Array,
     value_cache: [batch, heads, kv_length, head_dim].
     kv_valid: bool [batch, kv_length], the keys the queries may attend to, or [batch, n,
       kv_length], each query's own.
+    bias: optional float32 [batch, heads, n, kv_length] added to the scaled logits.
+    relative_values: optional (table [rows, head_dim], ids [1, 1, kv_length]): each
+      entry's row of Shaw's value table, weighted by its probability.
 
   Returns:
     [batch, n, heads, head_dim] in q's dtype, as `xla_attention` computes it.
@@ -104,7 +122,11 @@ def decoding_step_attention(q: Array, key_cache: Array, value_cache: Array,
   logits = jnp.einsum('bhnd,bhdk->bhnk', q.transpose(0, 2, 1, 3), key_cache,
                       preferred_element_type=jnp.float32)
   logits = logits * (1.0 / jnp.sqrt(jnp.float32(head_dim)))
+  if bias is not None:
+    logits = logits + bias
   mask = kv_valid[:, None, None, :] if kv_valid.ndim == 2 else kv_valid[:, None]
   probs = _masked_softmax(logits, mask)
   out = jnp.einsum('bhnk,bhkd->bhnd', probs.astype(value_cache.dtype), value_cache)
+  if relative_values is not None:
+    out = out + relative_value_term(probs, *relative_values)
   return out.transpose(0, 2, 1, 3).astype(q.dtype)

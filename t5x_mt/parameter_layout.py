@@ -1,0 +1,147 @@
+"""Where the Transformer keeps its parameters, for every module that reads them by path.
+
+`network` builds its modules under these names; training, fine-tuning, adapters, the dry
+run, FLOP counts, checkpoints and the CTranslate2 exporter ask this module instead of
+spelling paths themselves, so a renamed module or a new architecture changes one place.
+
+Layout of a parameter tree (unrolled):
+  shared_embedding/embedding        the decoder's input table (and, tied, its output)
+  encoder_embedding/embedding       only when the encoder's table is not shared
+  {encoder,decoder}/layers_<i>/...  one layer; its norms are named by `layer_norm_names`
+  {encoder,decoder}/adapters_<i>    adapters after layer i (`adapter_name`)
+  {encoder,decoder}/posembed        learned absolute positions (`pos_embedding`)
+  {encoder,decoder}/<final norm>    pre-LN only: `final_norm_name`
+  decoder/logits_dense/kernel       the output projection when it is not tied
+Scanned stacks (`TransformerConfig.scan_layers`) hold the layers as [layers, ...] arrays
+under {encoder,decoder}/layers/layer (and layers/adapters_stacked); `to_scanned` and
+`to_unrolled` convert between the two.
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+STACKS = ('encoder', 'decoder')
+SCANNED_LAYERS = 'layers'  # encoder/layers, decoder/layers: the scanned stacks.
+SCANNED_LAYER = 'layer'
+# Adapters (t5x_mt.adapters) after layer i: every parameter under a name with this prefix.
+ADAPTER_PREFIX = 'adapters_'
+SCANNED_ADAPTERS = ADAPTER_PREFIX + 'stacked'
+UNROLLED_LAYER_PREFIX = 'layers_'
+DECODER_EMBEDDING = 'shared_embedding'
+ENCODER_EMBEDDING = 'encoder_embedding'
+POSITION_EMBEDDING = 'posembed'
+OUTPUT_PROJECTION = 'logits_dense'
+FINAL_NORMS = {'encoder': 'encoder_norm', 'decoder': 'decoder_norm'}
+# The sublayers of a layer of each stack, in order, and their attention modules.
+SUBLAYERS = {'encoder': ('attention', 'mlp'),
+             'decoder': ('self_attention', 'cross_attention', 'mlp')}
+ATTENTION_MODULES = {'attention': 'attention', 'self_attention': 'self_attention',
+                     'cross_attention': 'encoder_decoder_attention'}
+RELATIVE_KEYS = 'relative_keys'      # [2k + 1, head_dim] in a self-attention module.
+RELATIVE_VALUES = 'relative_values'
+
+
+def layer_name(index: int) -> str:
+  """The unrolled name of layer `index` of a stack."""
+  return f'{UNROLLED_LAYER_PREFIX}{index}'
+
+
+def adapter_name(index: int) -> str:
+  """The unrolled name of the adapters after layer `index`."""
+  return f'{ADAPTER_PREFIX}{index}'
+
+
+def layer_norm_names(stack: str, placement: str) -> tuple[str, ...]:
+  """The norms of a layer of `stack`, one per sublayer in order: 'pre_<sublayer>_norm'
+  before each sublayer (pre-LN), 'post_<sublayer>_norm' after its residual sum (post-LN,
+  B2T)."""
+  side = 'pre' if placement == 'pre' else 'post'
+  return tuple(f'{side}_{sublayer}_norm' for sublayer in SUBLAYERS[stack])
+
+
+def has_final_norm(placement: str) -> bool:
+  """Whether each stack ends in a norm of its own: only pre-LN stacks, whose layers leave
+  their output unnormalised."""
+  return placement == 'pre'
+
+
+def encoder_embedding_name(shared: bool) -> str:
+  return DECODER_EMBEDDING if shared else ENCODER_EMBEDDING
+
+
+def logit_scale(config: Any) -> float:
+  """What the decoder's states times the output projection are multiplied by: 1/sqrt(d)
+  for the tied embedding (its N(0, 1) rows would otherwise give logits of variance d, as
+  in T5X), 1 for a projection of its own."""
+  return 1.0 / float(np.sqrt(config.emb_dim)) if config.logits_via_embedding else 1.0
+
+
+def output_projection(config: Any, params: Any) -> tuple[Any, bool]:
+  """(projection, vocab-major): the tied embedding [vocab, embed] or `logits_dense`'s
+  kernel [embed, vocab]; logits = states . projection * `logit_scale`."""
+  if config.logits_via_embedding:
+    return params[DECODER_EMBEDDING]['embedding'], True
+  return params['decoder'][OUTPUT_PROJECTION]['kernel'], False
+
+
+def stack_depth(params: Any, stack: str) -> int:
+  """The number of layers of `stack` in either layout."""
+  side = params[stack]
+  if SCANNED_LAYERS in side:
+    return jax.tree.leaves(side[SCANNED_LAYERS][SCANNED_LAYER])[0].shape[0]
+  return sum(1 for name in side if name.startswith(UNROLLED_LAYER_PREFIX))
+
+
+def is_scanned(params: Any) -> bool:
+  """Whether `params` are in the scanned layout (`to_scanned`)."""
+  return SCANNED_LAYERS in params['encoder']
+
+
+def is_scanned_path(path: tuple[str, ...]) -> bool:
+  """Whether a parameter path (names from the root) lies in a scanned stack."""
+  return len(path) > 1 and path[0] in STACKS and path[1] == SCANNED_LAYERS
+
+
+def to_scanned(params: Any) -> Any:
+  """Unrolled parameters (`layers_<i>`, `adapters_<i>`) in the layout of scan_layers=True:
+  each stack's layers (and adapters) stacked on a leading axis."""
+  params = dict(params)
+  for stack in STACKS:
+    side = dict(params[stack])
+    depth = stack_depth(params, stack)
+    scanned = {SCANNED_LAYER: [side.pop(layer_name(i)) for i in range(depth)]}
+    if adapter_name(0) in side:
+      scanned[SCANNED_ADAPTERS] = [side.pop(adapter_name(i))
+                                   for i in range(depth)]
+    side[SCANNED_LAYERS] = {
+        name: jax.tree.map(lambda *leaves: jnp.stack(leaves), *stacked)
+        for name, stacked in scanned.items()}
+    params[stack] = side
+  return params
+
+
+def to_unrolled(params: Any) -> Any:
+  """The inverse of `to_scanned`: scanned parameters in the unrolled layout."""
+  params = dict(params)
+  for stack in STACKS:
+    side = dict(params[stack])
+    depth = stack_depth(params, stack)
+    scanned = side.pop(SCANNED_LAYERS)
+    for i in range(depth):
+      for name, unrolled in ((SCANNED_LAYER, layer_name(i)),
+                             (SCANNED_ADAPTERS, adapter_name(i))):
+        if name in scanned:
+          side[unrolled] = jax.tree.map(lambda leaf, i=i: leaf[i], scanned[name])
+    params[stack] = side
+  return params
+
+
+def convert_layout(params: Any, scanned: bool) -> Any:
+  """`params` in the scanned (True) or unrolled layout, whichever they are in now."""
+  if is_scanned(params) == scanned:
+    return params
+  return to_scanned(params) if scanned else to_unrolled(params)
