@@ -204,8 +204,8 @@ def main(argv: list[str]) -> int:
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
   translator = run_loading.load_translator(args.checkpoint_dir, beam_size=args.beam_size,
                                            batch_size=args.batch_size)
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
-  configurables.register_corpora_and_mixtures()
+  from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
+  from_gin.configure_data()
   pairs = corpora.get_corpus(args.corpus).pairs(args.split, args.src_lang, args.tgt_lang)
   sentences = [source for source, _ in pairs][:args.sentences]
   if not sentences:

@@ -57,6 +57,7 @@ def measure(files: list[str], vocabulary: str, batches: int, in_memory: bool) ->
   from t5x_mt import run_config  # pylint: disable=g-import-not-at-top
   from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data import mixtures  # pylint: disable=g-import-not-at-top
   data_tasks.use_vocabulary(vocabulary)
   if in_memory:
     (path,) = files
@@ -65,7 +66,7 @@ def measure(files: list[str], vocabulary: str, batches: int, in_memory: bool) ->
     corpora.register_streamed_tsv('bench_corpus', 'eng_Latn', 'fra_Latn', files)
   data_tasks.register_corpora_and_mixtures(mixtures={'bench_mixture': [
       'bench_corpus_eng_Latn.fra_Latn', 'bench_corpus_fra_Latn.eng_Latn']})
-  data_tasks.check_train_examples('bench_mixture')
+  mixtures.check_train_examples('bench_mixture')
   config = run_config.TrainConfig(model_dir='unused', train_steps=1, batch_size=BATCH_SIZE,
                                   mixture_or_task_name='bench_mixture',
                                   inputs_length=LENGTH, targets_length=LENGTH)

@@ -15,7 +15,10 @@ built, not when tasks are registered, so that one registry serves every run. A p
 that reuses the registry chooses the vocabulary of every task with `use_vocabulary(path)`;
 nothing else needs choosing, since the other settings have defaults. `configure(settings)`
 chooses them all at once: t5x_mt's launch layer builds the settings from its gin bindings
-(`t5x_mt.configurables.configure_data`) and passes them here.
+and passes them here (`data_tasks.from_gin`). The t5x_mt library never imports this
+package: it looks registered tasks up by name through seqio (`t5x_mt.data.mixtures`), so
+every name it is handed must be registered first (`get_mixture_or_task` registers those
+this registry registers on demand).
 """
 
 from collections.abc import Iterable
@@ -26,7 +29,6 @@ import functools
 import itertools
 import os
 import re
-from typing import NamedTuple
 
 import seqio
 import tensorflow as tf
@@ -39,18 +41,16 @@ from t5x_mt import validation
 from t5x_mt.data import cldr
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
+from t5x_mt.data import mixtures
 from t5x_mt.data import streamed
 from t5x_mt.data import streamed_pipeline
 from t5x_mt.data import tags
 from t5x_mt.data import wmt22
 from t5x_mt.data.directions import Direction
-from t5x_mt.data.mixtures import MixtureMember
 from t5x_mt.data.mixtures import MixtureView
+from t5x_mt.data.mixtures import TaskSource
+from t5x_mt.data.settings import DataSettings
 from t5x_mt.errors import UserError
-
-DEFAULT_VOCABULARY_PATH = os.path.join(
-    os.environ.get('T5X_MT_CACHE', os.path.expanduser('~/.cache/t5x_mt')), 'vocab',
-    'default.model')
 
 # The directions of the embedded CLDR demo: English-centric both ways, French-centric
 # and non-English pairs, so every evaluation category (X-ENG, ENG-X, X-FRA, FRA-X, X-X)
@@ -69,55 +69,6 @@ CLDR_DEMO_DIRECTIONS = tuple(
 NTREX_DIRECTIONS = tuple(
     (x, y) for lang in ('fra_Latn', 'hau_Latn', 'swh_Latn', 'zul_Latn', 'afr_Latn')
     for x, y in (('eng_Latn', lang), (lang, 'eng_Latn')))
-
-
-class TaskSource(NamedTuple):
-  """What a registered translation Task reads: one direction of one corpus."""
-  corpus: str
-  direction: Direction
-
-
-# Registry: Task name -> what it reads.
-TASK_SOURCES: dict[str, TaskSource] = {}
-
-
-DEFAULT_TEMPERATURE = 5.0
-DEFAULT_WMT22_CORPORA = ('ntrex128', 'salt', 'tatoeba')
-SAMPLING_SIDES = ('none', 'source', 'both')
-
-
-@dataclasses.dataclass(frozen=True)
-class DataSettings:
-  """The registry's run-level choices; each error names the gin setting a recipe binds.
-
-  vocabulary_path: the SentencePiece model file of every task (`vocabulary_path.path`).
-  tag_strategy: t_enc, s_enc_t_dec or t_enc_t_dec (`tag_strategy.strategy`,
-    docs/methods.md#language-tags).
-  temperature: the sampling temperature tau of mixtures (`temperature_rate.temperature`).
-  sampling_sides, sampling_alpha, sampling_nbest_size: subword regularisation
-    (`subword_sampling.sides/alpha/nbest_size`, see `subword_sampling`).
-  wmt22_corpora, wmt22_synthetic: the corpora the WMT22 mixtures draw bitext from, and
-    the synthetic corpora wmt22_large adds (`wmt22_corpora.names/synthetic`).
-  extra_pair_groups: WMT22 pair groups beyond the built-in ones (`pair_groups.extra`).
-  """
-  vocabulary_path: str = DEFAULT_VOCABULARY_PATH
-  tag_strategy: str = tags.DEFAULT_TAG_STRATEGY
-  temperature: float = DEFAULT_TEMPERATURE
-  sampling_sides: Mapping[str, str] = dataclasses.field(default_factory=dict)
-  sampling_alpha: float = 0.1
-  sampling_nbest_size: int = -1
-  wmt22_corpora: tuple[str, ...] = DEFAULT_WMT22_CORPORA
-  wmt22_synthetic: tuple[str, ...] = ()
-  extra_pair_groups: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
-
-  def __post_init__(self):
-    tags.check_tag_strategy(self.tag_strategy, 'tag_strategy.strategy')
-    validation.number('temperature_rate.temperature', self.temperature, above=0)
-    for direction, side in self.sampling_sides.items():
-      if side not in SAMPLING_SIDES:
-        raise UserError(f'subword_sampling.sides: {side!r} for {direction} is not one of '
-                        f'{", ".join(SAMPLING_SIDES)}')
-    wmt22.pair_groups(self.extra_pair_groups)
 
 
 _SETTINGS = DataSettings()
@@ -143,12 +94,14 @@ def temperature_rate(task: seqio.Task, mixture_tasks: Sequence[str] = ()) -> flo
   in proportion to their sizes. tau is `settings().temperature`.
   """
   temperature = _SETTINGS.temperature
-  direction = TASK_SOURCES[task.name].direction
-  siblings = [name for name in mixture_tasks if TASK_SOURCES[name].direction == direction]
-  direction_pairs = sum(num_train_pairs(name) for name in siblings or [task.name])
+  direction = mixtures.task_source(task.name).direction
+  siblings = [name for name in mixture_tasks
+              if mixtures.task_source(name).direction == direction]
+  direction_pairs = sum(mixtures.num_train_pairs(name) for name in siblings or [task.name])
   if not direction_pairs:
     return 0.0
-  return direction_pairs ** (1.0 / temperature) * num_train_pairs(task.name) / direction_pairs
+  return (direction_pairs ** (1.0 / temperature) * mixtures.num_train_pairs(task.name)
+          / direction_pairs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,23 +221,18 @@ def output_features() -> dict[str, seqio.Feature]:
   }
 
 
-def _train_pair_count(corpus_name: str, src_lang: str, tgt_lang: str) -> int:
-  """Training pairs of one direction of a corpus, streamed corpora counted, not read."""
-  corpus = corpora.get_corpus(corpus_name)
-  if isinstance(corpus, streamed.StreamedCorpus):
-    return corpus.num_pairs('train', src_lang, tgt_lang)
-  return len(corpus.pairs('train', src_lang, tgt_lang))
-
-
-def num_train_pairs(task_name: str) -> int:
-  """Training pairs of a registered translation Task's direction."""
-  corpus, direction = TASK_SOURCES[task_name]
-  return _train_pair_count(corpus, *direction)
-
-
 def task_name(corpus: str, src_lang: str, tgt_lang: str) -> str:
   """`<corpus>_<src>.<tgt>`."""
   return f'{corpus}_{src_lang}.{tgt_lang}'
+
+
+class _PairsSource(seqio.FunctionDataSource):
+  """seqio's view of one direction of an in-memory corpus (`task_source`), every split."""
+
+  def __init__(self, task_source: TaskSource):
+    super().__init__(functools.partial(_pairs_dataset, task_source),
+                     splits=('train', 'validation', 'test'))
+    self.task_source = task_source
 
 
 def _pairs_dataset(source: TaskSource, split: str, shuffle_files: bool,
@@ -379,17 +327,16 @@ def _add_direction(dataset: tf.data.Dataset, direction: int) -> tf.data.Dataset:
 def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
   """Registers (once) the Task reading one direction of a registered corpus."""
   name = task_name(corpus, src_lang, tgt_lang)
-  if name in TASK_SOURCES:
+  if name in seqio.TaskRegistry.names():
     return name
   languages.check_language(src_lang, f'{name}: source language')
   languages.check_language(tgt_lang, f'{name}: target language')
   source = TaskSource(corpus, Direction(src_lang, tgt_lang))
   if corpora.is_streamed(corpus):
     data_source = streamed_pipeline.StreamedPairsSource(
-        functools.partial(corpora.get_corpus, corpus), src_lang, tgt_lang, name)
+        functools.partial(corpora.get_corpus, corpus), source, name)
   else:
-    data_source = seqio.FunctionDataSource(functools.partial(_pairs_dataset, source),
-                                           splits=('train', 'validation', 'test'))
+    data_source = _PairsSource(source)
   seqio.TaskRegistry.add(
       name,
       source=data_source,
@@ -405,7 +352,6 @@ def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
       output_features=output_features(),
       postprocess_fn=metrics.postprocess_translation,
       metric_fns=[metrics.translation_metrics])
-  TASK_SOURCES[name] = source
   return name
 
 
@@ -492,18 +438,7 @@ def register_streamed_corpus(name: str, spec: Mapping, where: str) -> None:
                                 settings=settings, overwrite=True)
 
 
-FILE_SPLITS = ('train', 'validation', 'test')
-_FILES_SPEC_KEYS = ('languages',) + FILE_SPLITS + ('columns', 'validation_lines')
-
-
-def file_splits(spec: Mapping) -> tuple[str, ...]:
-  """The splits a `corpora_files` spec gives files for. A split whose paths are all None
-  is not given: a recipe's optional files that its user left unset."""
-  def given(files) -> bool:
-    if isinstance(files, (list, tuple)):
-      return any(path is not None for path in files)
-    return files is not None
-  return tuple(split for split in FILE_SPLITS if given(spec.get(split)))
+_FILES_SPEC_KEYS = ('languages',) + corpora.FILE_SPLITS + ('columns', 'validation_lines')
 
 
 def _split_files(files, where: str) -> corpus_types.PairFiles:
@@ -526,7 +461,7 @@ def register_files_corpus(name: str, spec: Mapping, where: str) -> None:
   src_lang, tgt_lang = _spec_pair(spec, 'languages', None, where)
   languages.check_language(src_lang, f'{where}: source language')
   languages.check_language(tgt_lang, f'{where}: target language')
-  splits = file_splits(spec)
+  splits = corpora.file_splits(spec)
   if 'train' not in splits:
     raise UserError(f"{where}: no train files (give 'train': [source file, target file], "
                     'or one TSV file)')
@@ -567,27 +502,11 @@ def register_corpora_and_mixtures(corpora_dirs: Mapping[str, str] | None = None,
     register_task_mixture(name, tasks, overwrite=True)
 
 
-def check_train_examples(mixture_or_task_name: str) -> int:
-  """Training pairs of a mixture or task; a UserError if it has none to sample from."""
-  mixture = mixture_view(mixture_or_task_name)
-  if not mixture.total_pairs():
-    raise UserError(f'MIXTURE_OR_TASK_NAME: {mixture_or_task_name!r} has no training '
-                    'examples (its tasks: ' + ', '.join(
-                        f'{m.corpus} {m.direction.name}' for m in mixture.members) + ')')
-  return mixture.total_pairs()
-
-
 def mixture_view(mixture_or_task_name: str) -> MixtureView:
-  """A registered mixture's (or translation Task's) members with their directions,
-  sampling rates (1 for a Task) and training pairs, as the plain value samplers take."""
-  provider = get_mixture_or_task(mixture_or_task_name)
-  if isinstance(provider, seqio.Mixture):
-    rated = [(task.name, float(provider.get_rate(task))) for task in provider.tasks]
-  else:
-    rated = [(provider.name, 1.0)]
-  return MixtureView(mixture_or_task_name, tuple(
-      MixtureMember(task, *TASK_SOURCES[task], rate=rate, pairs=num_train_pairs(task))
-      for task, rate in rated))
+  """`mixtures.mixture_view` of a name this registry knows, registered first if it is one
+  of those registered on first use (`get_mixture_or_task`)."""
+  get_mixture_or_task(mixture_or_task_name)
+  return mixtures.mixture_view(mixture_or_task_name)
 
 
 _TASK_NAME = re.compile(r'^(?P<corpus>\w+?)_(?P<src>[a-z]{3}_[A-Z][a-z]{3})'
@@ -628,7 +547,7 @@ def _has_train_pairs(corpus_name: str, src_lang: str, tgt_lang: str) -> bool:
   if 'train' not in corpus.splits() or not {src_lang, tgt_lang} <= set(corpus.languages()):
     return False
   try:
-    return bool(_train_pair_count(corpus_name, src_lang, tgt_lang))
+    return bool(corpora.train_pair_count(corpus_name, src_lang, tgt_lang))
   except UserError:  # A pairs corpus that holds both languages, but not together.
     return False
 
@@ -667,30 +586,6 @@ def get_mixture_or_task(name: str) -> seqio.Task | seqio.Mixture:
                     f'{", ".join(wmt22_mixture_names())} (and one '
                     'task per direction of each registered corpus, <corpus>_<src>.<tgt>, '
                     f'corpora: {", ".join(corpora.registered_corpora())})') from None
-
-
-# Pairs of a streamed corpus direction a vocabulary is built from, evenly spaced.
-STREAMED_VOCABULARY_SAMPLE = 1_000_000
-
-
-def training_pairs(corpus_name: str, direction: Direction) -> list[tuple[str, str]]:
-  """A direction's training pairs; those of a streamed corpus sampled."""
-  corpus = corpora.get_corpus(corpus_name)
-  if isinstance(corpus, streamed.StreamedCorpus):
-    return corpus.sample_pairs(*direction, limit=STREAMED_VOCABULARY_SAMPLE)
-  return corpus.pairs('train', *direction)
-
-
-def training_sentences(mixture_or_task_name: str) -> dict[str, list[str]]:
-  """Every distinct training sentence per language on either side of the mixture (of a
-  streamed corpus, of `STREAMED_VOCABULARY_SAMPLE` pairs per direction)."""
-  per_language: dict[str, dict[str, None]] = {}
-  for member in mixture_view(mixture_or_task_name).members:
-    src_lang, tgt_lang = member.direction
-    for src, tgt in training_pairs(member.corpus, member.direction):
-      per_language.setdefault(src_lang, {})[src] = None
-      per_language.setdefault(tgt_lang, {})[tgt] = None
-  return {lang: list(lines) for lang, lines in per_language.items()}
 
 
 def _register_builtins() -> None:

@@ -61,11 +61,11 @@ def main(argv: list[str]) -> int:
       other_lang=languages.check_language(args.into, '--into'), mode=args.mode, tag=args.tag)
   decoding = cli.decoding_overrides(args)
   cli.start_jax(args)
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
+  from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import monolingual  # pylint: disable=g-import-not-at-top
   run_loading.load_run_config(args.checkpoint_dir)
-  configurables.register_corpora_and_mixtures()  # --from_corpus may name the run's own corpora.
+  from_gin.configure_data()  # --from_corpus may name the run's own corpora.
   sentences = monolingual.gather(job.lang, args.monolingual, args.from_corpus, args.split)
   sentences = sentences[:args.max_sentences]
   print(f'{len(sentences)} distinct {job.lang} sentences; writing {job.direction} pairs '

@@ -30,17 +30,20 @@ def main(argv: list[str]) -> int:
   cli.start_tensorflow()
   # pylint: disable=g-import-not-at-top  (gin needs the configurables)
   import data_tasks
+  from data_tasks import from_gin
   from t5x_mt import configurables
   from t5x_mt import run_vocabulary
+  from t5x_mt.data import mixtures
   from t5x_mt.data import vocab
   # pylint: enable=g-import-not-at-top
   gin_utils.parse_gin(args.gin_file, args.gin_bindings + bindings)
-  data = configurables.configure_data()  # With the corpora and mixtures the run names.
+  data = from_gin.configure_data()  # With the corpora and mixtures the run names.
   try:
     mixture_or_task_name = gin.query_parameter('%MIXTURE_OR_TASK_NAME')
   except ValueError:
     raise UserError('--gin_file: MIXTURE_OR_TASK_NAME is not set') from None
-  sentences = data_tasks.training_sentences(mixture_or_task_name)
+  data_tasks.get_mixture_or_task(mixture_or_task_name)
+  sentences = mixtures.training_sentences(mixture_or_task_name)
   settings = configurables.vocabulary_config()
   output = run_vocabulary.build_vocabulary(settings, mixture_or_task_name,
                                            args.output or data.vocabulary_path)

@@ -35,14 +35,18 @@ def main(argv: list[str]) -> int:
   files.check_output(args.output, '--output')
   cli.start_tensorflow()
   import data_tasks  # pylint: disable=g-import-not-at-top
+  from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
   from t5x_mt import baselines  # pylint: disable=g-import-not-at-top
   from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data import mixtures  # pylint: disable=g-import-not-at-top
   step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
   translator = run_loading.load_translator(args.checkpoint_dir, step)
-  configurables.register_corpora_and_mixtures()
+  # The registry encodes with the run's vocabulary and tags, and knows its corpora.
+  from_gin.configure_data(translator.vocabulary_file)
   with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--mixture'):
-    data_tasks.check_train_examples(args.mixture)
+    data_tasks.get_mixture_or_task(args.mixture)
+    mixtures.check_train_examples(args.mixture)
   run = configurables.train_config()  # The run's settings, from its config.gin.
   result = baselines.group_losses(
       translator, args.mixture, grouping=args.grouping, batch_size=args.batch_size,

@@ -47,12 +47,12 @@ def main(argv: list[str]) -> int:
   args = parse_flags(argv)
   decoding = cli.decoding_overrides(args)
   cli.start_jax(args)
+  from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
   from t5x_mt import back_translation  # pylint: disable=g-import-not-at-top
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
   run_loading.load_run_config(args.checkpoint_dir)
-  configurables.register_corpora_and_mixtures()  # --corpus may be the teacher run's.
+  from_gin.configure_data()  # --corpus may be the teacher run's.
   corpus = corpora.get_corpus(args.corpus)
   sources = {(src, tgt): list(dict.fromkeys(
       s for s, _ in corpus.pairs(args.split, src, tgt) if s.strip()))[:args.max_sentences]

@@ -139,7 +139,8 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
                                       decoding)
   # After loading: the run's config.gin may import or name its own corpora and mixtures.
   import data_tasks  # pylint: disable=g-import-not-at-top
-  configurables.register_corpora_and_mixtures()
+  from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
+  from_gin.configure_data()
   for name in names:
     _check_task(name)
     if args.family_models is not None:  # A missing group fails before any translation.

@@ -31,13 +31,15 @@ def main(argv: list[str]) -> int:
     bindings.append(f'temperature_rate.temperature = {args.temperature}')
   cli.start_tensorflow()
   import data_tasks  # pylint: disable=g-import-not-at-top
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
+  from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data import mixtures  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import sampling  # pylint: disable=g-import-not-at-top
   gin_utils.parse_gin(args.gin_file, bindings)
-  data = configurables.configure_data()
+  data = from_gin.configure_data()
   with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--mixture'):
-    data_tasks.check_train_examples(args.mixture)
-  shares = sampling.mixture_shares(data_tasks.mixture_view(args.mixture), args.by)
+    data_tasks.get_mixture_or_task(args.mixture)
+    mixtures.check_train_examples(args.mixture)
+  shares = sampling.mixture_shares(mixtures.mixture_view(args.mixture), args.by)
   title = f'{args.mixture}: {len(shares)} {args.by}s, temperature {data.temperature:g}'
   files.write_bytes_atomically(args.output, sampling.shares_chart(shares, title))
   print(sampling.format_shares(shares))

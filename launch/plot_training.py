@@ -24,15 +24,17 @@ def corpus_tokens(layout: run_layout.RunLayout) -> dict[str, float]:
   cli.start_tensorflow()
   import sentencepiece  # pylint: disable=g-import-not-at-top  (TensorFlow, JAX: after the flags)
   import data_tasks  # pylint: disable=g-import-not-at-top
+  from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
   from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
   run_loading.load_run_config(str(layout.root))
-  configurables.register_corpora_and_mixtures()
+  from_gin.configure_data()  # The run's data settings, corpora and mixtures.
   config = configurables.train_config()
   processor = sentencepiece.SentencePieceProcessor(model_file=str(layout.vocabulary))
   totals: dict[str, float] = {}
   for member in data_tasks.mixture_view(config.mixture_or_task_name).members:
-    pairs = data_tasks.training_pairs(member.corpus, member.direction)
+    pairs = corpora.training_pairs(member.corpus, *member.direction)
     if pairs:
       tokens = training_curve.target_tokens([target for _, target in pairs], processor.encode,
                                             config.targets_length)

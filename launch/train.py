@@ -35,20 +35,21 @@ def main(argv: list[str]) -> int:
   gin_utils.check_gin_files(args.gin_file)
   cli.start_jax(args)
   # pylint: disable=g-import-not-at-top  (gin needs the configurables)
+  from data_tasks import from_gin
   from t5x_mt import configurables
   from t5x_mt import dry_run
   from t5x_mt import train_loop
   # pylint: enable=g-import-not-at-top
   gin_utils.parse_gin(args.gin_file, args.gin_bindings + bindings)
-  spec = configurables.run_spec()
   if args.dry_run:
+    spec = configurables.run_spec()  # Shapes alone: no corpus is read or registered.
     report = (dry_run.compile_report(spec, args.topology, args.vocab_size) if args.topology
               else dry_run.run_report(spec, args.vocab_size))
     print(json.dumps(report, indent=1))
     print(dry_run.describe(report), flush=True)
     dry_run.check_fits(report)
     return 0
-  train_loop.train(spec)
+  train_loop.train(from_gin.run_spec())
   return 0
 
 

@@ -24,7 +24,6 @@ import tensorboardX
 import tensorflow as tf
 import tqdm
 
-import data_tasks
 from t5x_mt import dro
 from t5x_mt import evaluation
 from t5x_mt import files
@@ -40,6 +39,7 @@ from t5x_mt.errors import UserError
 from t5x_mt.data import corpora
 from t5x_mt.data.directions import Direction
 from t5x_mt.data import group_sampler
+from t5x_mt.data import mixtures
 
 Metrics = dict[str, jax.Array]
 
@@ -229,7 +229,7 @@ def _evaluation_pairs(mixture_or_task_name: str, config: run_config.EvalConfig, 
                       ) -> Iterator[tuple[Direction, list[tuple[str, str]]]]:
   """Each direction the run scores, once, with the pairs of `split` it is scored on."""
   seen = set()
-  for member in data_tasks.mixture_view(mixture_or_task_name).members:
+  for member in mixtures.mixture_view(mixture_or_task_name).members:
     direction = member.direction
     source = corpora.get_corpus(config.corpus or member.corpus)
     if direction in seen or (config.corpus is None and split not in source.splits()):

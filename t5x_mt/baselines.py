@@ -12,10 +12,10 @@ from typing import Any
 import jax
 import numpy as np
 
-import data_tasks
 from t5x_mt import inference
 from t5x_mt import trainer
 from t5x_mt.data import input_pipeline
+from t5x_mt.data import mixtures
 from t5x_mt.data.directions import Direction
 
 
@@ -25,7 +25,8 @@ def group_losses(translator: inference.Translator, mixture_or_task_name: str, *,
                  max_batches_per_task: int | None = None,
                  loss_chunk_length: int = 0) -> dict[str, Any]:
   """{'losses': {group: per-token loss}, 'tokens': {group: tokens}} of the run's model."""
-  mixture = data_tasks.mixture_view(mixture_or_task_name)
+  mixtures.check_vocabulary(mixture_or_task_name, translator.vocabulary_file)
+  mixture = mixtures.mixture_view(mixture_or_task_name)
   ids = [direction.id for direction in mixture.directions()]
   eval_step = trainer.make_eval_step(translator.model, direction_ids=ids,
                                      label_smoothing=label_smoothing,

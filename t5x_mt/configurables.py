@@ -10,9 +10,14 @@ down explicitly; nothing below reads gin. A recipe imports this module
   train_loop.build_vocabulary.vocab_size = %VOCAB_SIZE         # vocabulary building
   network.TransformerConfig.num_layers = 6                     # the model
   dro.DroConfig.rho = 0.1                                      # DRO, via train.dro
-  data_tasks.vocabulary_path.path = %VOCABULARY_PATH           # data_tasks.DataSettings
+  data_tasks.vocabulary_path.path = %VOCABULARY_PATH           # data.settings.DataSettings
   data_tasks.register_from_config.mixtures = {'mix': ['ntrex128', 'bt1']}
   long_word.max_chars = 40                                     # a cleaning step
+
+The data settings keep the names recipes have always bound under `data_tasks`, but this
+module never touches the task registry: it gives the settings and the corpora and mixtures
+a recipe declares as values, and the launch layer hands them to the registry
+(`data_tasks.from_gin`).
 """
 
 from collections.abc import Mapping, Sequence
@@ -20,7 +25,6 @@ from typing import Any
 
 import gin
 
-import data_tasks
 from t5x_mt import dro
 from t5x_mt import files
 from t5x_mt import inference
@@ -30,6 +34,8 @@ from t5x_mt import run_config
 from t5x_mt import run_layout
 from t5x_mt import run_vocabulary
 from t5x_mt import trainer
+from t5x_mt.data import corpora
+from t5x_mt.data import settings
 from t5x_mt.data import tags
 from t5x_mt.data.cleaning import pipeline
 from t5x_mt.data.cleaning import steps as cleaning_steps
@@ -55,7 +61,7 @@ _cleaning_steps = {name: gin.external_configurable(cls, name=name, module='clean
 
 # The data settings, under the names recipes have always bound.
 @gin.configurable('vocabulary_path', module='data_tasks')
-def _vocabulary_path(path: str = data_tasks.DEFAULT_VOCABULARY_PATH) -> str:
+def _vocabulary_path(path: str = settings.DEFAULT_VOCABULARY_PATH) -> str:
   return files.expand(path)
 
 
@@ -65,7 +71,7 @@ def _tag_strategy(strategy: str = tags.DEFAULT_TAG_STRATEGY) -> str:
 
 
 @gin.configurable('temperature_rate', module='data_tasks')
-def _temperature(temperature: float = data_tasks.DEFAULT_TEMPERATURE) -> float:
+def _temperature(temperature: float = settings.DEFAULT_TEMPERATURE) -> float:
   return temperature
 
 
@@ -77,7 +83,7 @@ def _subword_sampling(sides: Mapping[str, str] | None = None, alpha: float = 0.1
 
 
 @gin.configurable('wmt22_corpora', module='data_tasks')
-def _wmt22_corpora(names: Sequence[str] = data_tasks.DEFAULT_WMT22_CORPORA,
+def _wmt22_corpora(names: Sequence[str] = settings.DEFAULT_WMT22_CORPORA,
                    synthetic: Sequence[str] = ()) -> dict[str, Any]:
   return dict(wmt22_corpora=tuple(names), wmt22_synthetic=tuple(synthetic))
 
@@ -104,7 +110,7 @@ def _gives_files(corpus: str, split: str) -> bool:
   a recipe scores a test split only where its user named one:
   `train_loop.train.evaluate_test_split = @data_tasks.gives_files()`."""
   spec = (_corpora_and_mixtures()['corpora_files'] or {}).get(corpus, {})
-  return split in data_tasks.file_splits(spec)
+  return split in corpora.file_splits(spec)
 
 
 @gin.configurable('model_dir_vocabulary', module='data_tasks')
@@ -147,27 +153,19 @@ def axis_rules() -> tuple[tuple[str, str | None], ...]:
   return _axis_rules()
 
 
-def data_settings() -> data_tasks.DataSettings:
+def data_settings() -> settings.DataSettings:
   """The bound data settings (`data_tasks.tag_strategy.strategy`, ...), checked."""
-  return data_tasks.DataSettings(
+  return settings.DataSettings(
       vocabulary_path=_vocabulary_path(), tag_strategy=_tag_strategy(),
       temperature=_temperature(), **_subword_sampling(), **_wmt22_corpora(),
       extra_pair_groups=_pair_groups())
 
 
-def register_corpora_and_mixtures() -> None:
-  """Registers the corpora and mixtures the recipe declares
+def corpora_and_mixtures() -> dict[str, Any]:
+  """The corpora and mixtures the recipe declares, as keyword arguments of
+  `data_tasks.register_corpora_and_mixtures`
   (`data_tasks.register_from_config.corpora_dirs/corpora_files/streamed_corpora/mixtures`)."""
-  data_tasks.register_corpora_and_mixtures(**_corpora_and_mixtures())
-
-
-def configure_data() -> data_tasks.DataSettings:
-  """Makes the bound data settings the registry's, and registers the recipe's corpora and
-  mixtures."""
-  settings = data_settings()
-  data_tasks.configure(settings)
-  register_corpora_and_mixtures()
-  return settings
+  return _corpora_and_mixtures()
 
 
 def cleaning_step_names() -> tuple[str, ...]:
@@ -186,11 +184,11 @@ def operative_config() -> str:
 
 
 def run_spec() -> run_config.RunSpec:
-  """The bound run: its settings checked first, then its model, before any data is read;
-  the mixtures and corpora the recipe declares are registered."""
+  """The bound run: its settings checked first, then its model, then its data settings;
+  nothing is read or registered."""
   train = train_config()
   model = model_config(vocab_size=1)
-  data = configure_data()
+  data = data_settings()
   return run_config.RunSpec(train=train, model=model, evaluation=eval_config(),
                             vocabulary=vocabulary_config(), decode=decode_settings(),
                             axis_rules=axis_rules(), data=data,

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import optax
 
-import data_tasks
 from t5x_mt import files
 from t5x_mt import partitioning
 from t5x_mt import trainer
 from t5x_mt import validation
+from t5x_mt.data.settings import DataSettings
 from t5x_mt.errors import UserError
 
 # The gin names of the settings below (configurables.py registers them).
@@ -209,15 +209,17 @@ class RunSpec:
   """Everything `train_loop.build_run` needs, gathered by the launch layer.
 
   `model` is checked before any data is read; its `vocab_size` is replaced by the
-  embedding rows of the run's vocabulary once that is known. `data` becomes the seqio
-  registry's settings (vocabulary file, tags, temperature) when the run is built. `operative_config` gives
-  the text MODEL_DIR/config.gin records: the launch layer's gin bindings in force; for a
-  run built from objects, by default, the bindings of its settings (`describe`), so that
+  embedding rows of the run's vocabulary once that is known. `data` must be the settings
+  the task registry was set up with (vocabulary file, tags, temperature): the run reads
+  the registry's tasks (`build_run` checks that they encode with its vocabulary) and
+  translates with the same vocabulary and tags. `operative_config` gives the text
+  MODEL_DIR/config.gin records: the launch layer's gin bindings in force; for a run built
+  from objects, by default, the bindings of its settings (`describe`), so that
   translate.py and evaluate.py load it like any other run.
   """
   train: TrainConfig
   model: Any  # network.TransformerConfig
-  data: data_tasks.DataSettings = data_tasks.DataSettings()
+  data: DataSettings = DataSettings()
   evaluation: EvalConfig = EvalConfig()
   vocabulary: Any = None  # run_vocabulary.VocabularyConfig; None: its defaults.
   decode: Any = None  # inference.DecodeSettings of evaluations; None: its defaults.
@@ -230,7 +232,7 @@ class RunSpec:
   def describe(self) -> str:
     """The spec's settings as gin bindings under the names the launch layer binds (what
     a schedule, optimizer or DRO object holds is not written)."""
-    lines = ['import data_tasks', 'import t5x_mt.configurables', '',
+    lines = ['import t5x_mt.configurables', '',
              *bindings_of(TRAIN_CONFIGURABLE, self.train, skip=('dro',)),
              *bindings_of(EVAL_CONFIGURABLE, self.evaluation),
              *bindings_of(MODEL_CONFIGURABLE, self.model, skip=('vocab_size',)),

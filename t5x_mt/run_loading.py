@@ -6,10 +6,11 @@ only the checkpoint's 'params' item, never the optimizer state, so a model that 
 with Adam's two moments per weight translates in a third of the memory.
 
 Loading a run parses its config.gin into the process's gin config, replacing whatever was
-there: the model hyperparameters, tag strategy, logical axis rules and evaluation settings
-of the run are then the ones every gin-configurable function sees, and the run's data
-settings (tag strategy, vocabulary: its vocab.model) become the registry's. Decoding
-settings given as arguments (beam size, alpha, batch size) still override the run's.
+there: the model hyperparameters, tag strategy, logical axis rules, data and evaluation
+settings of the run are then the ones every gin-configurable function sees. Decoding
+settings given as arguments (beam size, alpha, batch size) still override the run's. The
+task registry is left as it was: a command that reads a loaded run's tasks sets the
+registry up with the run's data settings itself.
 """
 
 from collections.abc import Iterable
@@ -26,7 +27,6 @@ import gin
 import jax
 import tqdm
 
-import data_tasks
 from t5x_mt import averaging
 from t5x_mt import checkpoints
 from t5x_mt import configurables
@@ -59,8 +59,7 @@ def _run_file(checkpoint_dir: str, path: files.AnyPath, what: str) -> files.AnyP
 
 
 def load_run_config(checkpoint_dir: str) -> files.AnyPath:
-  """Replaces the process's gin config with the run's config.gin, and the registry's data
-  settings with the run's; returns the run folder.
+  """Replaces the process's gin config with the run's config.gin; returns the run folder.
 
   Unknown configurables are skipped, so a run written by a newer or older t5x_mt (or with
   project-specific bindings) still loads for translation.
@@ -69,7 +68,6 @@ def load_run_config(checkpoint_dir: str) -> files.AnyPath:
                           'its config.gin')
   gin.clear_config()
   gin_utils.parse_gin([str(config_file)], [], skip_unknown=True)
-  data_tasks.configure(configurables.data_settings())
   return config_file.parent
 
 
@@ -143,7 +141,8 @@ def load_translator(checkpoint_dir: str, step: int | None = None, *,
       'target_languages',
       trained and {Direction.parse(d, 'directions.json').tgt_lang for d in trained})
   return inference.Translator(models.TranslationModel(run.config), params,
-                              str(run.vocabulary_file), data_tasks.settings().tag_strategy,
+                              str(run.vocabulary_file),
+                              configurables.data_settings().tag_strategy,
                               configurables.decode_settings(**translator_overrides),
                               mesh=run.mesh, rules=run.rules, target_languages=target_languages)
 
@@ -190,7 +189,6 @@ def _load_run(checkpoint_dir: str, mesh_shape: Sequence[int]) -> _Run:
   run_dir = load_run_config(checkpoint_dir)
   vocabulary_file = _run_file(checkpoint_dir, run_layout.RunLayout(run_dir).vocabulary,
                               'a copy of its SentencePiece model')
-  data_tasks.use_vocabulary(vocabulary_file)
   num_pieces = vocab.sentencepiece_processor(vocabulary_file).get_piece_size()
   config = configurables.model_config(run_vocabulary.padded_vocab_size(num_pieces))
   mesh = partitioning.create_mesh(mesh_shape)

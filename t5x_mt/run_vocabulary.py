@@ -12,8 +12,8 @@ import pathlib
 import sentencepiece as spm
 import tensorflow as tf
 
-import data_tasks
 from t5x_mt import validation
+from t5x_mt.data import mixtures
 from t5x_mt.data import vocab
 from t5x_mt.data import vocab_merge
 from t5x_mt.errors import UserError
@@ -39,7 +39,7 @@ class VocabularyConfig:
 def build_vocabulary(config: VocabularyConfig, mixture_or_task_name: str,
                      output_path: str) -> str:
   """Trains the SentencePiece model on the training side of the mixture."""
-  sentences = data_tasks.training_sentences(mixture_or_task_name)
+  sentences = mixtures.training_sentences(mixture_or_task_name)
   return vocab.train_sentencepiece(sentences, output_path, vocab_size=config.vocab_size,
                                    alpha=config.alpha, num_sentences=config.num_sentences,
                                    seed=config.seed)

@@ -17,7 +17,6 @@ import jax
 import seqio
 import tensorflow as tf
 
-import data_tasks
 from t5x_mt import actions
 from t5x_mt import adapters
 from t5x_mt import checkpoints
@@ -38,6 +37,7 @@ from t5x_mt import sharded_input
 from t5x_mt import trainer
 from t5x_mt.data import group_sampler
 from t5x_mt.data import input_pipeline
+from t5x_mt.data import mixtures
 from t5x_mt.data import streamed_pipeline
 
 def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, vocabulary: bytes,
@@ -73,7 +73,7 @@ def _shared_vocabulary(spec: run_config.RunSpec, layout: run_layout.RunLayout) -
 def _run_directions(config: run_config.TrainConfig,
                     model: network.TransformerConfig) -> tuple[list[int], list[str]]:
   """The ids and names of the mixture's directions; adapters must cover them all."""
-  run_directions = data_tasks.mixture_view(config.mixture_or_task_name).directions()
+  run_directions = mixtures.mixture_view(config.mixture_or_task_name).directions()
   if model.adapter_keys:
     adapters.check_directions(run_directions, model.adapter_by, model.adapter_keys,
                               'MIXTURE_OR_TASK_NAME')
@@ -83,7 +83,7 @@ def _run_directions(config: run_config.TrainConfig,
 def _robust_training(config: dro.DroConfig, mixture_or_task_name: str,
                      direction_names: Sequence[str]) -> dro.DroTraining:
   """DRO's host-side state for the run's groups; p_g and sampling shares from the data."""
-  mixture = data_tasks.mixture_view(mixture_or_task_name)
+  mixture = mixtures.mixture_view(mixture_or_task_name)
   return dro.DroTraining(
       config, direction_names,
       proportions=group_sampler.group_shares(mixture, config.grouping, config.proportions),
@@ -99,7 +99,7 @@ def training_batches(config: run_config.TrainConfig, robust: dro.DroTraining | N
                     targets_length=config.targets_length, seed=config.seed, pack=config.pack,
                     shard=shard)
     if robust and robust.config.mode == 'sampling':
-      return group_sampler.GroupSampler(data_tasks.mixture_view(config.mixture_or_task_name),
+      return group_sampler.GroupSampler(mixtures.mixture_view(config.mixture_or_task_name),
                                         grouping=robust.config.grouping, **settings)
     with streamed_pipeline.opened_streams() as streams:
       dataset = input_pipeline.train_dataset(config.mixture_or_task_name, **settings)
@@ -147,8 +147,8 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   trainer.check_microbatches(config.batch_size, config.num_microbatches,
                              partitioning.batch_shards(mesh))
   optimizer = config.make_optimizer()
-  data_tasks.configure(spec.data)  # The registry's vocabulary, tags and temperature.
-  data_tasks.check_train_examples(config.mixture_or_task_name)
+  mixtures.check_train_examples(config.mixture_or_task_name)
+  mixtures.check_vocabulary(config.mixture_or_task_name, spec.data.vocabulary_path)
   actions.check_evaluable(config.mixture_or_task_name, spec.evaluation,
                           [spec.evaluation.split] + ['test'] * config.evaluate_test_split)
   direction_ids, direction_names = _run_directions(config, spec.model)

@@ -44,8 +44,8 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import data_tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
+from data_tasks import from_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5x_mt import configurables  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import gin_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -96,7 +96,7 @@ def configure_tiny_run(*args, **overrides) -> None:
 
 def train_configured() -> dict:
   """Trains the run the parsed gin config describes, as launch/train.py does."""
-  return train_loop.train(configurables.run_spec())
+  return train_loop.train(from_gin.run_spec())
 
 
 def saved_params(run_dir: pathlib.Path, step: int) -> list[np.ndarray]:

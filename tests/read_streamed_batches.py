@@ -27,10 +27,12 @@ BATCH_SIZE = 4
 
 
 def register(files: list[str]) -> None:
-  """The streamed corpus, chunked finely so that each input shard reads several chunks."""
+  """The streamed corpus, chunked finely so that each input shard reads several chunks,
+  and its task, registered as launch/train.py registers the run's."""
   data_tasks.register_corpora_and_mixtures(streamed_corpora={CORPUS: {
       'languages': ['eng_Latn', 'hau_Latn'], 'files': files, 'buffer_size': 40,
       'num_pointers': 3, 'chunk_bytes': 500}})
+  data_tasks.get_mixture_or_task(TASK)
 
 
 def local_targets(batch: dict[str, jax.Array]) -> list[str]:
@@ -57,7 +59,6 @@ def main() -> None:
   processes.initialize(args.coordinator_address, args.num_processes, args.process_id, None)
   data_tasks.use_vocabulary(args.vocabulary)
   register(args.files)
-  data_tasks.check_train_examples(TASK)  # As a run does: registers the direction's task.
   config = run_config.TrainConfig(model_dir=os.path.dirname(args.state), train_steps=1,
                                   batch_size=BATCH_SIZE, mixture_or_task_name=TASK,
                                   inputs_length=32, targets_length=32, pack=False)

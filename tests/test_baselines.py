@@ -33,6 +33,7 @@ def _first_batch_loss(translator, task: str) -> tuple[float, float]:
 @pytest.mark.slow
 def test_group_losses_per_direction_and_per_target(trained_run):
   translator = run_loading.load_translator(str(trained_run))
+  data_tasks.use_vocabulary(translator.vocabulary_file)
   data_tasks.register_corpora_and_mixtures(mixtures={'test_baselines': TASKS})
   by_direction = {task: _first_batch_loss(translator, task) for task in TASKS}
   from t5x_mt import baselines  # pylint: disable=g-import-not-at-top

@@ -38,7 +38,7 @@ def model_path(tmp_path_factory) -> str:
                           overwrite=True)
   if MIXTURE not in seqio.MixtureRegistry.names():
     data_tasks.register_mixture(MIXTURE, CORPUS, MIXTURE_DIRECTIONS)
-  return vocab.train_sentencepiece(data_tasks.training_sentences(MIXTURE),
+  return vocab.train_sentencepiece(mixtures.training_sentences(MIXTURE),
                                    str(tmp_path_factory.mktemp('spm') / 'mix.model'),
                                    vocab_size=1000)
 
@@ -59,7 +59,7 @@ def test_registry_names_tasks_by_corpus_and_direction():
       'eng_Latn-fra_Latn', 'eng_Latn-hau_Latn', 'eng_Latn-swh_Latn']
   task = data_tasks.task_name(CORPUS, 'eng_Latn', 'hau_Latn')
   assert task == 'test_data_tasks_eng_Latn.hau_Latn'
-  assert data_tasks.num_train_pairs(task) == 20
+  assert mixtures.num_train_pairs(task) == 20
   assert data_tasks.mixture_view(task).members == (mixtures.MixtureMember(
       task, CORPUS, Direction('eng_Latn', 'hau_Latn'), rate=1.0, pairs=20),)
   # Registering the same direction again returns the existing task.
@@ -67,7 +67,7 @@ def test_registry_names_tasks_by_corpus_and_direction():
 
 
 def test_training_sentences_are_distinct_per_language():
-  sentences = data_tasks.training_sentences(MIXTURE)
+  sentences = mixtures.training_sentences(MIXTURE)
   assert {lang: len(lines) for lang, lines in sentences.items()} == {
       'eng_Latn': 100, 'fra_Latn': 100, 'hau_Latn': 20, 'swh_Latn': 4}
   assert sentences['swh_Latn'][3] == 'ripoti 3 iko tayari'
@@ -162,7 +162,7 @@ def test_mixture_over_corpora_shares_each_direction_rate_by_size(tmp_path):
   # Directions from one corpus keep |D|^(1/5).
   assert rates[f'{CORPUS}_eng_Latn.fra_Latn'] == pytest.approx(100 ** 0.2)
   assert rates[f'{SYNTHETIC}_eng_Latn.zul_Latn'] == pytest.approx(5 ** 0.2)
-  assert data_tasks.check_train_examples('test_data_tasks_with_bt') == 100 + 20 + 4 + 60 + 5
+  assert mixtures.check_train_examples('test_data_tasks_with_bt') == 100 + 20 + 4 + 60 + 5
 
 
 def test_mixture_member_must_name_a_mixture_task_or_directed_corpus():
@@ -178,7 +178,7 @@ def test_mixture_over_zero_examples_is_refused():
   data_tasks.register_task_mixture(
       name, [data_tasks.register_direction_task(name, 'eng_Latn', 'hau_Latn')], overwrite=True)
   with pytest.raises(UserError, match=f"'{name}' has no training examples .*eng_Latn-hau_Latn"):
-    data_tasks.check_train_examples(name)
+    mixtures.check_train_examples(name)
 
 
 # input_pipeline: from the mixture to packed batches.
@@ -256,5 +256,5 @@ def test_every_cldr_direction_is_registered_and_other_corpora_on_demand():
   count = len(cldr.CLDR_LANGUAGES)
   assert sum(name.startswith('cldr_') for name in names) == count * (count - 1)
   task = data_tasks.get_mixture_or_task('flores200_eng_Latn.zul_Latn')
-  assert data_tasks.TASK_SOURCES[task.name] == data_tasks.TaskSource(
+  assert mixtures.task_source(task.name) == mixtures.TaskSource(
       'flores200', Direction('eng_Latn', 'zul_Latn'))

@@ -8,6 +8,7 @@ import gin
 import pytest
 
 import data_tasks
+from data_tasks import from_gin
 from t5x_mt import configurables
 from t5x_mt import files
 from t5x_mt import gin_utils
@@ -54,7 +55,7 @@ def test_no_library_module_outside_the_edge_imports_gin():
 ])
 def test_each_data_binding_reaches_the_registry(binding, field, expected):
   gin.parse_config(binding)
-  assert getattr(configurables.configure_data(), field) == expected
+  assert getattr(from_gin.configure_data(), field) == expected
   assert getattr(data_tasks.settings(), field) == expected
 
 
@@ -68,7 +69,7 @@ def test_a_bad_data_binding_names_the_gin_setting():
 def test_declared_corpora_and_mixtures_are_registered():
   gin.parse_config("data_tasks.register_from_config.mixtures = "
                    "{'test_gin_edge_mix': ['cldr_eng_Latn.hau_Latn', 'cldr_hau_Latn.eng_Latn']}")
-  configurables.configure_data()
+  from_gin.configure_data()
   assert [member.task for member in data_tasks.mixture_view('test_gin_edge_mix').members] == [
       'cldr_eng_Latn.hau_Latn', 'cldr_hau_Latn.eng_Latn']
 

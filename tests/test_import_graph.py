@@ -1,5 +1,7 @@
-"""Imports point one way: no cycles among the library's modules, and the data layer never
-reaches up into the registrations, DRO or the training code."""
+"""Imports point one way: no cycles among the library's modules, the data layer never
+reaches up into the registrations, DRO or the training code, and the library never imports
+the task registry (data_tasks), which the launch layer sets up and the library reads
+through seqio."""
 
 import ast
 import pathlib
@@ -71,6 +73,17 @@ def test_the_data_layer_imports_nothing_above_it():
             if module.startswith('t5x_mt.data') for imported in imports
             if _above_the_data_layer(imported)}
   assert not upward
+
+
+def test_the_library_imports_no_task_registry():
+  graph = _graph()
+  registry_readers = sorted(module for module, imports in graph.items()
+                            if module.split('.')[0] == 't5x_mt'
+                            and any(imported.split('.')[0] == 'data_tasks'
+                                    for imported in imports))
+  assert not registry_readers
+  # The checker sees an import of the registry where there is one: the launch layer's glue.
+  assert 'data_tasks' in graph['data_tasks.from_gin']
 
 
 def test_the_checker_sees_a_cycle_and_an_upward_import():

@@ -13,6 +13,7 @@ import data_tasks
 from t5x_mt import configurables
 from t5x_mt import gin_utils
 from t5x_mt.data import corpora
+from t5x_mt.data import mixtures
 from t5x_mt.errors import UserError
 from test_launch_translate_evaluate import run_in_process
 
@@ -58,7 +59,7 @@ def test_held_out_lines_are_validation_and_never_trained_on(home):
   mixture = data_tasks.mixture_view(name)
   assert [(m.task, m.direction.name, m.pairs) for m in mixture.members] == [
       (f'{name}_{ENG}.{HAU}', f'{ENG}-{HAU}', 24)]
-  assert data_tasks.training_sentences(name)[ENG] == [src for src, _ in EXPECTED_TRAIN]
+  assert mixtures.training_sentences(name)[ENG] == [src for src, _ in EXPECTED_TRAIN]
 
 
 def test_mixture_named_as_its_corpus_follows_the_corpus_when_registered_again(home):

@@ -14,9 +14,10 @@ import sacrebleu
 import sentencepiece as spm
 
 import data_tasks
-from t5x_mt import configurables
+from data_tasks import from_gin
 from t5x_mt.data import corpora
 from t5x_mt.data import input_pipeline
+from t5x_mt.data import mixtures
 from t5x_mt.data import vocab
 
 MIXTURE = 'cldr_demo'
@@ -87,7 +88,7 @@ print(json.dumps({'vocabulary': str(vocabulary), 'vocab_size': vocabulary.vocab_
 
 @pytest.fixture(scope='module')
 def model_path(tmp_path_factory) -> str:
-  return vocab.train_sentencepiece(data_tasks.training_sentences(MIXTURE),
+  return vocab.train_sentencepiece(mixtures.training_sentences(MIXTURE),
                                    str(tmp_path_factory.mktemp('spm') / 'cldr.model'),
                                    vocab_size=1000)
 
@@ -135,7 +136,7 @@ def test_another_program_reads_a_mixture_with_the_vocabulary_it_chose(model_path
   assert found['vocab_size'] == 1000
 
   gin.bind_parameter('vocabulary_path.path', model_path)  # The launch layer's way.
-  configurables.configure_data()
+  from_gin.configure_data()
   assert found['hello'] == data_tasks.VOCABULARY.encode('hello')
   task_pairs = _pipeline_pairs(TASK)
   assert len(task_pairs) >= 10

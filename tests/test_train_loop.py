@@ -230,6 +230,7 @@ def _tiny_spec(model_dir: pathlib.Path, vocabulary: pathlib.Path,
 def test_a_run_built_from_objects_calls_its_actions_and_resumes_where_they_stopped(
     tiny_mixture, tmp_path):
   spec = _tiny_spec(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture)
+  data_tasks.configure(spec.data)  # The registry reads with the run's vocabulary and tags.
   run, update_dro = train_loop.build_run(spec)
   assert update_dro is None and run.start_step == 0
   first = _StopAfter(2)

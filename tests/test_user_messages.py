@@ -23,6 +23,7 @@ import tqdm
 from conftest import TINY_RUN_STEPS
 from conftest import configure_tiny_run
 from conftest import train_configured
+from data_tasks import from_gin
 from t5x_mt import actions
 from t5x_mt import charts
 from t5x_mt import configurables
@@ -296,7 +297,7 @@ def test_the_preemption_line_starts_a_line_of_its_own_below_the_bar(trained_run,
   fcntl.ioctl(screen, termios.TIOCSWINSZ, struct.pack('HHHH', 24, 80, 0, 0))
   with os.fdopen(screen, 'w', buffering=1, encoding='utf-8') as stderr:
     monkeypatch.setattr(sys, 'stderr', stderr)
-    run, _ = train_loop.build_run(configurables.run_spec())
+    run, _ = train_loop.build_run(from_gin.run_spec())
     run.progress = tqdm.tqdm(total=TINY_RUN_STEPS + 1, initial=TINY_RUN_STEPS,
                              file=sys.stderr, desc='train', unit='step')
     preemption = actions.SaveOnPreemption()

@@ -74,6 +74,41 @@ def registered_corpora() -> tuple[str, ...]:
   return tuple(sorted(_FACTORIES))
 
 
+def train_pair_count(name: str, src_lang: str, tgt_lang: str) -> int:
+  """Training pairs of one direction of corpus `name`; a streamed corpus's counted, not read."""
+  corpus = get_corpus(name)
+  if isinstance(corpus, streamed.StreamedCorpus):
+    return corpus.num_pairs('train', src_lang, tgt_lang)
+  return len(corpus.pairs('train', src_lang, tgt_lang))
+
+
+# Pairs of a streamed corpus direction a vocabulary is built from, evenly spaced.
+STREAMED_VOCABULARY_SAMPLE = 1_000_000
+
+
+def training_pairs(name: str, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
+  """One direction's training pairs of corpus `name`; a streamed corpus's sampled
+  (`STREAMED_VOCABULARY_SAMPLE` pairs)."""
+  corpus = get_corpus(name)
+  if isinstance(corpus, streamed.StreamedCorpus):
+    return corpus.sample_pairs(src_lang, tgt_lang, limit=STREAMED_VOCABULARY_SAMPLE)
+  return corpus.pairs('train', src_lang, tgt_lang)
+
+
+FILE_SPLITS = ('train', 'validation', 'test')
+
+
+def file_splits(spec: Mapping) -> tuple[str, ...]:
+  """The splits a spec of a corpus of files ({'train': files, 'validation': files, ...})
+  gives files for. A split whose paths are all None is not given: a recipe's optional
+  files that its user left unset."""
+  def given(split_files) -> bool:
+    if isinstance(split_files, (list, tuple)):
+      return any(path is not None for path in split_files)
+    return split_files is not None
+  return tuple(split for split in FILE_SPLITS if given(spec.get(split)))
+
+
 def register_files(name: str, src_lang: str, tgt_lang: str,
                    split_files: Mapping[str, PairFiles], *, columns: Sequence[int] = (0, 1),
                    validation_lines: int = 0, overwrite: bool = False) -> None:

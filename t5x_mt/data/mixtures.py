@@ -1,13 +1,33 @@
-"""What a registered mixture is to its readers: plain values, not the seqio registry.
+"""What a registered mixture is to its readers: its translation tasks as plain values.
 
-`data_tasks.mixture_view` builds a `MixtureView` from the registry; samplers, DRO's group
-shares, plots and training take it as an argument, so nothing under `t5x_mt.data` needs to
-import `data_tasks` or read its dictionaries.
+The library looks a mixture or Task up by name through seqio, as T5X does; whoever owns
+the registry has registered it before handing the name over. A translation Task's seqio
+data source records what it reads (`ReadsCorpus`), so `mixture_view` needs nothing but
+seqio's objects to list a mixture's members with their directions, rates and sizes.
+Samplers, DRO's group shares, plots and training take the `MixtureView` as an argument.
 """
 
 import dataclasses
+from typing import NamedTuple, Protocol, runtime_checkable
 
+import seqio
+
+from t5x_mt import files
+from t5x_mt.data import corpora
 from t5x_mt.data.directions import Direction
+from t5x_mt.errors import UserError
+
+
+class TaskSource(NamedTuple):
+  """What a translation Task reads: one direction of one registered corpus."""
+  corpus: str
+  direction: Direction
+
+
+@runtime_checkable
+class ReadsCorpus(Protocol):
+  """A seqio data source of one corpus direction, which says which one."""
+  task_source: TaskSource
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,3 +63,78 @@ class MixtureView:
       groups.setdefault(member.direction.key(grouping), []).append(member)
     return {group: tuple(groups[group]) for group in sorted(groups)}
 
+
+def get_mixture_or_task(name: str) -> seqio.Task | seqio.Mixture:
+  """seqio's registered mixture or Task `name`; a UserError naming the registered mixtures
+  if there is none."""
+  try:
+    return seqio.get_mixture_or_task(name)
+  except ValueError:
+    raise UserError(f'MIXTURE_OR_TASK_NAME: unknown mixture or task {name!r}; registered '
+                    f'mixtures: {", ".join(sorted(seqio.MixtureRegistry.names()))} (and '
+                    'the registered tasks)') from None
+
+
+def task_source(task_name: str) -> TaskSource:
+  """What the registered translation Task `task_name` reads, as its data source records it."""
+  source = getattr(get_mixture_or_task(task_name), 'source', None)
+  if not isinstance(source, ReadsCorpus):
+    raise UserError(f'{task_name}: not a translation task over a registered corpus (its '
+                    'seqio data source records no task_source)')
+  return source.task_source
+
+
+def num_train_pairs(task_name: str) -> int:
+  """Training pairs of a registered translation Task's direction."""
+  corpus, direction = task_source(task_name)
+  return corpora.train_pair_count(corpus, *direction)
+
+
+def mixture_view(mixture_or_task_name: str) -> MixtureView:
+  """A registered mixture's (or translation Task's) members with their directions,
+  sampling rates (1 for a Task) and training pairs."""
+  provider = get_mixture_or_task(mixture_or_task_name)
+  if isinstance(provider, seqio.Mixture):
+    rated = [(task.name, float(provider.get_rate(task))) for task in provider.tasks]
+  else:
+    rated = [(provider.name, 1.0)]
+  return MixtureView(mixture_or_task_name, tuple(
+      MixtureMember(task, *task_source(task), rate=rate, pairs=num_train_pairs(task))
+      for task, rate in rated))
+
+
+def check_train_examples(mixture_or_task_name: str) -> int:
+  """Training pairs of a mixture or task; a UserError if it has none to sample from."""
+  mixture = mixture_view(mixture_or_task_name)
+  if not mixture.total_pairs():
+    raise UserError(f'MIXTURE_OR_TASK_NAME: {mixture_or_task_name!r} has no training '
+                    'examples (its tasks: ' + ', '.join(
+                        f'{m.corpus} {m.direction.name}' for m in mixture.members) + ')')
+  return mixture.total_pairs()
+
+
+def check_vocabulary(mixture_or_task_name: str, vocabulary_path: str) -> None:
+  """A UserError unless every task of the mixture encodes its inputs and targets with the
+  SentencePiece model at `vocabulary_path`, the one a model of the run reads and writes."""
+  wanted = files.expand(vocabulary_path)
+  provider = get_mixture_or_task(mixture_or_task_name)
+  for task in provider.tasks if isinstance(provider, seqio.Mixture) else [provider]:
+    for feature in ('inputs', 'targets'):
+      used = getattr(task.output_features[feature].vocabulary, 'sentencepiece_model_file',
+                     None)
+      if used is None or files.expand(used) != wanted:
+        raise UserError(f'{task.name}: its {feature} are encoded with {used}, not with the '
+                        f"run's vocabulary {wanted}; set the task registry up with the "
+                        "run's data settings first")
+
+
+def training_sentences(mixture_or_task_name: str) -> dict[str, list[str]]:
+  """Every distinct training sentence per language on either side of the mixture (of a
+  streamed corpus, of `corpora.STREAMED_VOCABULARY_SAMPLE` pairs per direction)."""
+  per_language: dict[str, dict[str, None]] = {}
+  for member in mixture_view(mixture_or_task_name).members:
+    src_lang, tgt_lang = member.direction
+    for src, tgt in corpora.training_pairs(member.corpus, src_lang, tgt_lang):
+      per_language.setdefault(src_lang, {})[src] = None
+      per_language.setdefault(tgt_lang, {})[tgt] = None
+  return {lang: list(lines) for lang, lines in per_language.items()}

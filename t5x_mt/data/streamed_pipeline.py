@@ -19,6 +19,7 @@ import seqio
 import tensorflow as tf
 
 from t5x_mt import files
+from t5x_mt.data.mixtures import TaskSource
 from t5x_mt.data.streamed import PairStream
 from t5x_mt.data.streamed import StreamedCorpus
 from t5x_mt.errors import UserError
@@ -47,12 +48,14 @@ def stream_dataset(stream: PairStream) -> tf.data.Dataset:
 
 
 class StreamedPairsSource(seqio.DataSource):
-  """seqio's view of one direction of a streamed corpus: shards are taken by the stream
-  (`supports_arbitrary_sharding`), and it shuffles itself."""
+  """seqio's view of one direction of a streamed corpus (`task_source`, built by `corpus`):
+  shards are taken by the stream (`supports_arbitrary_sharding`), and it shuffles itself."""
 
-  def __init__(self, corpus: Callable[[], StreamedCorpus], src: str, tgt: str, task: str):
+  def __init__(self, corpus: Callable[[], StreamedCorpus], task_source: TaskSource, task: str):
     super().__init__(splits=('train',), performs_internal_shuffling=True)
-    self._corpus, self._direction, self._task = corpus, (src, tgt), task
+    self._corpus, self._task = corpus, task
+    self._direction = task_source.direction
+    self.task_source = task_source
 
   @property
   def supports_arbitrary_sharding(self) -> bool:

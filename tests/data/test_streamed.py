@@ -15,6 +15,7 @@ from t5x_mt import run_vocabulary
 from t5x_mt.data import corpora
 from t5x_mt.data import group_sampler
 from t5x_mt.data import input_pipeline
+from t5x_mt.data import mixtures
 from t5x_mt.data import streamed
 from t5x_mt.data import streamed_pipeline
 from t5x_mt.data.streaming import StreamingShuffle
@@ -166,7 +167,7 @@ def streamed_mixture(tmp_path):
 def test_temperature_rates_count_the_streamed_pairs(streamed_mixture):
   view = data_tasks.mixture_view(streamed_mixture)
   pairs = {member.task: member.pairs for member in view.members}
-  cldr_pairs = data_tasks.num_train_pairs('cldr_eng_Latn.fra_Latn')
+  cldr_pairs = mixtures.num_train_pairs('cldr_eng_Latn.fra_Latn')
   assert pairs == {'test_streamed_web_eng_Latn.hau_Latn': 600,
                    'test_streamed_web_hau_Latn.eng_Latn': 600,
                    'cldr_eng_Latn.fra_Latn': cldr_pairs}

@@ -1,0 +1,42 @@
+"""The registry set up as a recipe's gin bindings say: what the commands under launch/ call.
+
+The t5x_mt library never imports the registry; a command does, here, before it hands the
+library a mixture or task name: it makes the recipe's data settings the registry's,
+registers the corpora and mixtures the recipe declares and, for a run it trains, the
+run's mixture or task where the registry registers that name on first use. `import
+data_tasks` alone does none of this, so that another program reuses the registry without
+gin.
+"""
+
+import dataclasses
+
+import data_tasks
+from t5x_mt import configurables
+from t5x_mt import run_config
+from t5x_mt.data.settings import DataSettings
+
+
+def _set_up(data: DataSettings) -> None:
+  data_tasks.configure(data)
+  data_tasks.register_corpora_and_mixtures(**configurables.corpora_and_mixtures())
+
+
+def configure_data(vocabulary_path: str | None = None) -> DataSettings:
+  """Makes the bound data settings the registry's, with `vocabulary_path` (a loaded run's
+  own copy of its vocabulary) in place of VOCABULARY_PATH if given, and registers the
+  corpora and mixtures the recipe declares (`data_tasks.register_from_config`)."""
+  data = configurables.data_settings()
+  if vocabulary_path is not None:
+    data = dataclasses.replace(data, vocabulary_path=vocabulary_path)
+  _set_up(data)
+  return data
+
+
+def run_spec() -> run_config.RunSpec:
+  """The bound run (`configurables.run_spec`) with the registry set up for it: its data
+  settings are the registry's, and the corpora and mixtures it declares and its
+  MIXTURE_OR_TASK_NAME are registered."""
+  spec = configurables.run_spec()
+  _set_up(spec.data)
+  data_tasks.get_mixture_or_task(spec.train.mixture_or_task_name)
+  return spec
