@@ -372,8 +372,9 @@ class Decoder(nn.Module):
                adapter_index: Optional[Array] = None, return_hidden: bool = False) -> Array:
     cfg = self.config
     x = _embed(cfg, 'decoder', self.embedding, tokens, positions, deterministic, decode)
-    relative_ids = None if decode else _relative_ids(cfg, 'decoder', tokens.shape[1],
-                                                     positions)
+    # Decoding steps read their distances from the cache; the call that creates the
+    # cache attends over its tokens as teacher forcing does.
+    relative_ids = _relative_ids(cfg, 'decoder', tokens.shape[1], positions)
     if cfg.scan_layers:
       if decode:
         raise ValueError('decoding runs the unrolled stack: build the model with '

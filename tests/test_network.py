@@ -75,8 +75,12 @@ def packed_row(pairs, encoder_length=10, decoder_length=10):
 
 
 def test_packed_forward_equals_each_sequence_run_separately():
-  forward = jitted_forward()
-  params = random_params()
+  check_packed_and_padded_equal_each_sequence_alone(TINY)
+
+
+def check_packed_and_padded_equal_each_sequence_alone(config):
+  forward = jitted_forward(config)
+  params = random_params(config)
   packed = packed_row(PAIRS)
   packed_logits = forward(
       {'params': params}, packed['encoder'], packed['inputs'], packed['targets'],
@@ -84,7 +88,7 @@ def test_packed_forward_equals_each_sequence_run_separately():
       decoder_segment_ids=packed['decoder_segments'],
       encoder_positions=packed['encoder_positions'],
       decoder_positions=packed['decoder_positions'])
-  assert packed_logits.shape == (1, 10, TINY.vocab_size)
+  assert packed_logits.shape == (1, 10, config.vocab_size)
   batch_logits = forward({'params': params}, *padded_batch(PAIRS))  # Unpacked, padded.
 
   start = 0
@@ -158,8 +162,12 @@ def test_beam_search_scores_are_the_teacher_forced_scores_of_its_outputs(cache_l
   # from the slots its ancestors wrote them into. A wrong history would change a
   # hypothesis' incremental log-probabilities, so its score would no longer be the
   # teacher-forced log-probability of the sequence it returns.
-  model = network.Transformer(TINY)
-  params = random_params(seed=3)
+  check_beam_scores_are_teacher_forced(TINY, cache_lengths)
+
+
+def check_beam_scores_are_teacher_forced(config, cache_lengths, seed=3):
+  model = network.Transformer(config)
+  params = random_params(config, seed=seed)
   encoder_tokens = padded_batch(PAIRS)[0]
   max_decode_length, beam_size, alpha = 8, 3, 1.0
 
@@ -186,7 +194,8 @@ def test_beam_search_scores_are_the_teacher_forced_scores_of_its_outputs(cache_l
   rows = sequences.reshape(-1, max_decode_length)
   targets = np.asarray(rows)
   inputs = np.concatenate([np.zeros_like(targets[:, :1]), targets[:, :-1]], axis=1)
-  logits = jitted_forward()({'params': params}, jnp.repeat(encoder_tokens, beam_size, axis=0),
+  logits = jitted_forward(config)({'params': params},
+                                 jnp.repeat(encoder_tokens, beam_size, axis=0),
                             jnp.asarray(inputs), jnp.asarray(targets))
   log_probs = np.asarray(jax.nn.log_softmax(logits, axis=-1))
   lengths = np.array([list(row).index(1) + 1 if 1 in row else max_decode_length

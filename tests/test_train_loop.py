@@ -162,7 +162,7 @@ def test_unknown_mixture_is_named(tmp_path):
     ('network.TransformerConfig.attention_implementation', "'flash'",
      "attention_implementation: 'flash' is not one of 'auto', 'pallas', 'xla'"),
     ('network.TransformerConfig.position_embedding', "'rope'",
-     "position_embedding: 'rope' is not one of 'learned', 'sinusoidal'"),
+     "position_embedding: 'rope' is not one of 'learned', 'relative', 'sinusoidal'"),
     ('LEARNING_RATE', "'fast'", r"peak_learning_rate \(LEARNING_RATE\): must be a number, "
      "got 'fast'"),
 ])
