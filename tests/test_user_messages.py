@@ -50,7 +50,7 @@ def test_evaluate_names_a_split_no_corpus_has_and_the_splits_there_are(trained_r
                       '--split=dev'], monkeypatch, capsys)
   assert code == 2 and out == ''
   assert err.splitlines() == ["error: --split: cldr_eng_Latn.hau_Latn has no 'dev' split "
-                              '(it has: train, validation, test)']
+                              '(it has: train, validation, test, long)']
   assert not (trained_run / 'dev').exists()
 
 

@@ -19,6 +19,12 @@ relative times whose (count, unit, direction) never occurs in training, and list
 of language names never occurs as a training list. Names of languages and territories are
 single words to memorise, so they are training rows only.
 
+A fourth split, 'long', holds lists of more language names than any training list has
+(`LONG_LIST_LENGTHS` against `LIST_LENGTHS`): sentences longer than every one trained on,
+built from trained names and patterns, to measure how a model generalises to lengths beyond
+its training (docs/methods.md#model). Its draws never touch the other splits' generators,
+so those stay as they were.
+
 All texts are NFC with plain spaces: CLDR writes no-break and narrow no-break spaces inside
 numbers and dates, which SentencePiece's NFKC normalisation maps to ' ' anyway, and real
 corpora (FLORES-200, NTREX-128) use ' ' (and ’ where CLDR's Hausa has a prime ′).
@@ -28,6 +34,7 @@ import datetime
 import functools
 import itertools
 import logging
+import math
 import pickle
 import random
 import re
@@ -79,6 +86,7 @@ LISTED_LANGUAGES = ('af', 'am', 'ar', 'de', 'en', 'es', 'ff', 'fr', 'ha', 'hi', 
                     'ja', 'lg', 'ln', 'nso', 'ny', 'om', 'pt', 'ru', 'rw', 'sn', 'so',
                     'sw', 'tn', 'ts', 'wo', 'xh', 'yo', 'zh', 'zu')
 LIST_LENGTHS = (2, 3, 4)
+LONG_LIST_LENGTHS = (10, 11, 12)  # Names per list of the 'long' split.
 
 _SECONDS = dict(babel.dates.TIMEDELTA_UNITS)
 _SPACES = re.compile(r'[^\S\n]+')  # Any Unicode space (incl. U+00A0, U+202F) but newline.
@@ -288,6 +296,14 @@ def _list_compositions(rng: random.Random, counts: dict[str, int]) -> dict[str, 
   return chosen
 
 
+def _long_list_compositions(rng: random.Random, count: int) -> list[tuple[str, ...]]:
+  """`count` distinct lists of LONG_LIST_LENGTHS names, longer than any training list."""
+  capacity = sum(math.comb(len(LISTED_LANGUAGES), n) for n in LONG_LIST_LENGTHS)
+  return _sample_unique(
+      lambda: tuple(rng.sample(LISTED_LANGUAGES, rng.choice(LONG_LIST_LENGTHS))), count,
+      capacity, 'long lists', key=frozenset)
+
+
 def _name_rows() -> list[Row]:
   """Names of languages and territories as each locale's own CLDR data gives them.
 
@@ -320,7 +336,8 @@ def cldr_rows(seed: int = 0, train_rows_per_kind: int = 800,
   Each generated kind has `train_rows_per_kind` compositions in 'train' and
   `eval_rows_per_kind` in 'validation' and in 'test' (a composition no locale but eng/fra
   can render is dropped, so counts can fall short by a few); 'names' is train-only and
-  holds every language and territory name English CLDR has.
+  holds every language and territory name English CLDR has. 'long' holds
+  `eval_rows_per_kind` lists of LONG_LIST_LENGTHS names and nothing else.
   """
   counts = {'train': train_rows_per_kind, 'validation': eval_rows_per_kind,
             'test': eval_rows_per_kind}
@@ -334,20 +351,25 @@ def cldr_rows(seed: int = 0, train_rows_per_kind: int = 800,
   result['train']['names'] = _name_rows()
   for split in ('validation', 'test'):
     result[split]['names'] = []
+  long_lists = _long_list_compositions(random.Random(f'cldr/long_lists/{seed}'),
+                                       eval_rows_per_kind)
+  result['long'] = {kind: [] for kind in KINDS}
+  result['long']['lists'] = _rows(long_lists, _render_list)
   return result
 
 
 def cldr_corpus(seed: int = 0, train_rows_per_kind: int = 800,
                 eval_rows_per_kind: int = 20) -> MultiwayCorpus:
-  """The CLDR corpus as splits 'train', 'validation', 'test' (see `cldr_rows`).
+  """The CLDR corpus as splits 'train', 'validation', 'test' and 'long' (see `cldr_rows`).
 
   Deterministic in `seed`; the default sizes suit the CPU demo (about 4,100 eng_Latn
-  training rows, 80 validation and 80 test rows) and take about a second to render.
+  training rows, 80 validation, 80 test and 20 long rows) and take about a second to
+  render.
   """
   start = time.perf_counter()
   by_kind = cldr_rows(seed, train_rows_per_kind, eval_rows_per_kind)
-  rows = {split: [row for kind in KINDS for row in by_kind[split][kind]] for split in SPLITS}
+  rows = {split: [row for kind in KINDS for row in by_kind[split][kind]] for split in by_kind}
   logging.info('Rendered the CLDR corpus (%s rows) in %.1f s',
-               ', '.join(f'{split} {len(rows[split])}' for split in SPLITS),
+               ', '.join(f'{split} {len(split_rows)}' for split, split_rows in rows.items()),
                time.perf_counter() - start)
   return MultiwayCorpus('cldr', rows)

@@ -34,6 +34,7 @@ def test_same_seed_same_rows_other_seed_other_compositions(rows):
   for kind in ('dates', 'lists', 'units', 'relative_times'):
     assert other['train'][kind] != rows['train'][kind]
     assert other['test'][kind] != rows['test'][kind]
+  assert other['long']['lists'] != rows['long']['lists']
   assert other['train']['names'] == rows['train']['names']  # Names do not depend on the seed.
 
 
@@ -42,7 +43,7 @@ def test_default_sizes(rows, corpus):
     assert len(rows['train'][kind]) == 800
     assert len(rows['validation'][kind]) == len(rows['test'][kind]) == 20
   assert rows['validation']['names'] == rows['test']['names'] == []
-  assert corpus.splits() == ('train', 'validation', 'test')
+  assert corpus.splits() == ('train', 'validation', 'test', 'long')
   assert len(corpus.sentences('test', 'eng_Latn')) == 80
 
 
@@ -139,3 +140,26 @@ def test_pairs_are_deterministic_rows_with_both_languages(corpus, rows):
               for row in rows['test'][kind] if 'hau_Latn' in row and 'zul_Latn' in row]
   assert pairs == expected and len(pairs) == 58
   assert cldr.cldr_corpus(seed=0).pairs('test', 'hau_Latn', 'zul_Latn') == pairs
+
+
+def _list_names(text):
+  return re.split(r', and |, | and ', text)
+
+
+def test_long_split_lists_are_longer_than_every_training_sentence(rows, corpus):
+  long_rows = rows['long']['lists']
+  assert len(long_rows) == 20
+  assert [kind for kind in cldr.KINDS if rows['long'][kind]] == ['lists']
+  train_items = {len(_list_names(text)) for text in _english(rows['train']['lists'])}
+  long_items = [len(_list_names(text)) for text in _english(long_rows)]
+  assert train_items == {2, 3, 4} and set(long_items) == {10, 11, 12}
+  # Only the length is new: every name listed is a trained name.
+  names = set().union(*map(_list_names, _english(long_rows)))
+  assert names <= set(_english(rows['train']['names']))
+  languages = {lang for row in long_rows for lang in row}
+  assert {'eng_Latn', 'fra_Latn', 'hau_Latn', 'swh_Latn', 'amh_Ethi', 'zul_Latn'} <= languages
+  for lang in languages:  # Longer in characters than any training text of the language.
+    assert (min(len(text) for text in corpus.sentences('long', lang))
+            > max(len(text) for text in corpus.sentences('train', lang)))
+  assert corpus.pairs('long', 'eng_Latn', 'hau_Latn') == [
+      (row['eng_Latn'], row['hau_Latn']) for row in long_rows]
