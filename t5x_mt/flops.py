@@ -4,15 +4,21 @@ These are the numerator of MFU (model FLOPs utilisation): FLOPs the model needs 
 definition, not what a particular kernel executes, so recomputation or a faster kernel never
 changes them. The accounting is the standard one (Kaplan et al. 2020; PaLM, appendix B),
 split by side because source and target rows have their own lengths. With D = emb_dim,
-A = num_heads * head_dim, F = mlp_dim, V = vocab_size, and a row of Le source and Ld target
-positions, a forward pass costs (a multiply-add is 2 FLOPs):
+A = num_heads * head_dim, F = the side's mlp width, V = vocab_size, and a row of Le source
+and Ld target positions, a forward pass costs (a multiply-add is 2 FLOPs):
 
   encoder dense      per layer: 2 * (4*D*A + 2*D*F) * Le        (q, k, v, out; MLP in, out)
   encoder attention  per layer: 4 * A * Le * Le                 (scores q.k and weighted sum p.v)
+                                + 2 * T * A * R * Le             (relative positions, see below)
   decoder dense      per layer: 2 * (4*D*A + 2*D*A + 2*D*F) * Ld  (self q, k, v, out; cross q,
                                 + 2 * (2*D*A) * Le                 out; MLP) + cross k, v
   decoder attention  per layer: 4 * A * Ld * Ld + 4 * A * Ld * Le  (self; cross)
+                                + 2 * T * A * R * Ld             (relative in the decoder)
   logits:                       2 * D * V * Ld
+
+Shaw's relative positions (R = 2k + 1 table rows, T = 2 tables with values, 1 keys only)
+cost what their shared tables need: every query times every key row, and each query's
+probabilities, summed per row, times every value row.
 
 The dense terms are 2 FLOPs per weight per token that meets the weight, i.e. the "6 N" rule
 once training's factor 3 is applied. Training costs 3 x forward: the backward pass computes
@@ -50,19 +56,30 @@ class ForwardFlops:
 def forward_flops(config: network.TransformerConfig, inputs_length: int,
                   targets_length: int) -> ForwardFlops:
   """Forward FLOPs of one row of `inputs_length` source and `targets_length` target positions."""
-  d, f, v = config.emb_dim, config.mlp_dim, config.vocab_size
+  d, v = config.emb_dim, config.vocab_size
   a = config.num_heads * config.head_dim
   le, ld = inputs_length, targets_length
-  encoder_layer_weights = 4 * d * a + 2 * d * f
-  decoder_layer_target_weights = 6 * d * a + 2 * d * f  # Self q, k, v, out; cross q, out; MLP.
+  encoder_layer_weights = 4 * d * a + 2 * d * config.mlp_dim_of('encoder')
+  # Self q, k, v, out; cross q, out; MLP.
+  decoder_layer_target_weights = 6 * d * a + 2 * d * config.mlp_dim_of('decoder')
   decoder_layer_source_weights = 2 * d * a  # Cross-attention k, v read the encoded source.
   return ForwardFlops(
       encoder_dense=config.num_encoder_layers * 2 * encoder_layer_weights * le,
-      encoder_attention=config.num_encoder_layers * 4 * a * le * le,
+      encoder_attention=config.num_encoder_layers * (
+          4 * a * le * le + _relative_flops(config, 'encoder', le)),
       decoder_dense=config.num_decoder_layers * 2 * (decoder_layer_target_weights * ld
                                                      + decoder_layer_source_weights * le),
-      decoder_attention=config.num_decoder_layers * 4 * a * ld * (ld + le),
+      decoder_attention=config.num_decoder_layers * (
+          4 * a * ld * (ld + le) + _relative_flops(config, 'decoder', ld)),
       logits=2 * d * v * ld)
+
+
+def _relative_flops(config: network.TransformerConfig, stack: str, length: int) -> int:
+  """One self-attention layer's relative-position FLOPs over `length` positions."""
+  distance = config.relative_distance_of(stack)
+  tables = 2 if config.relative_values else 1
+  return 2 * tables * config.num_heads * config.head_dim * (2 * distance + 1) * length if (
+      distance) else 0
 
 
 def train_flops_per_step(config: network.TransformerConfig, batch_size: int, inputs_length: int,

@@ -18,6 +18,7 @@ from t5x_mt import adapters
 from t5x_mt import decoding
 from t5x_mt import models
 from t5x_mt import partitioning
+from t5x_mt import prediction
 from t5x_mt import processes
 from t5x_mt import validation
 from t5x_mt.data import tags
@@ -114,8 +115,7 @@ class DecodeSettings:
 class Translator:
   """Translates sentences with a model's parameters and the run's vocabulary: text to
   tagged ids, ids to length-bucketed batches, batches through the model's beam search
-  (`models.TranslationModel.predict_batch`), ids back to text; pivoted directions leg by
-  leg.
+  (`prediction.predict_batch`), ids back to text; pivoted directions leg by leg.
 
   `target_languages`: the languages the model was trained to translate into; any other
   target is refused (None: not known, nothing refused).
@@ -212,9 +212,9 @@ class Translator:
     with contextlib.ExitStack() as stack:
       if self.mesh is not None:
         stack.enter_context(partitioning.activation_sharding(self.mesh, self.rules))
-      return processes.gather(self.model.predict_batch(
-          self.params, self._global_rows(tokens), input_length=max(len(ids) for ids in encoder_ids),
-          direction=direction, prefix_id=prefix_id, max_decode_length=decode_length,
+      return processes.gather(prediction.predict_batch(
+          self.model, self.params, self._global_rows(tokens),
+          input_length=max(len(ids) for ids in encoder_ids), direction=direction, prefix_id=prefix_id, max_decode_length=decode_length,
           beam_size=self.settings.beam_size, alpha=self.settings.alpha,
           stop=self.settings.stop, num_pieces=self.tokenizer.get_piece_size(),
           limits=self.settings.output_limits(), banned_pieces=self._reserved_pieces))

@@ -2,10 +2,10 @@
 
 The Flax modules (`network`) compute; this class knows how they are used: the batch's
 model inputs, the label-smoothed loss and its per-direction sums, a sentence's
-log-likelihood, the encoder and beam search over the decoding cache (`decode_cache`), and
-the two parameter layouts (unrolled `layers_<i>`, or scanned stacks under
-`encoder/layers` and `decoder/layers`). Its users (the train step, DRO baselines, the
-Translator) see parameters and batches of arrays, never parameter paths or the cache.
+log-likelihood, and the encoder and decoder steps over the decoding cache
+(`decode_cache`) that `prediction` searches with. Its users (the train step, DRO
+baselines, the Translator) see parameters and batches of arrays, never parameter paths
+(`parameter_layout`) or the cache.
 """
 
 import dataclasses
@@ -70,7 +70,8 @@ def objective_scales(batch: Batch, direction_ids: Array, direction_scales: Array
 
 
 class TranslationModel:
-  """A `network.Transformer` of `config` with its loss, scores and beam search.
+  """A `network.Transformer` of `config` with its loss, its scores, and the steps of its
+  search (a `prediction.StepwiseModel`).
 
   Parameters are in the layout of `config.scan_layers`; decoding caches keys and values
   per layer, so it runs the unrolled stack on parameters converted inside its program.
@@ -83,9 +84,9 @@ class TranslationModel:
     if config.scan_layers:
       self._decoding_module = network.Transformer(
           dataclasses.replace(config, scan_layers=False))
-    self._encode = jax.jit(self._encode_batch, static_argnames=('padded_length',))
-    self._decode = jax.jit(self._decode_batch, static_argnames=(
-        'max_decode_length', 'beam_size', 'alpha', 'stop', 'num_pieces', 'limits'))
+    self.vocab_size = config.vocab_size
+    # prediction.StepwiseModel's encoder, compiled once per length.
+    self.encode = jax.jit(self._encode_batch, static_argnames=('padded_length',))
 
   def init(self, rng: Array, encoder_length: int, decoder_length: int) -> Any:
     """Fresh parameters (boxed with logical axis names; see partitioning.shard_init)."""
@@ -139,31 +140,6 @@ class TranslationModel:
     token_loss = losses.label_smoothed_cross_entropy(logits, targets, weights, 0.0)
     return -token_loss.sum(axis=-1)
 
-  def predict_batch(self, params: Any, encoder_tokens: np.ndarray, *, input_length: int,
-                    direction: int, prefix_id: int | None, max_decode_length: int,
-                    beam_size: int, alpha: float, stop: str, num_pieces: int,
-                    limits: decoding.OutputLimits = decoding.OutputLimits(),
-                    banned_pieces: np.ndarray | None = None) -> Array:
-    """The best output ids [B, max_decode_length] for a batch of encoder tokens.
-
-    `encoder_tokens` [B, bucket] is padded to the search's bucket length, and
-    `input_length` is its longest row: the encoder runs at that length (its program has
-    no loop, so a length of its own costs little to compile) and the search at the
-    bucket. `direction` (its id, traced, so directions share one compilation) chooses
-    the model's adapters, if it has any; `prefix_id` forces the first output token;
-    only ids below `num_pieces` are generated, within `limits`, and none that
-    `banned_pieces` (bool [num_pieces], EOS aside) marks after the prefix. beam_size 1
-    searches greedily.
-    """
-    direction = jnp.int32(direction)
-    prefix = None if prefix_id is None else jnp.full((encoder_tokens.shape[0],), prefix_id,
-                                                     jnp.int32)
-    encoded = self._encode(params, encoder_tokens[:, :input_length], direction,
-                           padded_length=encoder_tokens.shape[1])
-    return self._decode(params, encoded, encoder_tokens, prefix, direction, banned_pieces,
-                        max_decode_length=max_decode_length, beam_size=beam_size,
-                        alpha=alpha, stop=stop, num_pieces=num_pieces, limits=limits)
-
   def _encode_batch(self, params, encoder_tokens, direction, *, padded_length: int):
     """The encoder's output for a batch of tokens cut to its longest input, zero-padded
     to `padded_length` positions (the search's bucket; padding is masked there). The
@@ -174,41 +150,33 @@ class TranslationModel:
                                 method=network.Transformer.encode)
     return jnp.pad(encoded, ((0, 0), (0, padded_length - encoder_tokens.shape[1]), (0, 0)))
 
-  def _decode_batch(self, params, encoded, encoder_tokens, prefix, direction, banned_pieces, *,
-                    max_decode_length: int, beam_size: int, alpha: float, stop: str,
-                    num_pieces: int, limits: decoding.OutputLimits):
-    """Beam (or greedy) search over one direction's encoded batch."""
+  def start_decoding(self, params: Any, encoded: Array, encoder_tokens: Array,
+                     direction: Array, cache_length: int
+                     ) -> tuple[decoding.TokensToLogits, decoding.Cache]:
+    """(the decoder's step, its first cache) for `prediction.predict_batch`: the
+    cross-attention keys and values are projected here, once, and stay in the step's
+    closure (every hypothesis of an example reads them; the search neither repeats nor
+    reorders them). Decoding runs the unrolled stack."""
     if self.config.scan_layers:
       params = parameter_layout.to_unrolled(params)
     module = self._decoding_module
-    cache_lengths = decode_cache.stage_lengths(max_decode_length)
     cross_attention, cache = decode_cache.split_fixed(decode_cache.init(
-        module, params, encoded, encoder_tokens, cache_lengths[0]))
+        module, params, encoded, encoder_tokens, cache_length))
 
-    def tokens_to_logits(tokens, model_cache):
+    def step(tokens, model_cache):
       logits, variables = module.apply(
           {'params': params, 'cache': decode_cache.merge(cross_attention, model_cache)},
           encoded, encoder_tokens, tokens, tokens, decode=True, mutable=['cache'],
           decoder_direction_ids=jnp.full(tokens.shape, direction, jnp.int32),
           method=network.Transformer.decode)
-      # The embedding is padded past the vocabulary (run_vocabulary.padded_vocab_size); those
-      # rows are no pieces, so they are never generated, however little the model trained.
-      next_logits = logits[:, -1, :]
-      is_piece = jnp.arange(next_logits.shape[-1]) < num_pieces
-      return (jnp.where(is_piece, next_logits, decoding.NEG_INF),
-              decode_cache.split_fixed(variables['cache'])[1])
+      return logits[:, -1, :], decode_cache.split_fixed(variables['cache'])[1]
 
-    if banned_pieces is not None:
-      # Rows past the vocabulary are never generated already (tokens_to_logits).
-      banned_pieces = jnp.pad(banned_pieces, (0, self.config.vocab_size - num_pieces))
-    search = dict(prefix=prefix, max_decode_length=max_decode_length,
-                  banned_tokens=banned_pieces,
-                  cache_lengths=cache_lengths, extend_cache=decode_cache.extend,
-                  no_repeat_ngram_size=limits.no_repeat_ngram_size,
-                  max_lengths=limits.max_lengths(jnp.sum(encoder_tokens > 0, axis=1)))
-    if beam_size == 1:
-      return decoding.greedy_search(tokens_to_logits, cache, **search)
-    sequences, _ = decoding.beam_search(tokens_to_logits, cache, beam_size=beam_size,
-                                        alpha=alpha, stop=stop,
-                                        expand_cache=decode_cache.expand, **search)
-    return sequences[:, 0, :]
+    return step, cache
+
+  @staticmethod
+  def expand_cache(cache: decoding.Cache, beam_size: int) -> decoding.Cache:
+    return decode_cache.expand(cache, beam_size)
+
+  @staticmethod
+  def extend_cache(cache: decoding.Cache, length: int) -> decoding.Cache:
+    return decode_cache.extend(cache, length)

@@ -1,5 +1,7 @@
 """Tests for t5x_mt.flops: hand-counted FLOPs, the 2-per-weight rule, XLA's own count."""
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -74,3 +76,17 @@ def test_xla_cost_analysis_agrees_within_three_percent():
   ours_train = flops.train_flops_per_step(SMALL, batch_size, inputs_length, targets_length)
   train_ratio = _xla_flops(jax.grad(loss), params, inputs, targets) / ours_train
   assert 1.0 <= train_ratio < 1.05
+
+
+def test_per_side_widths_and_relative_tables_count_by_hand():
+  # Encoder F = 64, decoder F = 8; relative keys and values (k = 2, R = 5) in both stacks.
+  config = dataclasses.replace(TINY, encoder_mlp_dim=64, decoder_mlp_dim=8,
+                               position_embedding='relative', relative_max_distance=2,
+                               relative_in_decoder=True)
+  counted = flops.forward_flops(config, inputs_length=5, targets_length=4)
+  assert counted.encoder_dense == 2 * 2 * (4 * 16 * 16 + 2 * 16 * 64) * 5
+  assert counted.decoder_dense == 2 * 2 * ((6 * 16 * 16 + 2 * 16 * 8) * 4 + 512 * 5)
+  # 2 layers * (4 * 16 * 5 * 5 + 2 tables * 2 * 16 * 5 rows * 5 positions).
+  assert counted.encoder_attention == 2 * (1600 + 1600)
+  keys_only = flops.forward_flops(dataclasses.replace(config, relative_values=False), 5, 4)
+  assert keys_only.decoder_attention == 2 * (4 * 16 * 4 * 9 + 2 * 16 * 5 * 4)

@@ -10,6 +10,7 @@ import pytest
 from t5x_mt import decode_cache
 from t5x_mt import inference
 from t5x_mt import partitioning
+from t5x_mt import prediction
 from t5x_mt import run_loading
 from t5x_mt.data import tags
 from t5x_mt.errors import UserError
@@ -68,7 +69,7 @@ def test_parallel_batches_below_one_are_rejected():
 def test_the_encoder_runs_at_the_longest_input_and_the_search_at_its_bucket(trained_run):
   translator = _unsharded_translator(trained_run, parallel_batches=1)
   model = translator.model
-  encode = model._encode  # pylint: disable=protected-access
+  encode = model.encode
   calls = []
 
   def recording_encode(params, tokens, direction, *, padded_length):
@@ -79,7 +80,7 @@ def test_the_encoder_runs_at_the_longest_input_and_the_search_at_its_bucket(trai
     padded = np.pad(tokens, ((0, 0), (0, padded_length - tokens.shape[1])))
     return encode(params, padded, direction, padded_length=padded_length)
 
-  model._encode = recording_encode  # pylint: disable=protected-access
+  model.encode = recording_encode
   exact = translator.translate(SENTENCES, 'eng_Latn', 'hau_Latn')
   tags_of = tags.tags_for(translator.tag_strategy, 'eng_Latn', 'hau_Latn')
   lengths = sorted(len(translator.encode_source(s, tags_of)) for s in SENTENCES)
@@ -87,22 +88,22 @@ def test_the_encoder_runs_at_the_longest_input_and_the_search_at_its_bucket(trai
   assert calls == [(n, inference.bucket_length(n, translator.max_input_length))
                    for n in longest]
   # Padding is masked: encoding every batch at its bucket length translates the same.
-  model._encode = bucket_padded_encode  # pylint: disable=protected-access
+  model.encode = bucket_padded_encode
   assert translator.translate(SENTENCES, 'eng_Latn', 'hau_Latn') == exact
 
 
-def _record_searches(translator: inference.Translator) -> list[tuple[np.ndarray, np.ndarray]]:
-  """The list to which `translator` now appends each batch's encoder tokens [B, length] and
-  output ids [B, max_decode_length] (the forced tag first)."""
-  predict_batch = translator.model.predict_batch
+def _record_searches(monkeypatch) -> list[tuple[np.ndarray, np.ndarray]]:
+  """The list to which every Translator now appends each batch's encoder tokens [B,
+  length] and output ids [B, max_decode_length] (the forced tag first)."""
+  predict_batch = prediction.predict_batch
   searches = []
 
-  def recording_predict_batch(params, encoder_tokens, **kwargs):
-    outputs = predict_batch(params, encoder_tokens, **kwargs)
+  def recording_predict_batch(model, params, encoder_tokens, **kwargs):
+    outputs = predict_batch(model, params, encoder_tokens, **kwargs)
     searches.append((np.asarray(encoder_tokens), np.asarray(outputs)))
     return outputs
 
-  translator.model.predict_batch = recording_predict_batch
+  monkeypatch.setattr(prediction, 'predict_batch', recording_predict_batch)
   return searches
 
 
@@ -112,12 +113,12 @@ def _generated(output_ids: np.ndarray, eos_id: int) -> list[int]:
   return ids[:ids.index(eos_id) + 1] if eos_id in ids else ids
 
 
-def test_output_limits_reach_the_search_through_the_settings(trained_run):
+def test_output_limits_reach_the_search_through_the_settings(trained_run, monkeypatch):
   """The tiny trained run loops to the length limit; a length ratio of 1 ends every output
   by the source's length plus one piece, and no bigram repeats."""
   limited = _unsharded_translator(trained_run, max_length_ratio=1.0, max_length_offset=1,
                                   no_repeat_ngram_size=2)
-  searches = _record_searches(limited)
+  searches = _record_searches(monkeypatch)
   assert all(limited.translate(SENTENCES, 'eng_Latn', 'hau_Latn'))
   eos_id = limited.tokenizer.eos_id()
   for encoder_tokens, outputs in searches:
@@ -152,12 +153,12 @@ def test_detokenised_text_drops_every_reserved_piece(trained_run):
   assert translator.decode_target(generated) == 'Monday and Tuesday'
 
 
-def test_translations_hold_no_tag_where_the_model_prefers_one(trained_run):
+def test_translations_hold_no_tag_where_the_model_prefers_one(trained_run, monkeypatch):
   """The tiny run's favourite next piece is often a language tag (the forced decoder tag is
   the one target piece it learned well): the search never generates one after the forced
   tag, so no translation holds one."""
   translator = _unsharded_translator(trained_run, parallel_batches=1)
-  searches = _record_searches(translator)
+  searches = _record_searches(monkeypatch)
   outputs = translator.translate(SENTENCES, 'eng_Latn', 'hau_Latn')
   assert all(outputs) and not any('<2' in output for output in outputs), outputs
   reserved = tags.reserved_pieces(translator.tokenizer)
