@@ -74,13 +74,15 @@ def forward_products(config: network.TransformerConfig, rows: int, *,
   """The products of one forward pass at `rows` tokens and how often each runs."""
   embed, heads = config.emb_dim, config.num_heads * config.head_dim
   # Lists, not dicts: with embed == heads the projections share a shape and must add up.
-  layer = [(Product(rows, embed, heads), 3), (Product(rows, heads, embed), 1),
-           (Product(rows, embed, config.mlp_dim), 1), (Product(rows, config.mlp_dim, embed), 1)]
+  def layer(stack: str) -> list[tuple[Product, int]]:
+    mlp = config.mlp_dim_of(stack)
+    return [(Product(rows, embed, heads), 3), (Product(rows, heads, embed), 1),
+            (Product(rows, embed, mlp), 1), (Product(rows, mlp, embed), 1)]
   cross = [(Product(rows, embed, heads), 1 if decode_step else 3),
            (Product(rows, heads, embed), 1)]
-  stacks = [(config.num_decoder_layers, layer + cross)]
+  stacks = [(config.num_decoder_layers, layer('decoder') + cross)]
   if not decode_step:
-    stacks.append((config.num_encoder_layers, layer))
+    stacks.append((config.num_encoder_layers, layer('encoder')))
   counts: dict[Product, int] = {}
   for depth, products in stacks:
     for product, times in products:
