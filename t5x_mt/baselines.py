@@ -23,8 +23,9 @@ def group_losses(translator: inference.Translator, mixture_or_task_name: str, *,
                  grouping: str = 'direction', batch_size: int = 32, inputs_length: int = 128,
                  targets_length: int = 128, label_smoothing: float = 0.1,
                  max_batches_per_task: int | None = None,
-                 loss_chunk_length: int = 0) -> dict[str, Any]:
-  """{'losses': {group: per-token loss}, 'tokens': {group: tokens}} of the run's model."""
+                 loss_chunk_length: int = 0, split: str = 'train') -> dict[str, Any]:
+  """{'losses': {group: per-token loss}, 'tokens': {group: tokens}} of the run's model
+  on `split` (the training data for DRO; another split measures held-out loss)."""
   mixtures.check_vocabulary(mixture_or_task_name, translator.vocabulary_file)
   mixture = mixtures.mixture_view(mixture_or_task_name)
   ids = [direction.id for direction in mixture.directions()]
@@ -35,7 +36,7 @@ def group_losses(translator: inference.Translator, mixture_or_task_name: str, *,
   for member in mixture.members:
     batches = input_pipeline.one_pass_batches(member.task, batch_size=batch_size,
                                               inputs_length=inputs_length,
-                                              targets_length=targets_length)
+                                              targets_length=targets_length, split=split)
     for number, batch in enumerate(batches):
       if max_batches_per_task is not None and number >= max_batches_per_task:
         break

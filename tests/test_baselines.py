@@ -18,10 +18,10 @@ from test_launch_translate_evaluate import run_in_process
 TASKS = ['cldr_eng_Latn.hau_Latn', 'cldr_fra_Latn.hau_Latn']
 
 
-def _first_batch_loss(translator, task: str) -> tuple[float, float]:
+def _first_batch_loss(translator, task: str, split: str = 'train') -> tuple[float, float]:
   """Label-smoothed loss sum and tokens of a task's first packed batch, computed directly."""
   batch = next(input_pipeline.one_pass_batches(task, batch_size=8, inputs_length=32,
-                                               targets_length=32))
+                                               targets_length=32, split=split))
   logits = translator.model.module.apply({'params': translator.params},
                                          **models.model_kwargs(batch), enable_dropout=False)
   weights = batch['decoder_loss_weights'].astype(np.float32)
