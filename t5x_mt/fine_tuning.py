@@ -1,6 +1,6 @@
 """Starting a run from another run's parameters (fine-tuning, adapters on a trained base)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 import logging
 from typing import Any
 
@@ -27,6 +27,9 @@ def initial_params(init_from: str, vocabulary: bytes, target: Any) -> Any:
                     'vocabulary; set VOCABULARY_PATH to it')
   parent_checkpoints = checkpoints.RunCheckpoints(str(parent), read_only=True)
   try:
+    step = parent_checkpoints.latest_step()
+    if step is not None:
+      _check_architecture(parent, parent_checkpoints.saved_shapes(step), target)
     logging.info('Starting from the parameters of %s', parent)
     return in_parent_layout(parent_checkpoints, target,
                             lambda target: _with_new_adapters(parent_checkpoints, target))
@@ -34,6 +37,45 @@ def initial_params(init_from: str, vocabulary: bytes, target: Any) -> Any:
     raise UserError(f'train.init_from: {error}') from None
   finally:
     parent_checkpoints.close()
+
+
+def _check_architecture(parent: files.AnyPath, saved: Mapping[tuple[str, ...], tuple],
+                        target: Any) -> None:
+  """UserError naming both architectures when the parent's parameters place the norms or
+  encode positions otherwise than `target`'s: its weights would not fit this model. Post-LN
+  and B2T have the same parameters, so either starts from the other's."""
+  own = {path: tuple(leaf.shape) for path, leaf in traverse_util.flatten_dict(target).items()}
+  parent_architecture, own_architecture = _architecture(saved), _architecture(own)
+  if parent_architecture != own_architecture:
+    raise UserError(f"{parent}'s model is {parent_architecture}, this run's is "
+                    f'{own_architecture}; start from a parent with the same '
+                    'network.TransformerConfig.layer_norm and position settings')
+
+
+def _architecture(shapes: Mapping[tuple[str, ...], tuple]) -> str:
+  """A model's norm placement and positions, in words, from its parameters' {path: shape}
+  (either layer layout)."""
+  norms = ('pre-LN' if any(parameter_layout.FINAL_NORMS['encoder'] in path for path in shapes)
+           else 'post-LN (or B2T)')
+  encoder, decoder = (_positions(stack, shapes) for stack in parameter_layout.STACKS)
+  if encoder == decoder:
+    return f'{norms} with {encoder}'
+  return f'{norms} with {encoder} in the encoder and {decoder} in the decoder'
+
+
+def _positions(stack: str, shapes: Mapping[tuple[str, ...], tuple]) -> str:
+  """`stack`'s positions as its parameters show them: a learned table, Shaw's relative
+  tables of 2k + 1 rows, or neither (sinusoids)."""
+  own = [path for path in shapes if path[0] == stack]
+  if any(parameter_layout.POSITION_EMBEDDING in path for path in own):
+    return 'learned positions'
+  tables = {path[-1]: shapes[path] for path in own if path[-1] in (
+      parameter_layout.RELATIVE_KEYS, parameter_layout.RELATIVE_VALUES)}
+  if parameter_layout.RELATIVE_KEYS not in tables:
+    return 'sinusoidal positions'
+  distance = (tables[parameter_layout.RELATIVE_KEYS][-2] - 1) // 2
+  kinds = 'keys and values' if parameter_layout.RELATIVE_VALUES in tables else 'keys only'
+  return f'relative positions (k={distance}, {kinds})'
 
 
 def in_parent_layout(parent: checkpoints.RunCheckpoints, target: Any,
