@@ -44,6 +44,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import data_tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
+import filelock  # pylint: disable=g-import-not-at-top,wrong-import-position
 from data_tasks import from_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import gin_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -109,16 +110,32 @@ def saved_params(run_dir: pathlib.Path, step: int) -> list[np.ndarray]:
   return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(restored['params'])]
 
 
-@pytest.fixture(scope='session')
-def trained_run(tmp_path_factory) -> pathlib.Path:
-  """MODEL_DIR of a finished tiny eng->hau CLDR run with checkpoints at steps 2 and 4."""
-  root = tmp_path_factory.getbasetemp() / 'tiny_run'
+def _train_tiny_run(root: pathlib.Path) -> None:
   configure_tiny_run(root / 'run', root / 'vocab' / 'eng_hau.model', 'cldr_eng_Latn.hau_Latn',
                      TINY_RUN_STEPS)
   try:
     train_configured()
   finally:
     gin.clear_config()
+
+
+@pytest.fixture(scope='session')
+def trained_run(tmp_path_factory, worker_id) -> pathlib.Path:
+  """MODEL_DIR of a finished tiny eng->hau CLDR run with checkpoints at steps 2 and 4.
+
+  Under xdist the first worker to ask trains it once in the session's shared folder while
+  the others wait, and each worker gets a copy of its own to read and write."""
+  root = tmp_path_factory.getbasetemp() / 'tiny_run'
+  if worker_id == 'master':
+    _train_tiny_run(root)
+    return root / 'run'
+  shared = tmp_path_factory.getbasetemp().parent / 'tiny_run'
+  with filelock.FileLock(f'{shared}.lock'):
+    if not (shared / 'trained').exists():
+      shutil.rmtree(shared, ignore_errors=True)
+      _train_tiny_run(shared)
+      (shared / 'trained').touch()
+  shutil.copytree(shared, root)
   return root / 'run'
 
 
