@@ -4,15 +4,17 @@
       --src_lang=eng_Latn --tgt_lang=hau_Latn [--input=F] [--output=F] [--step=N]
 
 --family_models=1=DIR,2=DIR,... instead of --checkpoint_dir translates with the run of the
-target's language family group (swh: group 3). Reads stdin and writes stdout unless
---input/--output are given. Output line i is the translation of input line i; empty lines
-stay empty. Input is read as it is translated, a chunk of lines at a time, and stdout gets
-each chunk's translations as soon as they are done; --output appears whole at the end.
-The model, vocabulary and tag strategy come from the run's MODEL_DIR; the decoding flags
-override its config.gin.
+target's language family group (swh: group 3); --ctranslate2=DIR with the model folder
+launch/export.py wrote, on CPU through CTranslate2 (docs/serving.md). Reads stdin and
+writes stdout unless --input/--output are given. Output line i is the translation of
+input line i; empty lines stay empty. Input is read as it is translated, a chunk of lines
+at a time, and stdout gets each chunk's translations as soon as they are done; --output
+appears whole at the end. The model, vocabulary and tag strategy come from the run's
+MODEL_DIR (or the exported folder); the decoding flags override its config.gin.
 """
 
 from collections.abc import Callable, Iterator
+import argparse
 import contextlib
 import os
 
@@ -21,6 +23,7 @@ from t5x_mt import files
 from t5x_mt import languages
 from t5x_mt import run_layout
 from t5x_mt.data import readers
+from t5x_mt.errors import UserError
 
 STDIN = '/dev/stdin'
 
@@ -33,19 +36,27 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--tgt_lang', required=True, help='FLORES-200 code, e.g. hau_Latn')
   parser.add_argument('--input', default=None, help='text file (default: stdin)')
   parser.add_argument('--output', default=None, help='text file (default: stdout)')
+  parser.add_argument('--ctranslate2', default=None,
+                      help='a folder of launch/export.py --format=ctranslate2 instead of '
+                      '--checkpoint_dir')
   args = parser.parse_args(argv)
   src_lang = languages.check_language(args.src_lang, '--src_lang')
   tgt_lang = languages.check_language(args.tgt_lang, '--tgt_lang')
-  overrides = cli.decoding_overrides(args)
+  overrides = _decoding_overrides(args)
   if args.output is not None:
     files.check_output(args.output, '--output')
   total = _line_count(args.input)
   cli.start_jax(args)
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
-  translator = run_loading.load_model(args.checkpoint_dir, cli.family_models(args), args.step,
-                                      overrides)
-  if args.checkpoint_dir is not None:
-    run_layout.RunLayout(args.checkpoint_dir).warn_untrained(translator.legs(src_lang, tgt_lang))
+  if args.ctranslate2 is not None:
+    from t5x_mt.export import ctranslate2_translator  # pylint: disable=g-import-not-at-top
+    translator = ctranslate2_translator.load_translator(args.ctranslate2, overrides)
+  else:
+    translator = run_loading.load_model(args.checkpoint_dir, cli.family_models(args),
+                                        args.step, overrides)
+  model_dir = args.checkpoint_dir or args.ctranslate2
+  if model_dir is not None:
+    run_layout.RunLayout(model_dir).warn_untrained(translator.legs(src_lang, tgt_lang))
   chunks = run_loading.stream_translations(
       translator, readers.iter_lines(args.input or STDIN), src_lang, tgt_lang, total=total,
       progress_bar=args.input is not None, source_name=args.input or 'stdin')
@@ -53,6 +64,19 @@ def main(argv: list[str]) -> int:
     for chunk in chunks:
       write(''.join(line + '\n' for line in chunk))
   return 0
+
+
+def _decoding_overrides(args: argparse.Namespace) -> dict:
+  """`cli.decoding_overrides`; an exported folder (--ctranslate2) names the model instead
+  of the run flags, and holds one checkpoint."""
+  if args.ctranslate2 is None:
+    return cli.decoding_overrides(args)
+  for flag in ('checkpoint_dir', 'family_models', 'step'):
+    if getattr(args, flag) is not None:
+      raise UserError(f'--{flag}: not with --ctranslate2, whose folder is the model')
+  decoding_flags = {name: value for name, value in vars(args).items()
+                    if name != 'family_models'}
+  return cli.decoding_overrides(argparse.Namespace(**decoding_flags))
 
 
 def _line_count(input_file: str | None) -> int | None:

@@ -7,10 +7,11 @@ spelling paths themselves, so a renamed module or a new architecture changes one
 Layout of a parameter tree (unrolled):
   shared_embedding/embedding        the decoder's input table (and, tied, its output)
   encoder_embedding/embedding       only when the encoder's table is not shared
-  {encoder,decoder}/layers_<i>/...  one layer; its norms are named by `layer_norm_names`
+  {encoder,decoder}/layers_<i>/...  one layer: a module per sublayer (`SUBLAYER_MODULES`)
+                                    and its norm (`layer_norm_names`)
   {encoder,decoder}/adapters_<i>    adapters after layer i (`adapter_name`)
   {encoder,decoder}/posembed        learned absolute positions (`pos_embedding`)
-  {encoder,decoder}/<final norm>    pre-LN only: `final_norm_name`
+  {encoder,decoder}/<final norm>    pre-LN only: `FINAL_NORMS`
   decoder/logits_dense/kernel       the output projection when it is not tied
 Scanned stacks (`TransformerConfig.scan_layers`) hold the layers as [layers, ...] arrays
 under {encoder,decoder}/layers/layer (and layers/adapters_stacked); `to_scanned` and
@@ -43,6 +44,20 @@ ATTENTION_MODULES = {'attention': 'attention', 'self_attention': 'self_attention
                      'cross_attention': 'encoder_decoder_attention'}
 RELATIVE_KEYS = 'relative_keys'      # [2k + 1, head_dim] in a self-attention module.
 RELATIVE_VALUES = 'relative_values'
+MLP = 'mlp'
+SUBLAYER_MODULES = {**ATTENTION_MODULES, 'mlp': MLP}
+# Inside an attention module: its projections [embed, heads, head_dim] and its output
+# [heads, head_dim, embed]; inside the MLP: [embed, mlp] then [mlp, embed].
+ATTENTION_PROJECTIONS = ('query', 'key', 'value')
+ATTENTION_OUTPUT = 'out'
+MLP_INPUT = 'wi'
+MLP_OUTPUT = 'wo'
+# The leaves: of a dense layer, of a norm, of a token and a learned position table.
+KERNEL = 'kernel'
+BIAS = 'bias'
+NORM_SCALE = 'scale'
+EMBEDDING_TABLE = 'embedding'
+POSITION_TABLE = 'pos_embedding'
 
 
 def layer_name(index: int) -> str:
@@ -84,8 +99,8 @@ def output_projection(config: Any, params: Any) -> tuple[Any, bool]:
   """(projection, vocab-major): the tied embedding [vocab, embed] or `logits_dense`'s
   kernel [embed, vocab]; logits = states . projection * `logit_scale`."""
   if config.logits_via_embedding:
-    return params[DECODER_EMBEDDING]['embedding'], True
-  return params['decoder'][OUTPUT_PROJECTION]['kernel'], False
+    return params[DECODER_EMBEDDING][EMBEDDING_TABLE], True
+  return params['decoder'][OUTPUT_PROJECTION][KERNEL], False
 
 
 def stack_depth(params: Any, stack: str) -> int:

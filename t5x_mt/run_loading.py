@@ -136,15 +136,27 @@ def load_translator(checkpoint_dir: str, step: int | None = None, *,
   step = checkpoint_step(checkpoint_dir, step)
   run = _load_run(checkpoint_dir, mesh_shape)
   params = _restore_params(run.run_dir, step, run.abstract_params)
-  trained = run_layout.RunLayout(run.run_dir).trained_directions()
-  target_languages = translator_overrides.pop(
-      'target_languages',
-      trained and {Direction.parse(d, 'directions.json').tgt_lang for d in trained})
+  target_languages = translator_overrides.pop('target_languages',
+                                              trained_target_languages(run.run_dir))
   return inference.Translator(models.TranslationModel(run.config), params,
                               str(run.vocabulary_file),
                               configurables.data_settings().tag_strategy,
                               configurables.decode_settings(**translator_overrides),
                               mesh=run.mesh, rules=run.rules, target_languages=target_languages)
+
+
+def trained_target_languages(run_dir: str | files.AnyPath) -> set[str] | None:
+  """The languages the run in `run_dir` trained to translate into (its directions.json),
+  None for a run that did not record its directions."""
+  trained = run_layout.RunLayout(run_dir).trained_directions()
+  return trained and {Direction.parse(d, 'directions.json').tgt_lang for d in trained}
+
+
+def model_config_of(vocabulary_file: files.AnyPath) -> network.TransformerConfig:
+  """The model of the process's gin config (a loaded run's) over the embedding rows of
+  the SentencePiece model `vocabulary_file`."""
+  num_pieces = vocab.sentencepiece_processor(vocabulary_file).get_piece_size()
+  return configurables.model_config(run_vocabulary.padded_vocab_size(num_pieces))
 
 
 def load_model(checkpoint_dir: str | None, family_models: Mapping[int, str] | None,
@@ -189,8 +201,7 @@ def _load_run(checkpoint_dir: str, mesh_shape: Sequence[int]) -> _Run:
   run_dir = load_run_config(checkpoint_dir)
   vocabulary_file = _run_file(checkpoint_dir, run_layout.RunLayout(run_dir).vocabulary,
                               'a copy of its SentencePiece model')
-  num_pieces = vocab.sentencepiece_processor(vocabulary_file).get_piece_size()
-  config = configurables.model_config(run_vocabulary.padded_vocab_size(num_pieces))
+  config = model_config_of(vocabulary_file)
   mesh = partitioning.create_mesh(mesh_shape)
   rules = configurables.axis_rules()
   return _Run(run_dir, vocabulary_file, config, mesh, rules,
@@ -212,7 +223,7 @@ def average_checkpoints(checkpoint_dir: str, steps: Sequence[int], output_dir: s
     checkpoint_step(checkpoint_dir, step)
   run = _load_run(checkpoint_dir, (-1, 1))
   with files.staged_folder(output) as staging:
-    _copy_run_files(run_layout.RunLayout(run.run_dir), run_layout.RunLayout(staging))
+    copy_run_files(run_layout.RunLayout(run.run_dir), run_layout.RunLayout(staging))
     source = checkpoints.RunCheckpoints(str(run.run_dir), read_only=True)
     target = checkpoints.RunCheckpoints(str(staging), keep=1)
     try:
@@ -224,7 +235,7 @@ def average_checkpoints(checkpoint_dir: str, steps: Sequence[int], output_dir: s
   return max(steps)
 
 
-def _copy_run_files(source: run_layout.RunLayout, target: run_layout.RunLayout) -> None:
+def copy_run_files(source: run_layout.RunLayout, target: run_layout.RunLayout) -> None:
   """What a run's readers need besides its checkpoints: config, vocabulary, directions."""
   for name in ('config', 'vocabulary', 'directions'):
     if getattr(source, name).is_file():

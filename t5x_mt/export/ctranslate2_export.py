@@ -1,0 +1,187 @@
+"""A run's checkpoint as a CTranslate2 model folder, with what it takes to call it.
+
+  python launch/export.py --checkpoint_dir=RUN --format=ctranslate2 --quantization=int8 \
+      --output_dir=OUT
+
+OUT holds CTranslate2's model (model.bin, config.json, shared_vocabulary.json), the run's
+SentencePiece model (vocab.model: the tokenisation), its config.gin (tag strategy,
+decoding settings, pivots) and directions.json (the directions it trained on), and a
+README.md that says how to translate with it: through `launch/translate.py
+--ctranslate2=OUT`, which reads OUT as it reads a run, or through CTranslate2's own API.
+The folder appears whole or not at all (`files.staged_folder`).
+"""
+
+import dataclasses
+import os
+import textwrap
+
+import ctranslate2
+
+from t5x_mt import export
+from t5x_mt import files
+from t5x_mt import inference
+from t5x_mt import languages
+from t5x_mt import network
+from t5x_mt import run_layout
+from t5x_mt import run_loading
+from t5x_mt.data import tags
+from t5x_mt.data.directions import Direction
+from t5x_mt.errors import UserError
+from t5x_mt.export import ctranslate2_spec
+
+README = 'README.md'
+README_WIDTH = 88
+
+
+@dataclasses.dataclass(frozen=True)
+class Export:
+  """What `export_run` wrote: the folder, the checkpoint step, the weight type and a line
+  describing the model."""
+  output_dir: str
+  step: int
+  quantization: str
+  model: str
+
+
+def check_output_dir(output_dir: str) -> None:
+  """Refuses an output CTranslate2 cannot write (an object store) or one that would
+  replace something other than an earlier export."""
+  if files.on_object_store(output_dir):
+    raise UserError(f'--output_dir: {output_dir}: CTranslate2 writes a local folder')
+  files.check_output(output_dir, '--output_dir', folder=True)
+  if (os.path.isdir(output_dir) and os.listdir(output_dir)
+      and not ctranslate2.contains_model(output_dir)):
+    raise UserError(f'--output_dir: {output_dir} exists, is not empty and holds no '
+                    'CTranslate2 model to replace')
+
+
+def export_run(checkpoint_dir: str, output_dir: str, quantization: str,
+               step: int | None = None) -> Export:
+  """Writes the run's checkpoint at `step` (latest if None) as a CTranslate2 model with
+  `quantization` weights into `output_dir`, replacing an earlier export there.
+
+  A model CTranslate2 cannot compute exactly is refused before its weights are read.
+  """
+  if quantization not in export.CTRANSLATE2_QUANTIZATIONS:
+    raise UserError(f'--quantization: {quantization!r} is not one of '
+                    f'{", ".join(export.CTRANSLATE2_QUANTIZATIONS)}')
+  check_output_dir(output_dir)
+  step = run_loading.checkpoint_step(checkpoint_dir, step)
+  run_dir = run_loading.load_run_config(checkpoint_dir)
+  ctranslate2_spec.check_exportable(
+      run_loading.model_config_of(run_layout.RunLayout(run_dir).vocabulary))
+  translator = run_loading.load_translator(checkpoint_dir, step)
+  tokenizer = translator.tokenizer
+  pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.get_piece_size())]
+  spec = ctranslate2_spec.transformer_spec_of(translator.model.config, translator.params,
+                                              pieces)
+  spec.optimize(quantization=quantization)
+  exported = Export(output_dir, step, quantization,
+                    describe_model(translator.model.config, len(pieces)))
+  with files.staged_folder(output_dir) as staging:
+    spec.save(str(staging))
+    run_loading.copy_run_files(run_layout.RunLayout(run_dir), run_layout.RunLayout(staging))
+    files.write_text_atomically(staging / README, readme(
+        exported, checkpoint_dir, translator,
+        run_layout.RunLayout(run_dir).trained_directions() or []))
+  return exported
+
+
+def describe_model(config: network.TransformerConfig, num_pieces: int) -> str:
+  """One line: depth, widths, norms, positions and vocabulary."""
+  positions = {stack: config.absolute_positions_of(stack) or
+               f'relative (k={config.relative_distance_of(stack)})'
+               for stack in ('encoder', 'decoder')}
+  if positions['encoder'] == positions['decoder']:
+    position_text = f'{positions["encoder"]} positions'
+  else:
+    position_text = (f'{positions["encoder"]} positions in the encoder, '
+                     f'{positions["decoder"]} in the decoder')
+  return (f'{config.num_encoder_layers}+{config.num_decoder_layers} layers, d '
+          f'{config.emb_dim}, {config.num_heads} heads of {config.head_dim}, '
+          f'{config.layer_norm}-LN, {position_text}, {num_pieces} SentencePiece pieces')
+
+
+def _tag_rule(tag: str | None, src_lang: str, tgt_lang: str) -> str:
+  if tag is None:
+    return 'no tag'
+  side = 'target' if tag == languages.language_tag(tgt_lang) else 'source'
+  return f"the {side} language's tag (`{tag}` for {src_lang} -> {tgt_lang})"
+
+
+def _paragraphs(*paragraphs: str) -> str:
+  return '\n\n'.join(textwrap.fill(paragraph, README_WIDTH, break_on_hyphens=False)
+                     for paragraph in paragraphs)
+
+
+def readme(exported: Export, checkpoint_dir: str, translator: inference.Translator,
+           trained_directions: list[str]) -> str:
+  """The README of an export: where it came from, how translate.py serves it, and the
+  tags, settings and pieces a program calling CTranslate2 itself must use."""
+  example = (Direction.parse(trained_directions[0], 'directions.json') if trained_directions
+             else Direction('eng_Latn', 'fra_Latn'))
+  src_lang, tgt_lang = example.src_lang, example.tgt_lang
+  direction_tags = tags.tags_for(translator.tag_strategy, src_lang, tgt_lang)
+  settings = translator.settings
+  prefix = f'[[{direction_tags.decoder_tag!r}]]' if direction_tags.decoder_tag else 'None'
+  origin = _paragraphs(
+      f'Exported by t5x_mt from run `{checkpoint_dir}`, checkpoint {exported.step}, with '
+      f'{exported.quantization} weights: {exported.model}.')
+  serving = _paragraphs(
+      'translate.py reads this folder as it reads a run: the same tokenisation '
+      '(`vocab.model`), language tags, pivots and decoding settings (`config.gin`: beam '
+      f'{settings.beam_size}, length penalty {settings.alpha}, batches of '
+      f'{settings.batch_size}); its decoding flags override them.')
+  rules = _paragraphs(
+      f'Tag strategy `{translator.tag_strategy}`. The source is '
+      f"{_tag_rule(direction_tags.encoder_tag, src_lang, tgt_lang)}, the sentence's "
+      f'SentencePiece pieces and `</s>`, at most {translator.max_input_length} in all. The '
+      f'target starts with {_tag_rule(direction_tags.decoder_tag, src_lang, tgt_lang)}, '
+      'forced as its first piece. Pieces that are not text (language tags, control and '
+      'unknown pieces) are never generated and never part of a translation. translate.py '
+      'lets a batch of sentences grow to twice its longest source plus 16 pieces, at most '
+      f'{settings.max_decode_length}.')
+  notes = _paragraphs(
+      "CTranslate2's length penalty counts the forced tag in a translation's length; "
+      "translate.py ranks the beam's finished translations without it, as the run does.",
+      'Directions the run trained on: '
+      f'{", ".join(trained_directions) or "not recorded by the run"}.')
+  return f"""# CTranslate2 model
+
+{origin}
+
+## Translate
+
+    python launch/translate.py --ctranslate2={exported.output_dir} \\
+        --src_lang={src_lang} --tgt_lang={tgt_lang} < input.txt > output.txt
+
+{serving}
+
+## Call CTranslate2 directly
+
+{rules}
+
+```python
+import ctranslate2
+import sentencepiece
+from sentencepiece import sentencepiece_model_pb2
+
+folder = '{exported.output_dir}'
+tokenizer = sentencepiece.SentencePieceProcessor(model_file=f'{{folder}}/vocab.model')
+vocabulary = sentencepiece_model_pb2.ModelProto.FromString(
+    open(f'{{folder}}/vocab.model', 'rb').read())
+text = (vocabulary.SentencePiece.NORMAL, vocabulary.SentencePiece.BYTE)
+not_text = [p.piece for p in vocabulary.pieces if p.type not in text and p.piece != '</s>']
+translator = ctranslate2.Translator(folder, device='cpu')
+pieces = tokenizer.encode('Hello.', out_type=str)
+source = {[direction_tags.encoder_tag]} + pieces + ['</s>']
+result = translator.translate_batch(
+    [source], target_prefix={prefix}, beam_size={settings.beam_size},
+    length_penalty={settings.alpha}, no_repeat_ngram_size={settings.no_repeat_ngram_size},
+    suppress_sequences=[[piece] for piece in not_text], min_decoding_length=0,
+    max_decoding_length={settings.max_decode_length}, max_input_length=0)
+print(tokenizer.decode([p for p in result[0].hypotheses[0] if p not in not_text]))
+```
+
+{notes}
+"""

@@ -1,0 +1,132 @@
+"""Translation with an exported CTranslate2 folder, through the Translator interface.
+
+`launch/translate.py --ctranslate2=OUT` reads the folder as it reads a run: config.gin
+gives the tag strategy and the decoding settings (the decoding flags override them),
+vocab.model the tokenisation, directions.json the languages it translates into. The
+sentences are tagged, cut, sorted into batches, given each batch's output limit,
+pivoted and detokenised by `inference.Translator`'s own code; only each batch's search
+runs in CTranslate2, on CPU, `parallel_batches` batches at once (its `inter_threads`).
+
+The search is CTranslate2's. Settings it cannot honour exactly are refused in one line:
+`max_length_ratio` (CTranslate2's output limit holds for a whole batch and does not end
+a translation with EOS) and a `stop` rule other than 'beam_full' (its beam search ends a
+sentence once beam_size hypotheses have finished). Its length penalty counts the forced
+target tag; the best translation is chosen among its finished hypotheses by the run's
+own score, sum log p / (generated length incl. EOS) ** alpha. docs/serving.md lists
+where its beam search may still choose another translation than ours.
+"""
+
+from collections.abc import Mapping, Sequence
+import os
+from typing import Any
+
+import ctranslate2
+import numpy as np
+
+from t5x_mt import configurables
+from t5x_mt import files
+from t5x_mt import inference
+from t5x_mt import models
+from t5x_mt import network
+from t5x_mt import run_layout
+from t5x_mt import run_loading
+from t5x_mt.data import tags
+from t5x_mt.errors import UserError
+
+FLAG = '--ctranslate2'
+
+
+def check_settings(settings: inference.DecodeSettings, overrides: Mapping[str, Any],
+                   config_file: files.AnyPath) -> None:
+  """A UserError naming the flag, or the binding in `config_file`, of a decoding setting
+  CTranslate2 cannot honour exactly."""
+  def where(field: str) -> str:
+    if field in overrides:
+      return f'--{field}={overrides[field]}'
+    return f'inference.Translator.{field} = {getattr(settings, field)!r} in {config_file}'
+
+  if settings.max_length_ratio > 0:
+    raise UserError(f'{where("max_length_ratio")}: CTranslate2 limits the output of a '
+                    'whole batch and ends it without EOS, not each sentence at its own '
+                    'length; give --max_length_ratio=0 to translate without that limit')
+  if settings.stop != 'beam_full':
+    raise UserError(f"{where('stop')}: CTranslate2's beam search stops a sentence once "
+                    "beam_size hypotheses have finished ('beam_full') and cannot stop "
+                    'as this rule does')
+
+
+class CTranslate2Translator(inference.Translator):
+  """An `inference.Translator` whose batches a CTranslate2 model decodes.
+
+  `config` is the exported model's architecture; the Translator reads only its limits
+  (max_length) from it, since the weights are CTranslate2's.
+  """
+
+  def __init__(self, model_dir: str, config: network.TransformerConfig,
+               vocabulary_file: str, tag_strategy: str, settings: inference.DecodeSettings,
+               target_languages: set[str] | None = None):
+    super().__init__(models.TranslationModel(config), None, vocabulary_file, tag_strategy,
+                     settings, target_languages=target_languages)
+    cores = os.cpu_count() or 1
+    self.parallel_batches = settings.parallel_batches or cores
+    self._engine = ctranslate2.Translator(
+        model_dir, device='cpu', inter_threads=self.parallel_batches,
+        intra_threads=max(1, cores // self.parallel_batches))
+    reserved = np.flatnonzero(tags.reserved_pieces(self.tokenizer))
+    self._not_text = [[self.tokenizer.id_to_piece(int(i))] for i in reserved]
+
+  def _run_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
+                 direction: int) -> list[list[int]]:
+    """Each sentence's best output ids, the forced tag first (if any): CTranslate2's
+    search within the batch's output limit, its finished hypotheses ranked by ours."""
+    del direction  # Chooses adapters, which no export has.
+    _, decode_length = self.batch_lengths(encoder_ids)
+    pieces = self.tokenizer.id_to_piece
+    prefix = [] if prefix_id is None else [pieces(prefix_id)]
+    settings = self.settings
+    results = self._engine.translate_batch(
+        [[pieces(i) for i in ids] for ids in encoder_ids],
+        target_prefix=[prefix] * len(encoder_ids) if prefix else None,
+        beam_size=settings.beam_size, num_hypotheses=settings.beam_size,
+        length_penalty=settings.alpha, no_repeat_ngram_size=settings.no_repeat_ngram_size,
+        suppress_sequences=self._not_text, return_end_token=True, return_scores=True,
+        max_input_length=0, max_decoding_length=decode_length, min_decoding_length=0)
+    return [[self.tokenizer.piece_to_id(piece)
+             for piece in best_hypothesis(result, settings.alpha, len(prefix))]
+            for result in results]
+
+
+def best_hypothesis(result: ctranslate2.TranslationResult, alpha: float,
+                    prefix_length: int) -> Sequence[str]:
+  """The hypothesis with the best sum log p / generated length ** alpha.
+
+  CTranslate2 divides by the length of the whole hypothesis (forced prefix and EOS
+  included); ours leaves the prefix out (`decoding.length_penalty`).
+  """
+  def ours(index: int) -> float:
+    length = len(result.hypotheses[index])
+    generated = max(length - prefix_length, 1)
+    return result.scores[index] * (length / generated) ** alpha
+
+  return result.hypotheses[max(range(len(result.hypotheses)), key=ours)]
+
+
+def load_translator(model_dir: str,
+                    overrides: Mapping[str, Any]) -> CTranslate2Translator:
+  """The translator of an exported folder, with the decoding settings of its config.gin
+  under `overrides` (`cli.decoding_overrides`); replaces the process's gin config."""
+  layout = run_layout.RunLayout(model_dir)
+  if not ctranslate2.contains_model(model_dir):
+    raise UserError(f'{FLAG}: {model_dir} holds no CTranslate2 model (write one with '
+                    'launch/export.py --format=ctranslate2)')
+  for needed in (layout.config, layout.vocabulary):
+    if not needed.is_file():
+      raise UserError(f'{FLAG}: {needed} is missing; launch/export.py writes it beside the '
+                      'model')
+  run_loading.load_run_config(model_dir)
+  settings = configurables.decode_settings(**overrides)
+  check_settings(settings, overrides, layout.config)
+  return CTranslate2Translator(
+      model_dir, run_loading.model_config_of(layout.vocabulary), str(layout.vocabulary),
+      configurables.data_settings().tag_strategy, settings,
+      target_languages=run_loading.trained_target_languages(model_dir))
