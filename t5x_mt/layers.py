@@ -67,9 +67,11 @@ class LayerNorm(nn.Module):
   def __call__(self, x: Array, normalized: Optional[Array] = None) -> Array:
     features = x.shape[-1]
     y = normalize(x, self.epsilon) if normalized is None else normalized
-    scale = self.param('scale', nn.with_logical_partitioning(nn.initializers.ones, ('embed',)),
+    scale = self.param(parameter_layout.NORM_SCALE,
+                       nn.with_logical_partitioning(nn.initializers.ones, ('embed',)),
                        (features,), self.param_dtype)
-    bias = self.param('bias', nn.with_logical_partitioning(nn.initializers.zeros, ('embed',)),
+    bias = self.param(parameter_layout.BIAS,
+                      nn.with_logical_partitioning(nn.initializers.zeros, ('embed',)),
                       (features,), self.param_dtype)
     y = y * scale.astype(jnp.float32) + bias.astype(jnp.float32)
     return y.astype(self.dtype)
@@ -98,7 +100,7 @@ class DenseGeneral(nn.Module):
     if len(self.kernel_axes) != len(kernel_shape):
       raise ValueError(f'kernel_axes {self.kernel_axes} do not match kernel {kernel_shape}')
     kernel = self.param(
-        'kernel',
+        parameter_layout.KERNEL,
         nn.with_logical_partitioning(
             scaled(self.kernel_init or _xavier_uniform(n_in, len(features)), self.init_scale),
             tuple(self.kernel_axes)),
@@ -107,7 +109,7 @@ class DenseGeneral(nn.Module):
     y = jax.lax.dot_general(x.astype(self.dtype), kernel.astype(self.dtype), (contract, ((), ())))
     if self.use_bias:
       bias = self.param(
-          'bias',
+          parameter_layout.BIAS,
           nn.with_logical_partitioning(nn.initializers.zeros, tuple(self.kernel_axes[n_in:])),
           features, self.param_dtype)
       y = y + bias.astype(self.dtype)
@@ -205,13 +207,14 @@ class MultiHeadAttention(nn.Module):
     `relative_ids` [B or 1, Lq, Lk] (`relative_position_ids`) pick each query-key pair's
     rows of the relative tables; decoding steps derive them from the cache's index.
     """
-    query = self._project(inputs_q, 'query')
+    query_name, key_name, value_name = parameter_layout.ATTENTION_PROJECTIONS
+    query = self._project(inputs_q, query_name)
     cache_names = decode_cache.FIXED_KV_CACHE if self.fixed_kv else decode_cache.STEP_KV_CACHE
     if decode and self.has_variable('cache', cache_names[0]):
       out = self._decoding_step(query, inputs_kv, kv_segment_ids)
     else:
-      key = self._project(inputs_kv, 'key')
-      value = self._project(inputs_kv, 'value')
+      key = self._project(inputs_kv, key_name)
+      value = self._project(inputs_kv, value_name)
       if decode:
         self._create_cache(key, value, max_decode_length)
       dropout_rng = None
@@ -226,7 +229,8 @@ class MultiHeadAttention(nn.Module):
     out = nn.with_logical_constraint(out, ('batch', 'length', 'heads', 'kv'))
     out = DenseGeneral((inputs_q.shape[-1],), ('heads', 'kv', 'embed'), num_input_axes=2,
                        dtype=self.dtype, param_dtype=self.param_dtype,
-                       init_scale=self.init_scale, name='out')(out)
+                       init_scale=self.init_scale,
+                       name=parameter_layout.ATTENTION_OUTPUT)(out)
     return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
   def _create_cache(self, key: Array, value: Array, max_decode_length: Optional[int]):
@@ -292,7 +296,7 @@ class MultiHeadAttention(nn.Module):
     batch, heads, head_dim, _ = key_cache.shape
     slots, max_length = ancestry.shape[0] // batch, ancestry.shape[1]
     key, value = (self._project(inputs_kv, name).reshape(batch, slots, heads, head_dim)
-                  for name in ('key', 'value'))
+                  for name in parameter_layout.ATTENTION_PROJECTIONS[1:])
     index = self.get_variable('cache', 'cache_index')
     key_cache = jax.lax.dynamic_update_slice_in_dim(
         key_cache, key.transpose(0, 2, 3, 1), index * slots, axis=3)
@@ -322,11 +326,13 @@ class MlpBlock(nn.Module):
     if self.activation not in ACTIVATIONS:
       raise ValueError(f'unknown activation {self.activation!r}; valid: {sorted(ACTIVATIONS)}')
     h = DenseGeneral((self.mlp_dim,), ('embed', 'mlp'), dtype=self.dtype,
-                     param_dtype=self.param_dtype, init_scale=self.init_scale, name='wi')(x)
+                     param_dtype=self.param_dtype, init_scale=self.init_scale,
+                     name=parameter_layout.MLP_INPUT)(x)
     h = ACTIVATIONS[self.activation](h)
     h = nn.with_logical_constraint(h, ('batch', 'length', 'mlp'))
     y = DenseGeneral((x.shape[-1],), ('mlp', 'embed'), dtype=self.dtype,
-                     param_dtype=self.param_dtype, init_scale=self.init_scale, name='wo')(h)
+                     param_dtype=self.param_dtype, init_scale=self.init_scale,
+                     name=parameter_layout.MLP_OUTPUT)(h)
     return nn.with_logical_constraint(y, ('batch', 'length', 'embed'))
 
 
@@ -343,7 +349,7 @@ class Embed(nn.Module):
 
   def setup(self):
     self.embedding = self.param(
-        'embedding',
+        parameter_layout.EMBEDDING_TABLE,
         nn.with_logical_partitioning(nn.initializers.normal(stddev=1.0), ('vocab', 'embed')),
         (self.num_embeddings, self.features), self.param_dtype)
 
@@ -403,7 +409,7 @@ class PositionEmbedding(nn.Module):
     _, length, features = x.shape
     if self.kind == 'learned':
       table = self.param(
-          'pos_embedding',
+          parameter_layout.POSITION_TABLE,
           nn.with_logical_partitioning(nn.initializers.normal(stddev=0.02), (None, 'embed')),
           (self.max_length, features), self.param_dtype)
     elif self.kind == 'sinusoidal':

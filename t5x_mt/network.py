@@ -165,8 +165,8 @@ def _sublayer(cfg: TransformerConfig, x: Array, sublayer, name: str, determinist
   """x through one residual sublayer with its norm where `cfg.layer_norm` puts it; `bottom`
   (B2T: the layer's input) joins the residual sum before the post-norm."""
   dropout = nn.Dropout(cfg.dropout_rate)
-  norm_name = f'{"pre" if cfg.layer_norm == "pre" else "post"}_{name}_norm'
-  norm = layers.LayerNorm(dtype=cfg.dtype, name=norm_name)
+  norm = layers.LayerNorm(dtype=cfg.dtype,
+                          name=parameter_layout.layer_norm_name(name, cfg.layer_norm))
   if cfg.layer_norm == 'pre':
     return x + dropout(sublayer(norm(x)), deterministic=deterministic)
   y = x + dropout(sublayer(x), deterministic=deterministic)
@@ -178,17 +178,18 @@ def _bottom(cfg: TransformerConfig, x: Array) -> Optional[Array]:
   return x if cfg.layer_norm == 'post_b2t' else None
 
 
-def _attention(cfg: TransformerConfig, stack: str, name: str, fixed_kv: bool = False):
+def _attention(cfg: TransformerConfig, stack: str, sublayer: str, fixed_kv: bool = False):
   relative = 0 if fixed_kv else cfg.relative_distance_of(stack)
   return layers.MultiHeadAttention(
       cfg.num_heads, cfg.head_dim, cfg.attention_dropout_rate, cfg.attention_implementation,
       dtype=cfg.dtype, fixed_kv=fixed_kv, init_scale=cfg.init_scale_of(stack),
-      relative_max_distance=relative, relative_values=cfg.relative_values, name=name)
+      relative_max_distance=relative, relative_values=cfg.relative_values,
+      name=parameter_layout.ATTENTION_MODULES[sublayer])
 
 
 def _mlp(cfg: TransformerConfig, stack: str):
   return layers.MlpBlock(cfg.mlp_dim_of(stack), cfg.mlp_activation, dtype=cfg.dtype,
-                         init_scale=cfg.init_scale_of(stack), name='mlp')
+                         init_scale=cfg.init_scale_of(stack), name=parameter_layout.MLP)
 
 
 class EncoderLayer(nn.Module):
@@ -199,11 +200,13 @@ class EncoderLayer(nn.Module):
   def __call__(self, x: Array, segment_ids: Array, relative_ids: Optional[Array],
                deterministic: bool) -> Array:
     cfg = self.config
-    attention = _attention(cfg, 'encoder', 'attention')
+    attention_sublayer, mlp_sublayer = parameter_layout.SUBLAYERS['encoder']
+    attention = _attention(cfg, 'encoder', attention_sublayer)
     h = _sublayer(cfg, x, lambda y: attention(
         y, y, q_segment_ids=segment_ids, kv_segment_ids=segment_ids,
-        relative_ids=relative_ids, deterministic=deterministic), 'attention', deterministic)
-    h = _sublayer(cfg, h, _mlp(cfg, 'encoder'), 'mlp', deterministic, _bottom(cfg, x))
+        relative_ids=relative_ids, deterministic=deterministic), attention_sublayer,
+                  deterministic)
+    h = _sublayer(cfg, h, _mlp(cfg, 'encoder'), mlp_sublayer, deterministic, _bottom(cfg, x))
     return nn.with_logical_constraint(h, ('batch', 'length', 'embed'))
 
 
@@ -216,16 +219,17 @@ class DecoderLayer(nn.Module):
                encoder_segment_ids: Array, relative_ids: Optional[Array],
                deterministic: bool, decode: bool, max_decode_length: Optional[int]) -> Array:
     cfg = self.config
-    own = _attention(cfg, 'decoder', 'self_attention')
-    cross = _attention(cfg, 'decoder', 'encoder_decoder_attention', fixed_kv=True)
+    own_sublayer, cross_sublayer, mlp_sublayer = parameter_layout.SUBLAYERS['decoder']
+    own = _attention(cfg, 'decoder', own_sublayer)
+    cross = _attention(cfg, 'decoder', cross_sublayer, fixed_kv=True)
     h = _sublayer(cfg, x, lambda y: own(
         y, y, q_segment_ids=segment_ids, kv_segment_ids=segment_ids, causal=True,
         relative_ids=relative_ids, decode=decode, max_decode_length=max_decode_length,
-        deterministic=deterministic), 'self_attention', deterministic)
+        deterministic=deterministic), own_sublayer, deterministic)
     h = _sublayer(cfg, h, lambda y: cross(
         y, encoded, q_segment_ids=segment_ids, kv_segment_ids=encoder_segment_ids,
-        decode=decode, deterministic=deterministic), 'cross_attention', deterministic)
-    h = _sublayer(cfg, h, _mlp(cfg, 'decoder'), 'mlp', deterministic, _bottom(cfg, x))
+        decode=decode, deterministic=deterministic), cross_sublayer, deterministic)
+    h = _sublayer(cfg, h, _mlp(cfg, 'decoder'), mlp_sublayer, deterministic, _bottom(cfg, x))
     return nn.with_logical_constraint(h, ('batch', 'length', 'embed'))
 
 

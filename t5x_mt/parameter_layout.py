@@ -70,12 +70,15 @@ def adapter_name(index: int) -> str:
   return f'{ADAPTER_PREFIX}{index}'
 
 
+def layer_norm_name(sublayer: str, placement: str) -> str:
+  """The norm of `sublayer` under `placement`: 'pre_<sublayer>_norm' before it (pre-LN),
+  'post_<sublayer>_norm' after its residual sum (post-LN, B2T)."""
+  return f'{"pre" if placement == "pre" else "post"}_{sublayer}_norm'
+
+
 def layer_norm_names(stack: str, placement: str) -> tuple[str, ...]:
-  """The norms of a layer of `stack`, one per sublayer in order: 'pre_<sublayer>_norm'
-  before each sublayer (pre-LN), 'post_<sublayer>_norm' after its residual sum (post-LN,
-  B2T)."""
-  side = 'pre' if placement == 'pre' else 'post'
-  return tuple(f'{side}_{sublayer}_norm' for sublayer in SUBLAYERS[stack])
+  """The norms of a layer of `stack`, one per sublayer in order (`layer_norm_name`)."""
+  return tuple(layer_norm_name(sublayer, placement) for sublayer in SUBLAYERS[stack])
 
 
 def has_final_norm(placement: str) -> bool:
