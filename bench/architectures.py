@@ -86,7 +86,6 @@ def scores(layout: run_layout.RunLayout, step: int, split: str) -> dict[str, Any
 
 def validation_loss(layout: run_layout.RunLayout, step: int) -> float:
   """Label-smoothed cross-entropy per target token over the validation split."""
-  cli.start_tensorflow()
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top  (after the flags)
   from t5x_mt import baselines  # pylint: disable=g-import-not-at-top
   from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
@@ -188,6 +187,7 @@ def main(argv: list[str]) -> int:
   if args.chart is not None:
     files.check_output(args.chart, '--chart')
   runs_dir = files.path(args.runs_dir)
+  cli.start_tensorflow()
   measured = {variant.name: measure(variant, runs_dir, comparison)
               for comparison in chosen for variant in COMPARISONS[comparison]}
   print(f'the demo ({DEMO}); layer_norm runs: {" ".join(DEEP_NARROW)}')

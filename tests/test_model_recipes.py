@@ -3,6 +3,7 @@ docs/methods.md#model tables, every recipe builds a valid model, and the archite
 macros choose the model whichever file sets them last."""
 
 import functools
+import itertools
 import pathlib
 import re
 
@@ -35,11 +36,14 @@ UNITS = {'M': 1e6, 'B': 1e9}
 
 
 def _doc_table() -> dict[str, dict[str, str]]:
-  """docs/methods.md's table of model files under '## Model': file name -> column -> cell."""
+  """docs/methods.md's table of model files, the first table under '## Model': file name
+  -> column -> cell."""
   text = (REPO / 'docs' / 'methods.md').read_text(encoding='utf-8')
-  section = text.split('\n## Model\n', 1)[1].split('\n## ', 1)[0]
+  lines = text.split('\n## Model\n', 1)[1].split('\n## ', 1)[0].splitlines()
+  first = next(number for number, line in enumerate(lines) if line.startswith('| '))
+  table = itertools.takewhile(lambda line: line.startswith('|'), lines[first:])
   rows = [[cell.strip() for cell in line.strip().strip('|').split('|')]
-          for line in section.splitlines() if line.startswith('| ')]
+          for line in table if line.startswith('| ')]
   header, *body = rows
   return {row[0].strip('`'): dict(zip(header, row)) for row in body}
 
