@@ -49,6 +49,14 @@ def test_group_losses_per_direction_and_per_target(trained_run):
   total_tokens = sum(tokens for _, tokens in by_direction.values())
   assert target['losses'] == pytest.approx({'hau_Latn': total_loss / total_tokens}, rel=1e-5)
   assert target['tokens'] == {'hau_Latn': total_tokens}
+  # A held-out split scores as the training split does (bench/architectures.py's loss).
+  held_out_loss, held_out_tokens = _first_batch_loss(translator, TASKS[0], 'validation')
+  held_out = baselines.group_losses(translator, TASKS[0], batch_size=8, inputs_length=32,
+                                    targets_length=32, max_batches_per_task=1,
+                                    split='validation')
+  assert held_out['losses'] == pytest.approx(
+      {'eng_Latn-hau_Latn': held_out_loss / held_out_tokens}, rel=1e-5)
+  assert held_out_tokens != by_direction[TASKS[0]][1]
 
 
 def test_command_writes_the_json_of_the_runs_mixture(trained_run, tmp_path, monkeypatch,
