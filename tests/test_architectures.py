@@ -164,6 +164,7 @@ def _init(config):
   return nn.meta.unbox(model.init(jax.random.key(0), tokens, tokens, tokens))['params']
 
 
+@pytest.mark.slow
 def test_b2t_initialises_every_layer_weight_but_norms_and_biases_depth_to_the_minus_half():
   config = dataclasses.replace(TINY, num_encoder_layers=4, num_decoder_layers=2,
                                position_embedding='relative', relative_in_decoder=True)
@@ -185,6 +186,7 @@ def test_b2t_initialises_every_layer_weight_but_norms_and_biases_depth_to_the_mi
   assert scaled == 4 * 8 + 2 * 12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['post', 'b2t_relative_keys_only'])
 def test_packed_forward_of_each_variant_equals_each_sequence_run_separately(name):
   # Relative distances restart with the positions of each packed sequence.
