@@ -7,7 +7,6 @@ from typing import Any
 from flax import traverse_util
 import jax
 
-from t5x_mt import adapters
 from t5x_mt import checkpoints
 from t5x_mt import files
 from t5x_mt import parameter_layout

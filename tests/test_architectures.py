@@ -3,7 +3,6 @@ B2T's initialisation, relative positions under packing, and cached decoding agai
 teacher forcing for every variant."""
 
 import dataclasses
-import functools
 
 import flax.linen as nn
 import jax

@@ -14,7 +14,6 @@ from t5x_mt import configurables
 from t5x_mt import gin_utils
 from t5x_mt.data import corpora
 from t5x_mt.data import mixtures
-from t5x_mt.errors import UserError
 from test_launch_translate_evaluate import run_in_process
 
 ENG, HAU = 'eng_Latn', 'hau_Latn'
