@@ -27,8 +27,11 @@ from t5x_mt.errors import UserError
 # Every process passes the same barriers in the same order, so they number them alike.
 _barriers = itertools.count()
 # What gloo prints on stdout each time it connects a group of processes for a collective:
-# nothing a user acts on, and every process prints it again for every new group.
-_GLOO_CONNECTED = re.compile(rb'\[Gloo\] Rank \d+ is connected to \d+ peer ranks')
+# nothing a user acts on, and every process prints it again for every new group. A process
+# with several devices connects them from several threads at once, whose reports interleave
+# piece by piece, so a line made of nothing but these pieces is one of them.
+_GLOO_PIECES = re.compile(rb'(?:\[Gloo\] Rank | is connected to | peer ranks\. '
+                          rb'|Expected number of connected peer ranks is : |\d+|\s)+')
 
 
 def initialize(coordinator_address: str | None, num_processes: int | None,
@@ -88,7 +91,7 @@ class _NativeOutput:
   def copy(self, source: BinaryIO, sink: BinaryIO) -> None:
     """Copies the lines of `source` to `sink` until `source` ends."""
     for line in source:
-      if not _GLOO_CONNECTED.match(line):
+      if not (_GLOO_PIECES.fullmatch(line) and b'peer ranks' in line):
         sink.write(self.prefix + line)
         sink.flush()
 

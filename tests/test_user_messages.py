@@ -147,8 +147,12 @@ def test_native_output_is_prefixed_and_gloo_connection_reports_are_dropped():
   sink = io.BytesIO()
   native_output.copy(io.BytesIO(
       b'[Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected peer '
-      b'ranks is : 1\nNCCL INFO ring 0\n'), sink)
-  assert sink.getvalue() == b'[process 1] NCCL INFO ring 0\n'
+      b'ranks is : 1\nNCCL INFO ring 0\n'
+      # Two devices' threads reporting at once, as a process with two devices prints them.
+      b'[Gloo] Rank [Gloo] Rank 3 is connected to 3 peer ranks. Expected number of '
+      b'connected peer ranks is : 3\n2 is connected to 3 peer ranks. Expected number of '
+      b'connected peer ranks is : 3\n2 peer ranks left\n'), sink)
+  assert sink.getvalue() == b'[process 1] NCCL INFO ring 0\n[process 1] 2 peer ranks left\n'
 
 
 JOIN_TWO_PROCESSES = '''
