@@ -17,6 +17,7 @@ import math
 import os
 
 from t5x_mt import files
+from t5x_mt.data import readers
 from t5x_mt.errors import UserError
 
 SEPARATOR = ' ||| '
@@ -74,15 +75,11 @@ def write(path: str | os.PathLike, entries: Iterable[Sequence[Entry]]) -> None:
 def read(path: str | os.PathLike) -> list[list[Entry]]:
   """The n-best list in file `path`, one list of entries per source sentence.
 
-  A line that does not parse, or indices that are not 0, 1, ... in order, is a
-  UserError naming the file, the line and the field.
+  A missing or unreadable file, a line that does not parse, or indices that are not 0,
+  1, ... in order, is a UserError naming the file, the line and the field.
   """
   sentences: list[list[Entry]] = []
-  text = files.path(path).read_text(encoding='utf-8')
-  lines = text.split('\n')  # Not splitlines: a hypothesis may hold U+2028 and the like.
-  if lines[-1] == '':
-    lines.pop()
-  for number, line in enumerate(lines, start=1):
+  for number, line in enumerate(readers.iter_lines(path), start=1):
     index, entry = _parse_line(line, f'{path}:{number}')
     if index == len(sentences) - 1:
       sentences[-1].append(entry)

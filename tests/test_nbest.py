@@ -60,3 +60,8 @@ def test_failed_write_leaves_no_file(tmp_path):
   with pytest.raises(UserError):
     nbest.write(path, [[nbest.Entry('ok', {'f': 1.0}, 1.0), nbest.Entry('a|||b', {}, 0.0)]])
   assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_list_is_one_line_naming_it(tmp_path):
+  with pytest.raises(UserError, match=r'absent.nbest: no such file'):
+    nbest.read(tmp_path / 'absent.nbest')
