@@ -1,0 +1,128 @@
+"""A trained run as a scorer of given sentence pairs: log p(target | source), teacher-forced.
+
+Reranking an n-best list needs each hypothesis scored by other models than the one that
+produced it: a backward model (a target->source run scores the source given the
+hypothesis), a right-to-left model and a target-side language model. `RunScorer` loads
+any of these from its run folder, as translation does, and scores pairs in length-sorted,
+bucketed batches through `models.TranslationModel.score_batch`, compiled once per bucket.
+
+A pair is tokenised as the run's training data was: the source as translation encodes it
+(`inference.Translator.encode_source`: the encoder tag, its pieces cut to the model's
+input, EOS) and the target as the decoder's tag (forced in translation, so not scored),
+the target's pieces and EOS. A pair's score is the sum of the log-probabilities of the
+target's pieces and EOS, the same whatever else shares its batch.
+"""
+
+from collections.abc import Sequence
+import contextlib
+
+import jax
+import numpy as np
+
+from t5x_mt import inference
+from t5x_mt import partitioning
+from t5x_mt import progress
+from t5x_mt import run_loading
+from t5x_mt.data import tags
+from t5x_mt.data import vocab
+from t5x_mt.data.directions import Direction
+from t5x_mt.errors import UserError
+
+TRANSLATION = 'translation'
+KINDS = (TRANSLATION,)
+
+
+class RunScorer:
+  """Scores sentence pairs with a trained run's model (see the module docstring).
+
+  Attributes:
+    kind: what the run models, read from its config.gin: 'translation' (an ordinary
+      encoder-decoder run).
+    translator: the run loaded for translation; its tokenizer, tags and model are the
+      scorer's.
+  """
+
+  def __init__(self, translator: inference.Translator, kind: str = TRANSLATION):
+    self.translator = translator
+    self.kind = kind
+    self._score_batch = jax.jit(translator.model.score_batch)
+
+  @classmethod
+  def load(cls, run_dir: str, *, batch_size: int = 64, step: int | None = None) -> 'RunScorer':
+    """The scorer of the run in `run_dir` (its MODEL_DIR), with the parameters of `step`
+    (latest if None), scoring `batch_size` pairs at a time.
+
+    Like translation, this makes the run's config.gin the process's gin config.
+    """
+    return cls(run_loading.load_translator(run_dir, step, batch_size=batch_size))
+
+  def score(self, sources: Sequence[str] | None, targets: Sequence[str], src_lang: str,
+            tgt_lang: str, *, progress_bar: bool = False) -> np.ndarray:
+    """log p(target | source) [len(targets)] of each pair (float32), summed over the
+    target's pieces and EOS, teacher-forced without dropout."""
+    if sources is None or len(sources) != len(targets):
+      raise ValueError(f'{0 if sources is None else len(sources)} sources for '
+                       f'{len(targets)} targets; give one source per target')
+    self.translator.check_target(tgt_lang)
+    direction_tags = tags.tags_for(self.translator.tag_strategy, src_lang, tgt_lang)
+    encoder_ids = [self.translator.encode_source(source, direction_tags) for source in sources]
+    decoder_ids, scored_from = self._target_ids(targets, direction_tags)
+    direction = Direction(src_lang, tgt_lang).id
+    scores = np.zeros(len(targets), np.float32)
+    order = sorted(range(len(targets)), key=lambda i: (len(decoder_ids[i]), len(encoder_ids[i])))
+    with progress.bar(total=len(targets), desc=f'score {src_lang}-{tgt_lang}', unit='pair',
+                      shown=progress_bar) as bar:
+      for start in range(0, len(order), self.translator.batch_size):
+        rows = order[start:start + self.translator.batch_size]
+        batch = self._batch([encoder_ids[i] for i in rows], [decoder_ids[i] for i in rows],
+                            scored_from, direction)
+        scores[rows] = self._run(batch)[:len(rows)]
+        bar.update(len(rows))
+    return scores
+
+  def _target_ids(self, targets: Sequence[str], direction_tags: tags.Tags
+                  ) -> tuple[list[list[int]], int]:
+    """(decoder target ids of each target, the position its scored tokens start at): the
+    decoder tag where the run's tags put one, the pieces, EOS."""
+    prefix = []
+    if direction_tags.decoder_tag:
+      prefix = [tags.tag_piece_id(self.translator.tokenizer, direction_tags.decoder_tag,
+                                  self.translator.vocabulary_file)]
+    max_length = self.translator.model.config.max_length
+    decoder_ids = []
+    for index, pieces in enumerate(self.translator.tokenizer.encode(list(targets))):
+      ids = prefix + pieces + [vocab.EOS_ID]
+      if len(ids) > max_length:
+        raise UserError(f'target {index + 1}: {len(pieces)} pieces do not fit the '
+                        f"model's {max_length} decoder positions")
+      decoder_ids.append(ids)
+    return decoder_ids, len(prefix)
+
+  def _batch(self, encoder_ids: list[list[int]], decoder_ids: list[list[int]],
+             scored_from: int, direction: int) -> dict[str, np.ndarray]:
+    """A batch of `batch_size` rows (those past the pairs repeat the last one), each side
+    padded to its bucketed longest row."""
+    rows = self.translator.batch_size
+    encoder_length = inference.bucket_length(max(map(len, encoder_ids)),
+                                             self.translator.max_input_length)
+    decoder_length = inference.bucket_length(max(map(len, decoder_ids)),
+                                             self.translator.model.config.max_length)
+    batch = {name: np.zeros((rows, length), np.int32) for name, length in (
+        ('encoder_input_tokens', encoder_length), ('decoder_input_tokens', decoder_length),
+        ('decoder_target_tokens', decoder_length), ('decoder_loss_weights', decoder_length),
+        ('decoder_direction_ids', decoder_length))}
+    for row in range(rows):
+      source, target = (ids[min(row, len(ids) - 1)] for ids in (encoder_ids, decoder_ids))
+      batch['encoder_input_tokens'][row, :len(source)] = source
+      batch['decoder_target_tokens'][row, :len(target)] = target
+      batch['decoder_input_tokens'][row, 1:len(target)] = target[:-1]
+      batch['decoder_loss_weights'][row, scored_from:len(target)] = 1
+      batch['decoder_direction_ids'][row, :len(target)] = direction
+    return batch
+
+  def _run(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+    translator = self.translator
+    with contextlib.ExitStack() as stack:
+      if translator.mesh is not None:
+        stack.enter_context(partitioning.activation_sharding(translator.mesh, translator.rules))
+      return np.asarray(jax.device_get(self._score_batch(translator.params, batch)))
