@@ -277,6 +277,16 @@ def _tokenize(dataset: tf.data.Dataset, direction: str) -> tf.data.Dataset:
   return dataset.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
 
 
+def _reverse_targets(dataset: tf.data.Dataset) -> tf.data.Dataset:
+  """Each target's pieces in reverse order where the settings say `reverse_target` (a
+  right-to-left model), before the tags and EOS go on: the decoder still starts from its
+  tag and ends with EOS."""
+  if not _SETTINGS.reverse_target:
+    return dataset
+  return dataset.map(lambda example: {**example, 'targets': tf.reverse(example['targets'], [0])},
+                     num_parallel_calls=tf.data.AUTOTUNE)
+
+
 def _tag_id(tag: str) -> int:
   return tags.tag_piece_id(VOCABULARY.sentencepiece.tokenizer, tag,
                            VOCABULARY.sentencepiece_model_file)
@@ -345,6 +355,7 @@ def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
       preprocessors=[
           _to_inputs_targets,
           functools.partial(_tokenize, direction=source.direction.name),
+          _reverse_targets,
           functools.partial(_add_tags, source=source),
           seqio.preprocessors.append_eos_after_trim,
           functools.partial(_add_direction, direction=source.direction.id),

@@ -75,6 +75,11 @@ def _temperature(temperature: float = settings.DEFAULT_TEMPERATURE) -> float:
   return temperature
 
 
+@gin.configurable('reverse_target', module='data_tasks')
+def _reverse_target(enabled: bool = False) -> bool:
+  return enabled
+
+
 @gin.configurable('subword_sampling', module='data_tasks')
 def _subword_sampling(sides: Mapping[str, str] | None = None, alpha: float = 0.1,
                       nbest_size: int = -1) -> dict[str, Any]:
@@ -158,7 +163,7 @@ def data_settings() -> settings.DataSettings:
   return settings.DataSettings(
       vocabulary_path=_vocabulary_path(), tag_strategy=_tag_strategy(),
       temperature=_temperature(), **_subword_sampling(), **_wmt22_corpora(),
-      extra_pair_groups=_pair_groups())
+      extra_pair_groups=_pair_groups(), reverse_target=_reverse_target())
 
 
 def corpora_and_mixtures() -> dict[str, Any]:

@@ -118,14 +118,17 @@ class Translator:
   (`prediction.predict_batch`), ids back to text; pivoted directions leg by leg.
 
   `target_languages`: the languages the model was trained to translate into; any other
-  target is refused (None: not known, nothing refused).
+  target is refused (None: not known, nothing refused). `reverse_target`: the model
+  writes each target's pieces right to left (trained with REVERSE_TARGET); its outputs
+  are turned back before detokenising.
   """
 
   def __init__(self, model: models.TranslationModel, params: Any, vocabulary_file: str,
                tag_strategy: str, settings: DecodeSettings, *,
                mesh: jax.sharding.Mesh | None = None,
                rules: partitioning.LogicalRules | None = None,
-               target_languages: Collection[str] | None = None):
+               target_languages: Collection[str] | None = None,
+               reverse_target: bool = False):
     self.model = model
     self.params = params  # In the model's layout (scanned layers stay stacked).
     self.settings = settings
@@ -139,6 +142,7 @@ class Translator:
     self.mesh = mesh
     self.rules = rules if rules is not None else partitioning.logical_axis_rules()
     self.target_languages = None if target_languages is None else frozenset(target_languages)
+    self.reverse_target = reverse_target
     self.max_input_length = min(settings.max_input_length, model.config.max_length)
     self.max_decode_length = min(settings.max_decode_length, model.config.max_length)
     self._data_parallel = partitioning.batch_shards(mesh) if mesh is not None else 1
@@ -184,6 +188,8 @@ class Translator:
     ids = list(ids)
     if vocab.EOS_ID in ids:
       ids = ids[:ids.index(vocab.EOS_ID)]
+    if self.reverse_target:
+      ids.reverse()
     return self.tokenizer.decode([i for i in ids if not self._reserved_pieces[i]])
 
   def _batch_rows(self, num_sentences: int) -> int:

@@ -237,7 +237,8 @@ class RunSpec:
              *bindings_of(EVAL_CONFIGURABLE, self.evaluation),
              *bindings_of(MODEL_CONFIGURABLE, self.model, skip=('vocab_size',)),
              f'data_tasks.vocabulary_path.path = {self.data.vocabulary_path!r}',
-             f'data_tasks.tag_strategy.strategy = {self.data.tag_strategy!r}']
+             f'data_tasks.tag_strategy.strategy = {self.data.tag_strategy!r}',
+             f'data_tasks.reverse_target.enabled = {self.data.reverse_target!r}']
     if self.vocabulary is not None:
       lines += bindings_of(VOCABULARY_CONFIGURABLE, self.vocabulary)
     if self.decode is not None:

@@ -138,11 +138,12 @@ def load_translator(checkpoint_dir: str, step: int | None = None, *,
   params = _restore_params(run.run_dir, step, run.abstract_params)
   target_languages = translator_overrides.pop('target_languages',
                                               trained_target_languages(run.run_dir))
+  data_settings = configurables.data_settings()
   return inference.Translator(models.TranslationModel(run.config), params,
-                              str(run.vocabulary_file),
-                              configurables.data_settings().tag_strategy,
+                              str(run.vocabulary_file), data_settings.tag_strategy,
                               configurables.decode_settings(**translator_overrides),
-                              mesh=run.mesh, rules=run.rules, target_languages=target_languages)
+                              mesh=run.mesh, rules=run.rules, target_languages=target_languages,
+                              reverse_target=data_settings.reverse_target)
 
 
 def trained_target_languages(run_dir: str | files.AnyPath) -> set[str] | None:

@@ -29,7 +29,8 @@ from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 
 TRANSLATION = 'translation'
-KINDS = (TRANSLATION,)
+RIGHT_TO_LEFT = 'right_to_left'
+KINDS = (TRANSLATION, RIGHT_TO_LEFT)
 
 
 class RunScorer:
@@ -37,14 +38,15 @@ class RunScorer:
 
   Attributes:
     kind: what the run models, read from its config.gin: 'translation' (an ordinary
-      encoder-decoder run).
+      encoder-decoder run) or 'right_to_left' (one trained with REVERSE_TARGET, which
+      scores each target's pieces in reverse order).
     translator: the run loaded for translation; its tokenizer, tags and model are the
       scorer's.
   """
 
-  def __init__(self, translator: inference.Translator, kind: str = TRANSLATION):
+  def __init__(self, translator: inference.Translator):
     self.translator = translator
-    self.kind = kind
+    self.kind = RIGHT_TO_LEFT if translator.reverse_target else TRANSLATION
     self._score_batch = jax.jit(translator.model.score_batch)
 
   @classmethod
@@ -83,7 +85,8 @@ class RunScorer:
   def _target_ids(self, targets: Sequence[str], direction_tags: tags.Tags
                   ) -> tuple[list[list[int]], int]:
     """(decoder target ids of each target, the position its scored tokens start at): the
-    decoder tag where the run's tags put one, the pieces, EOS."""
+    decoder tag where the run's tags put one, the pieces (reversed for a right-to-left
+    run, as it trained), EOS."""
     prefix = []
     if direction_tags.decoder_tag:
       prefix = [tags.tag_piece_id(self.translator.tokenizer, direction_tags.decoder_tag,
@@ -91,7 +94,7 @@ class RunScorer:
     max_length = self.translator.model.config.max_length
     decoder_ids = []
     for index, pieces in enumerate(self.translator.tokenizer.encode(list(targets))):
-      ids = prefix + pieces + [vocab.EOS_ID]
+      ids = prefix + (pieces[::-1] if self.kind == RIGHT_TO_LEFT else pieces) + [vocab.EOS_ID]
       if len(ids) > max_length:
         raise UserError(f'target {index + 1}: {len(pieces)} pieces do not fit the '
                         f"model's {max_length} decoder positions")

@@ -189,7 +189,8 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   # open it by name (it cannot open a gs:// MODEL_DIR's copy).
   translator = inference.Translator(model, state.params, spec.data.vocabulary_path,
                                     spec.data.tag_strategy, spec.decode or inference.DecodeSettings(),
-                                    mesh=mesh, rules=rules)
+                                    mesh=mesh, rules=rules,
+                                    reverse_target=spec.data.reverse_target)
   run = run_lib.Run(config=config, layout=layout, model=model, mesh=mesh, rules=rules,
                     state=state, train_step=train_step,
                     schedule=config.learning_rate_schedule, batches=batches,

@@ -4,14 +4,20 @@ The session's tiny eng->hau run (tests/conftest.py's `trained_run`) is the score
 scores are checked against log-probabilities read off the model's own logits.
 """
 
+import shutil
+
 import jax
 import numpy as np
 import pytest
 import scipy
 
+import data_tasks
+from t5x_mt import run_loading
 from t5x_mt import sequence_scoring
-from t5x_mt.data import tags
+from t5x_mt.data import input_pipeline
 from t5x_mt.data import vocab
+from t5x_mt.data.settings import DataSettings
+from t5x_mt.data.vocab import sentencepiece_processor
 from t5x_mt.errors import UserError
 
 PAIRS = [('Monday', 'Litinin'), ('January and February', 'Janairu da Fabrairu'),
@@ -24,14 +30,17 @@ def scorer(trained_run):
   return sequence_scoring.RunScorer.load(str(trained_run), batch_size=8)
 
 
-def logit_log_probability(translator, source: str, target: str) -> float:
+def logit_log_probability(translator, source: str, target: str, reverse: bool = False
+                          ) -> float:
   """log p(target | source) summed from log-softmax of the model's teacher-forced logits,
-  tagged as the run's t_enc_t_dec strategy tags eng->hau (the decoder's tag not scored)."""
-  assert translator.tag_strategy == tags.T_ENC_T_DEC
+  tagged as the run's t_enc_t_dec strategy tags eng->hau (the decoder's tag not scored);
+  with `reverse`, of the target's pieces in reverse order."""
+  assert translator.tag_strategy == 't_enc_t_dec'
   tokenizer = translator.tokenizer
   tag = tokenizer.piece_to_id('<2hau_Latn>')
   encoder_ids = [tag] + tokenizer.encode(source) + [vocab.EOS_ID]
-  target_ids = [tag] + tokenizer.encode(target) + [vocab.EOS_ID]
+  pieces = tokenizer.encode(target)
+  target_ids = [tag] + (pieces[::-1] if reverse else pieces) + [vocab.EOS_ID]
   logits = jax.jit(translator.model.module.apply)(
       {'params': translator.params}, np.array([encoder_ids]),
       np.array([[0] + target_ids[:-1]]), np.array([target_ids]))
@@ -69,3 +78,67 @@ def test_refuses_what_it_cannot_score(scorer):
     scorer.score(['Monday'], ['lundi'], 'eng_Latn', 'fra_Latn')
   with pytest.raises(UserError, match=r"target 2: \d+ pieces do not fit the model's 256"):
     scorer.score(['a', 'b'], ['Litinin', ' '.join(['2024'] * 300)], 'eng_Latn', 'hau_Latn')
+
+
+def segments(batch: dict, row: int) -> list[list[int]]:
+  """The packed target sequences of one row of a training batch."""
+  tokens, segment_ids = batch['decoder_target_tokens'][row], batch['decoder_segment_ids'][row]
+  return [list(tokens[segment_ids == segment]) for segment in range(1, segment_ids.max() + 1)]
+
+
+def test_right_to_left_training_targets_hold_the_pieces_reversed(trained_run):
+  batches = {}
+  for reverse in (False, True):
+    data_tasks.configure(DataSettings(vocabulary_path=str(trained_run / 'vocab.model'),
+                                      reverse_target=reverse))
+    batches[reverse] = next(input_pipeline.one_pass_batches(
+        'cldr_eng_Latn.hau_Latn', batch_size=2, inputs_length=32, targets_length=32))
+  normal, reversed_ = batches[False], batches[True]
+  np.testing.assert_array_equal(normal['encoder_input_tokens'],
+                                reversed_['encoder_input_tokens'])
+  tag = sentencepiece_processor(trained_run / 'vocab.model').piece_to_id('<2hau_Latn>')
+  for row in range(2):
+    for forward, backward in zip(segments(normal, row), segments(reversed_, row),
+                                 strict=True):
+      assert forward[0] == backward[0] == tag and forward[-1] == backward[-1] == vocab.EOS_ID
+      assert len(forward) > 3 and backward[1:-1] == forward[-2:0:-1]
+  # The decoder reads the reversed targets, shifted right, as it reads normal ones.
+  shifted = reversed_['decoder_input_tokens'][:, 1:]
+  targets = reversed_['decoder_target_tokens'][:, :-1]
+  inside = reversed_['decoder_segment_ids'][:, 1:] == reversed_['decoder_segment_ids'][:, :-1]
+  np.testing.assert_array_equal(shifted[inside], targets[inside])
+
+
+@pytest.fixture
+def right_to_left_run(trained_run, tmp_path):
+  """The session's tiny run, its config marked as trained with REVERSE_TARGET: its model
+  writes what the left-to-right run writes, which is then read right to left."""
+  run = tmp_path / 'r2l'
+  shutil.copytree(trained_run, run)
+  with open(run / 'config.gin', 'a', encoding='utf-8') as config:
+    config.write('\ndata_tasks.reverse_target.enabled = True\n')
+  return run
+
+
+def test_right_to_left_runs_translate_into_reading_order(trained_run, right_to_left_run):
+  forward = run_loading.load_translator(str(trained_run))
+  backward = run_loading.load_translator(str(right_to_left_run))
+  tokenizer = backward.tokenizer
+  pieces = tokenizer.encode('Litinin da Talata')
+  assert len(pieces) > 2
+  tag = tokenizer.piece_to_id('<2hau_Latn>')
+  # What a search generates (the forced tag, the pieces, EOS, padding) becomes the text.
+  assert forward.decode_target([tag, *pieces, vocab.EOS_ID, 0, 0]) == 'Litinin da Talata'
+  assert backward.decode_target([tag, *pieces[::-1], vocab.EOS_ID, 0, 0]) == (
+      'Litinin da Talata')
+  assert (forward.reverse_target, backward.reverse_target) == (False, True)
+
+
+def test_right_to_left_runs_score_the_pieces_reversed(trained_run, right_to_left_run):
+  scorer = sequence_scoring.RunScorer.load(str(right_to_left_run), batch_size=8)
+  assert scorer.kind == 'right_to_left'
+  sources, targets = zip(*PAIRS)
+  np.testing.assert_allclose(
+      scorer.score(sources, targets, 'eng_Latn', 'hau_Latn'),
+      [logit_log_probability(scorer.translator, s, t, reverse=True) for s, t in PAIRS],
+      rtol=1e-5, atol=1e-4)

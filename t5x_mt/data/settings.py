@@ -37,6 +37,9 @@ class DataSettings:
   wmt22_corpora, wmt22_synthetic: the corpora the WMT22 mixtures draw bitext from, and
     the synthetic corpora wmt22_large adds (`wmt22_corpora.names/synthetic`).
   extra_pair_groups: WMT22 pair groups beyond the built-in ones (`pair_groups.extra`).
+  reverse_target: every target's pieces in reverse order (before its EOS): the model
+    learns to write right to left, for n-best reranking (`reverse_target.enabled`,
+    REVERSE_TARGET; docs/methods.md#scoring-models-for-reranking).
   """
   vocabulary_path: str = DEFAULT_VOCABULARY_PATH
   tag_strategy: str = tags.DEFAULT_TAG_STRATEGY
@@ -47,6 +50,7 @@ class DataSettings:
   wmt22_corpora: tuple[str, ...] = DEFAULT_WMT22_CORPORA
   wmt22_synthetic: tuple[str, ...] = ()
   extra_pair_groups: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+  reverse_target: bool = False
 
   def __post_init__(self):
     tags.check_tag_strategy(self.tag_strategy, 'tag_strategy.strategy')
