@@ -133,6 +133,7 @@ OUTPUTS = {
     'plot_dro.py': (['--model_dir=run'], '--output'),
     'plot_sampling.py': (['--mixture=cldr_demo'], '--output'),
     'plot_training.py': (['--model_dir=run'], '--output'),
+    'rerank.py': (['--nbest=in.txt', '--mbr'], '--output'),
 }
 
 

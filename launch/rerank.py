@@ -1,0 +1,184 @@
+"""Reranks n-best lists (translate.py --nbest) with weights tuned on a dev set, or by MBR.
+
+Tune on a dev set, saving the weights (prints the dev scores of the decoder's first
+choices and of the reranked ones):
+
+  python launch/rerank.py --nbest=dev.nbest --source=dev.eng --src_lang=eng_Latn \\
+      --tgt_lang=hau_Latn [--backward=RUN] [--right_to_left=RUN] [--language_model=RUN] \\
+      --reference=dev.hau --metric=chrf++ --save_weights=weights.json [--output=dev.out]
+
+Apply them to a test set's lists, with the same runs (--reference also prints scores):
+
+  python launch/rerank.py --nbest=test.nbest --source=test.eng --src_lang=eng_Latn \\
+      --tgt_lang=hau_Latn [the same runs] --weights=weights.json --output=test.out
+
+Or choose by minimum Bayes risk, the hypothesis with the highest expected chrF++ against
+its list, uniformly or (--mbr_weighted) under the model's probabilities:
+
+  python launch/rerank.py --nbest=test.nbest --mbr [--mbr_weighted] --output=test.out
+
+Each hypothesis's features are those of its n-best line plus one per run given: --backward
+(a run translating tgt_lang -> src_lang) scores the source given the hypothesis,
+--right_to_left and --language_model score the hypothesis (docs/reranking.md).
+"""
+
+import argparse
+import json
+
+from t5x_mt import cli
+from t5x_mt import evaluation
+from t5x_mt import files
+from t5x_mt import languages
+from t5x_mt import nbest
+from t5x_mt import reranking
+from t5x_mt.data import readers
+from t5x_mt.errors import UserError
+
+RUN_FLAGS = ('backward', 'right_to_left', 'language_model')
+
+
+def parse_flags(argv: list[str]) -> argparse.Namespace:
+  parser = cli.argument_parser(__doc__)
+  parser.add_argument('--nbest', required=True, help='n-best list (translate.py --nbest)')
+  parser.add_argument('--source', default=None,
+                      help='the source sentences of the lists, one per line (needed with runs)')
+  parser.add_argument('--src_lang', default=None, help='FLORES-200 code of --source')
+  parser.add_argument('--tgt_lang', default=None, help='FLORES-200 code of the hypotheses')
+  parser.add_argument('--backward', default=None,
+                      help='MODEL_DIR of a run translating tgt_lang -> src_lang')
+  parser.add_argument('--right_to_left', default=None,
+                      help='MODEL_DIR of a right-to-left run translating src_lang -> tgt_lang')
+  parser.add_argument('--language_model', default=None,
+                      help='MODEL_DIR of a language model of tgt_lang')
+  parser.add_argument('--batch_size', type=int, default=64, help='pairs per scoring batch')
+  parser.add_argument('--reference', default=None,
+                      help='reference translations: tune on them, or print scores against them')
+  parser.add_argument('--metric', choices=('chrf++', 'bleu'), default='chrf++',
+                      help='corpus metric to tune for (default: chrf++)')
+  parser.add_argument('--save_weights', default=None,
+                      help='tune on --reference and write the weights here (JSON)')
+  parser.add_argument('--random_starts', type=int, default=20,
+                      help='random starting points of the tuning, besides the beam\'s own')
+  parser.add_argument('--seed', type=int, default=0, help='seed of the random starts')
+  parser.add_argument('--weights', default=None, help='apply the weights of this file')
+  parser.add_argument('--mbr', action='store_true', help='choose by minimum Bayes risk')
+  parser.add_argument('--mbr_weighted', action='store_true',
+                      help='weigh MBR by the model probabilities softmax(forward / '
+                      '--mbr_temperature) instead of uniformly')
+  parser.add_argument('--mbr_temperature', type=float, default=1.0,
+                      help='temperature of --mbr_weighted (default: 1, the model\'s own)')
+  parser.add_argument('--output', default=None,
+                      help='write the chosen hypotheses here, one per source sentence')
+  args = parser.parse_args(argv)
+  _check_flags(args)
+  return args
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+  """Refuses flags that do not make one command, before anything is read."""
+  modes = [flag for flag, given in (('--save_weights', args.save_weights is not None),
+                                    ('--weights', args.weights is not None),
+                                    ('--mbr', args.mbr)) if given]
+  if len(modes) != 1:
+    raise UserError('give exactly one of --save_weights (tune), --weights (apply) and --mbr'
+                    + (f'; got {" and ".join(modes)}' if modes else ''))
+  runs = [f'--{flag}' for flag in _runs(args)]
+  if args.mbr and runs:
+    raise UserError(f'{runs[0]}: --mbr chooses from the n-best list alone; leave out the runs')
+  if not args.mbr and (args.mbr_weighted or args.mbr_temperature != 1.0):
+    raise UserError('--mbr_weighted, --mbr_temperature: only with --mbr')
+  if args.mbr_temperature <= 0:
+    raise UserError(f'--mbr_temperature: must be > 0, got {args.mbr_temperature}')
+  if args.save_weights is not None and args.reference is None:
+    raise UserError('--reference: needed to tune (--save_weights)')
+  if (args.mbr or args.weights is not None) and args.output is None:
+    raise UserError('--output: needed to apply weights or MBR')
+  if runs:
+    for flag in ('source', 'src_lang', 'tgt_lang'):
+      if getattr(args, flag) is None:
+        raise UserError(f'--{flag}: needed with {", ".join(runs)}')
+  for flag in ('src_lang', 'tgt_lang'):
+    if getattr(args, flag) is not None:
+      languages.check_language(getattr(args, flag), f'--{flag}')
+  if args.batch_size < 1:
+    raise UserError(f'--batch_size: must be >= 1, got {args.batch_size}')
+  if args.random_starts < 0:
+    raise UserError(f'--random_starts: must be >= 0, got {args.random_starts}')
+  for flag in ('save_weights', 'output'):
+    if getattr(args, flag) is not None:
+      files.check_output(getattr(args, flag), f'--{flag}')
+
+
+def main(argv: list[str]) -> int:
+  args = parse_flags(argv)
+  candidates = reranking.from_nbest(nbest.read(args.nbest), args.nbest)
+  sources = references = None
+  if args.source is not None:
+    sources = readers.read_lines(args.source)
+    reranking.check_aligned(candidates, sources, args.nbest, args.source)
+  if args.reference is not None:
+    references = readers.read_lines(args.reference)
+    reranking.check_aligned(candidates, references, args.nbest, args.reference)
+  weights = None
+  if args.weights is not None:  # Checked against the runs' features before they load.
+    weights = reranking.load_weights(args.weights)
+    weights.vector((*candidates.feature_names, *_runs(args)), args.weights)
+  candidates = _add_run_features(candidates, sources, args)
+  if args.mbr:
+    choices = reranking.mbr_choices(candidates, args.mbr_weighted, args.mbr_temperature)
+  elif weights is not None:
+    choices = candidates.choose(weights.vector(candidates.feature_names, args.weights))
+  else:
+    tuned = reranking.tune(candidates, references, args.metric,
+                           random_starts=args.random_starts, seed=args.seed)
+    reranking.save_weights(args.save_weights, tuned.weights,
+                           {'first_best': tuned.first_best, 'reranked': tuned.reranked,
+                            'sentences': candidates.sentences})
+    choices = candidates.choose(tuned.weights.vector(candidates.feature_names, args.save_weights))
+  if args.output is not None:
+    files.write_text_atomically(
+        args.output, ''.join(line + '\n' for line in candidates.chosen(choices)))
+  if references is not None:
+    print(json.dumps(_scores(candidates, choices, references), sort_keys=True))
+  return 0
+
+
+def _runs(args: argparse.Namespace) -> dict[str, str]:
+  """{feature name: MODEL_DIR} of the run flags given; a feature is named as its flag."""
+  return {flag: getattr(args, flag) for flag in RUN_FLAGS if getattr(args, flag) is not None}
+
+
+def _add_run_features(candidates: reranking.Candidates, sources: list[str] | None,
+                      args: argparse.Namespace) -> reranking.Candidates:
+  """`candidates` with the features of the runs given, each loaded and checked to be
+  the kind of run its flag needs."""
+  runs = _runs(args)
+  if not runs:
+    return candidates
+  cli.start_tensorflow()
+  from t5x_mt import sequence_scoring  # pylint: disable=g-import-not-at-top
+  for flag, run_dir in runs.items():
+    scorer = sequence_scoring.RunScorer.load(run_dir, batch_size=args.batch_size)
+    if scorer.kind != reranking.RUN_FEATURES[flag]:
+      raise UserError(f'--{flag}: {run_dir} is a {scorer.kind} run; it needs a '
+                      f'{reranking.RUN_FEATURES[flag]} run')
+    try:
+      candidates = reranking.add_run_features(candidates, sources, args.src_lang,
+                                              args.tgt_lang, {flag: scorer}, progress_bar=True)
+    except UserError as error:
+      raise UserError(f'--{flag}: {run_dir}: {error}') from None
+  return candidates
+
+
+def _scores(candidates: reranking.Candidates, choices: list[int], references: list[str]
+            ) -> dict:
+  """BLEU and chrF++ of the decoder's first choices and of `choices`."""
+  scores = {}
+  for name, chosen in (('first_best', [0] * candidates.sentences), ('chosen', choices)):
+    direction_scores = evaluation.score_direction(candidates.chosen(chosen), references)
+    scores[name] = {metric: direction_scores[metric] for metric in ('bleu', 'chrf')}
+  return {'n': candidates.sentences, **scores}
+
+
+if __name__ == '__main__':
+  cli.run(main)
