@@ -64,13 +64,16 @@ def main(argv: list[str]) -> int:
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import monolingual  # pylint: disable=g-import-not-at-top
-  run_loading.load_run_config(args.checkpoint_dir)
+  model = cli.model_choice(args)
+  run_loading.load_run_config(args.checkpoint_dir or model['ensemble_members'][0][0])
   from_gin.configure_data()  # --from_corpus may name the run's own corpora.
   sentences = monolingual.gather(job.lang, args.monolingual, args.from_corpus, args.split)
   sentences = sentences[:args.max_sentences]
   print(f'{len(sentences)} distinct {job.lang} sentences; writing {job.direction} pairs '
         f'({job.other_lang} synthetic, tag {job.tag}) into {args.output}', flush=True)
-  teacher = back_translation.Teacher.load(args.checkpoint_dir, args.step, decoding)
+  teacher = back_translation.Teacher.load(
+      args.checkpoint_dir, args.step, decoding, model['ensemble_members'],
+      model['ensemble_combination'])
   summary = teacher.make_corpus(job, sentences, args.output)
   print(back_translation.summary_line(summary), flush=True)
   return 0

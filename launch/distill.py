@@ -51,13 +51,16 @@ def main(argv: list[str]) -> int:
   from t5x_mt import back_translation  # pylint: disable=g-import-not-at-top
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
-  run_loading.load_run_config(args.checkpoint_dir)
+  model = cli.model_choice(args)
+  run_loading.load_run_config(args.checkpoint_dir or model['ensemble_members'][0][0])
   from_gin.configure_data()  # --corpus may be the teacher run's.
   corpus = corpora.get_corpus(args.corpus)
   sources = {(src, tgt): list(dict.fromkeys(
       s for s, _ in corpus.pairs(args.split, src, tgt) if s.strip()))[:args.max_sentences]
              for src, tgt in args.directions}
-  teacher = back_translation.Teacher.load(args.checkpoint_dir, args.step, decoding)
+  teacher = back_translation.Teacher.load(
+      args.checkpoint_dir, args.step, decoding, model['ensemble_members'],
+      model['ensemble_combination'])
   for src, tgt in args.directions:
     job = back_translation.Job(lang=src, other_lang=tgt, mode='ft', tag='none')
     summary = teacher.make_corpus(job, sources[(src, tgt)], args.output)

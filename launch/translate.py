@@ -3,9 +3,18 @@
   python launch/translate.py --checkpoint_dir=/tmp/t5x_mt/demo \
       --src_lang=eng_Latn --tgt_lang=hau_Latn [--input=F] [--output=F] [--step=N]
 
---family_models=1=DIR,2=DIR,... instead of --checkpoint_dir translates with the run of the
-target's language family group (swh: group 3); --ctranslate2=DIR with the model folder
-launch/export.py wrote, on CPU through CTranslate2 (docs/serving.md). Reads stdin and
+--ensemble=RUN[:WEIGHT],RUN[:WEIGHT],... instead of --checkpoint_dir decodes with several
+runs sharing one vocabulary as one model (docs/decoding.md#ensembles); --family_models=
+1=DIR,2=DIR,... with the run of the target's language family group (swh: group 3);
+--ctranslate2=DIR with the model folder launch/export.py wrote, on CPU through
+CTranslate2 (docs/serving.md).
+
+--nbest=N writes each line's N best hypotheses (N <= the beam size) instead, in Moses'
+n-best format, which launch/rerank.py reads (docs/decoding.md#n-best-lists):
+
+  0 ||| hypothesis ||| forward=-4.1 forward_normalized=-0.82 length=5 ||| -0.82
+
+Reads stdin and
 writes stdout unless --input/--output are given. Output line i is the translation of
 input line i; empty lines stay empty. Input is read as it is translated, a chunk of lines
 at a time, and stdout gets each chunk's translations as soon as they are done; --output
@@ -39,7 +48,11 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--ctranslate2', default=None,
                       help='a folder of launch/export.py --format=ctranslate2 instead of '
                       '--checkpoint_dir')
+  parser.add_argument('--nbest', type=int, default=0,
+                      help='write the N best hypotheses of each line with their scores, in '
+                      "Moses' n-best format (N <= the beam size; default: the best alone)")
   args = parser.parse_args(argv)
+  _check_nbest(args)
   src_lang = languages.check_language(args.src_lang, '--src_lang')
   tgt_lang = languages.check_language(args.tgt_lang, '--tgt_lang')
   overrides = _decoding_overrides(args)
@@ -52,31 +65,60 @@ def main(argv: list[str]) -> int:
     from t5x_mt.export import ctranslate2_translator  # pylint: disable=g-import-not-at-top
     translator = ctranslate2_translator.load_translator(args.ctranslate2, overrides)
   else:
-    translator = run_loading.load_model(args.checkpoint_dir, cli.family_models(args),
-                                        args.step, overrides)
+    translator = run_loading.load_model(step=args.step, overrides=overrides,
+                                        **cli.model_choice(args))
   model_dir = args.checkpoint_dir or args.ctranslate2
   if model_dir is not None:
     run_layout.RunLayout(model_dir).warn_untrained(translator.legs(src_lang, tgt_lang))
   chunks = run_loading.stream_translations(
       translator, readers.iter_lines(args.input or STDIN), src_lang, tgt_lang, total=total,
-      progress_bar=args.input is not None, source_name=args.input or 'stdin')
+      progress_bar=args.input is not None, source_name=args.input or 'stdin',
+      nbest=args.nbest)
   with _output(args.output) as write:
+    first_index = 0
     for chunk in chunks:
-      write(''.join(line + '\n' for line in chunk))
+      write(_nbest_lines(chunk, first_index) if args.nbest
+            else ''.join(line + '\n' for line in chunk))
+      first_index += len(chunk)
   return 0
+
+
+def _check_nbest(args: argparse.Namespace) -> None:
+  """--nbest's value, and a model it can come from, before anything loads."""
+  if args.nbest < 0:
+    raise UserError(f'--nbest: must be >= 1, got {args.nbest}')
+  if not args.nbest:
+    return
+  if args.beam_size is not None and args.nbest > args.beam_size:
+    raise UserError(f'--nbest: at most --beam_size ({args.beam_size}) hypotheses, got '
+                    f'{args.nbest}')
+  for flag in ('ctranslate2', 'family_models'):
+    if getattr(args, flag) is not None:
+      raise UserError(f'--nbest: not with --{flag}; n-best lists come from '
+                      '--checkpoint_dir or --ensemble')
+
+
+def _nbest_lines(lists: list, first_index: int) -> str:
+  """Moses n-best lines of consecutive sentences' hypotheses, the first sentence's
+  index `first_index`: the summed log-probability, the beam's length-normalised score
+  (also the total) and the generated pieces, EOS included."""
+  from t5x_mt import nbest  # pylint: disable=g-import-not-at-top
+  return ''.join(
+      nbest.format_entry(first_index + offset, hypothesis.text,
+                         {'forward': hypothesis.log_prob,
+                          'forward_normalized': hypothesis.score,
+                          'length': hypothesis.length}, hypothesis.score)
+      for offset, hypotheses in enumerate(lists) for hypothesis in hypotheses)
 
 
 def _decoding_overrides(args: argparse.Namespace) -> dict:
   """`cli.decoding_overrides`; an exported folder (--ctranslate2) names the model instead
   of the run flags, and holds one checkpoint."""
-  if args.ctranslate2 is None:
-    return cli.decoding_overrides(args)
-  for flag in ('checkpoint_dir', 'family_models', 'step'):
-    if getattr(args, flag) is not None:
-      raise UserError(f'--{flag}: not with --ctranslate2, whose folder is the model')
-  decoding_flags = {name: value for name, value in vars(args).items()
-                    if name != 'family_models'}
-  return cli.decoding_overrides(argparse.Namespace(**decoding_flags))
+  if args.ctranslate2 is not None:
+    for flag in ('checkpoint_dir', 'family_models', 'ensemble', 'step'):
+      if getattr(args, flag) is not None:
+        raise UserError(f'--{flag}: not with --ctranslate2, whose folder is the model')
+  return cli.decoding_overrides(args)
 
 
 def _line_count(input_file: str | None) -> int | None:

@@ -245,11 +245,22 @@ class Teacher:
   provenance: dict[str, Any]
 
   @classmethod
-  def load(cls, checkpoint_dir: str, step: int | None, decoding: dict[str, Any]) -> 'Teacher':
+  def load(cls, checkpoint_dir: str | None, step: int | None, decoding: dict[str, Any],
+           ensemble_members: Sequence[tuple[str, float]] | None = None,
+           ensemble_combination: str = 'mean_log_prob') -> 'Teacher':
+    """The run `checkpoint_dir` at `step` (latest if None), or the ensemble of
+    `ensemble_members` ((run folder, weight) pairs, each at its latest checkpoint)."""
     from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top  (loads JAX and TF)
-    step = run_loading.checkpoint_step(checkpoint_dir, step)
     # How many batches decode at once changes no translation, so a restart may change it.
     output_decoding = {k: v for k, v in decoding.items() if k != 'parallel_batches'}
+    if ensemble_members is not None:
+      runs = [[str(directory), weight, run_loading.checkpoint_step(directory)]
+              for directory, weight in ensemble_members]
+      return cls(run_loading.load_ensemble(ensemble_members, ensemble_combination,
+                                           **decoding),
+                 {'ensemble': runs, 'ensemble_combination': ensemble_combination,
+                  'decoding': output_decoding})
+    step = run_loading.checkpoint_step(checkpoint_dir, step)
     return cls(run_loading.load_translator(checkpoint_dir, step, **decoding),
                {'checkpoint_dir': str(checkpoint_dir), 'step': step,
                 'decoding': output_decoding})

@@ -258,8 +258,15 @@ def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = Fa
   With `family_models`, --family_models may name one run per target-language family group
   instead of --checkpoint_dir (docs/methods.md#language-family-grouping).
   """
-  parser.add_argument('--checkpoint_dir', required=not family_models,
-                      help="the training run's MODEL_DIR")
+  parser.add_argument('--checkpoint_dir', default=None, help="the training run's MODEL_DIR")
+  parser.add_argument('--ensemble', default=None,
+                      help='several runs sharing one vocabulary, decoding as one model, '
+                      'instead of --checkpoint_dir: RUN[:WEIGHT],RUN[:WEIGHT],... (weight 1 '
+                      'when left out); each loads its latest checkpoint')
+  parser.add_argument('--ensemble_combination', default='mean_log_prob',
+                      help='how --ensemble combines its runs at each step: mean_log_prob '
+                      '(weighted mean of log-probabilities, as Marian) or log_mean_prob '
+                      '(log of the weighted mean probability, as fairseq)')
   if family_models:
     parser.add_argument('--family_models', default=None,
                         help='one run per family group instead of --checkpoint_dir: '
@@ -291,13 +298,8 @@ def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = Fa
 def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
   """The Translator settings the decoding flags given fix, checked so a typo fails before
   loading; a flag left out leaves the run's setting (its config.gin) in force."""
-  if hasattr(args, 'family_models'):
-    if (args.checkpoint_dir is None) == (args.family_models is None):
-      raise UserError('give exactly one of --checkpoint_dir and --family_models')
-    if args.family_models is not None:
-      parse_family_models(args.family_models)
-      if args.step is not None:
-        raise UserError('--step: family models each load their latest checkpoint')
+  if getattr(args, 'ctranslate2', None) is None:  # An exported folder names the model.
+    _check_model_flags(args)
   overrides = {}
   for name, at_least in (('beam_size', 1), ('alpha', None), ('batch_size', 1),
                          ('parallel_batches', 1), ('no_repeat_ngram_size', 0),
@@ -311,6 +313,51 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides['pivot_language'] = languages.check_language(args.pivot_via, '--pivot_via')
     overrides['pivot_directions'] = ('*',)
   return overrides
+
+
+def _check_model_flags(args: argparse.Namespace) -> None:
+  """Exactly one of the flags that name the model, each well formed."""
+  names = ['checkpoint_dir', 'ensemble'] + (['family_models'] if hasattr(args, 'family_models')
+                                            else [])
+  if sum(getattr(args, name) is not None for name in names) != 1:
+    raise UserError(f'give exactly one of {" and ".join("--" + n for n in names)}')
+  if args.ensemble is not None:
+    parse_ensemble(args.ensemble)
+    from t5x_mt import ensemble  # pylint: disable=g-import-not-at-top  (imports JAX, uses none)
+    if args.ensemble_combination not in ensemble.COMBINATIONS:
+      raise UserError(f'--ensemble_combination: one of {", ".join(ensemble.COMBINATIONS)}, '
+                      f'got {args.ensemble_combination!r}')
+  if getattr(args, 'family_models', None) is not None:
+    parse_family_models(args.family_models)
+  if args.step is not None and args.checkpoint_dir is None:
+    raise UserError('--step: only with --checkpoint_dir; the runs of --ensemble and '
+                    '--family_models each load their latest checkpoint')
+
+
+def model_choice(args: argparse.Namespace) -> dict[str, Any]:
+  """`run_loading.load_model`'s arguments that name the model: --checkpoint_dir,
+  --ensemble (with --ensemble_combination) or --family_models."""
+  return dict(checkpoint_dir=args.checkpoint_dir,
+              family_models=family_models(args) if hasattr(args, 'family_models') else None,
+              ensemble_members=None if args.ensemble is None else parse_ensemble(args.ensemble),
+              ensemble_combination=args.ensemble_combination)
+
+
+def parse_ensemble(text: str) -> list[tuple[str, float]]:
+  """[(run folder, weight)] from 'RUN[:WEIGHT],RUN[:WEIGHT],...' (--ensemble). A colon
+  ends a weight only where a number follows it, so gs:// folders need none."""
+  members = []
+  for entry in filter(None, (e.strip() for e in text.split(','))):
+    directory, sep, weight = entry.rpartition(':')
+    try:
+      members.append((directory, float(weight)) if sep else (entry, 1.0))
+    except ValueError:
+      members.append((entry, 1.0))
+    if not members[-1][0] or not members[-1][1] > 0:
+      raise UserError(f'--ensemble: {entry!r} is not RUN[:WEIGHT] with a weight > 0')
+  if not members:
+    raise UserError('--ensemble: give at least one RUN[:WEIGHT]')
+  return members
 
 
 def family_models(args: argparse.Namespace) -> dict[int, str] | None:

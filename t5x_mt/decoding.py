@@ -32,7 +32,8 @@ hypotheses each, the top 2 * beam_size expansions per step (enough to refill the
 however many of them end in EOS), and an early stop once no alive hypothesis can beat the
 worst finished one. Unlike T5X, a hypothesis that reaches `max_decode_length` without EOS is
 finished there (as in fairseq), so a batch item always gets `beam_size` ranked outputs when
-that many hypotheses exist.
+that many hypotheses exist; and a row that its stop criterion settles finishes nothing more
+while the rest of its batch goes on, so its outputs are those it would get alone.
 """
 
 import dataclasses
@@ -267,12 +268,15 @@ def _banned(banned_tokens: Optional[jnp.ndarray], eos_id: int) -> Optional[jnp.n
 
 def _step_log_probs(tokens_to_logits: TokensToLogits, tokens: jnp.ndarray, cache: Cache,
                     cur_index: jnp.ndarray, prefix: Optional[jnp.ndarray],
-                    banned_tokens: Optional[jnp.ndarray]):
+                    banned_tokens: Optional[jnp.ndarray], normalize: bool = True):
   """Runs one decoder step: the model's log-probabilities without the banned tokens (a
   banned token keeps no probability, the others keep theirs, so scores stay the model's);
-  at step 0 a prefix replaces the model's distribution."""
+  at step 0 a prefix replaces the model's distribution. Without `normalize` the step's
+  output is taken as the tokens' scores as it is."""
   logits, new_cache = tokens_to_logits(tokens, cache)
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  log_probs = logits.astype(jnp.float32)
+  if normalize:
+    log_probs = jax.nn.log_softmax(log_probs, axis=-1)
   if banned_tokens is not None:
     log_probs = jnp.where(banned_tokens[None, :], NEG_INF, log_probs)
   if prefix is not None:
@@ -286,20 +290,25 @@ def _step_log_probs(tokens_to_logits: TokensToLogits, tokens: jnp.ndarray, cache
 
 def _beam_step(state: _BeamState, *, tokens_to_logits: TokensToLogits,
                prefix: Optional[jnp.ndarray], banned_tokens: Optional[jnp.ndarray],
+               normalize: bool, settled_rows: Callable[[_BeamState], jnp.ndarray],
                **select) -> _BeamState:
-  """Expands every alive hypothesis by one token and updates the alive and finished sets."""
+  """Expands every alive hypothesis by one token and updates the alive and finished sets;
+  the finished sets of the rows `settled_rows` names stay as they are."""
   batch_size, beam_size, _ = state.alive_seqs.shape
   i = state.cur_index
   tokens = lax.dynamic_slice_in_dim(state.alive_seqs, i, 1, axis=2)
   log_probs, new_cache = _step_log_probs(
       tokens_to_logits, tokens.reshape(batch_size * beam_size, 1), state.cache, i, prefix,
-      banned_tokens)
-  return _select_beams(state, log_probs, new_cache, prefix=prefix, **select)
+      banned_tokens, normalize)
+  return _select_beams(state, log_probs, new_cache, prefix=prefix,
+                       settled=settled_rows(state), **select)
 
 
 def _first_beam_step(state: _BeamState, initial_cache: Cache, *, expand_cache: ExpandCache,
                      tokens_to_logits: TokensToLogits, prefix: Optional[jnp.ndarray],
-                     banned_tokens: Optional[jnp.ndarray], **select) -> _BeamState:
+                     banned_tokens: Optional[jnp.ndarray], normalize: bool,
+                     settled_rows: Callable[[_BeamState], jnp.ndarray],
+                     **select) -> _BeamState:
   """`_beam_step` at step 0, where every beam of an example feeds the same BOS to the same
   cache: the model runs once per example and its output is repeated to the beams.
 
@@ -307,22 +316,25 @@ def _first_beam_step(state: _BeamState, initial_cache: Cache, *, expand_cache: E
   the constant initial state it is work XLA folds at compile time, slowly enough to log
   an alarm.
   """
+  del settled_rows  # No row has finished anything before the first step.
   batch_size, beam_size, _ = state.alive_seqs.shape
   log_probs, new_cache = _step_log_probs(
       tokens_to_logits, jnp.zeros((batch_size, 1), jnp.int32), initial_cache, state.cur_index,
-      prefix, banned_tokens)
+      prefix, banned_tokens, normalize)
   return _select_beams(state, jnp.repeat(log_probs, beam_size, axis=0),
                        expand_cache(new_cache, beam_size), prefix=prefix,
+                       settled=jnp.zeros((batch_size,), jnp.bool_),
                        **{**select, 'no_repeat_ngram_size': 0})
 
 
 def _select_beams(state: _BeamState, log_probs: jnp.ndarray, new_cache: Cache, *,
-                  prefix: Optional[jnp.ndarray], alpha: float, max_decode_length: int,
-                  eos_id: int, no_repeat_ngram_size: int,
+                  prefix: Optional[jnp.ndarray], settled: jnp.ndarray, alpha: float,
+                  max_decode_length: int, eos_id: int, no_repeat_ngram_size: int,
                   max_lengths: Optional[jnp.ndarray]) -> _BeamState:
   """The alive and finished sets after the alive hypotheses' next-token `log_probs`
   [B * K, vocab], restricted by the output limits; `new_cache` is the cache after that
-  step, reordered here with the beams."""
+  step, reordered here with the beams. Rows `settled` [B] finish nothing more: a row's
+  search ends where it would end alone, whatever the other rows of its batch still do."""
   batch_size, beam_size, _ = state.alive_seqs.shape
   i = state.cur_index
   vocab_size = log_probs.shape[-1]
@@ -344,7 +356,7 @@ def _select_beams(state: _BeamState, log_probs: jnp.ndarray, new_cache: Cache, *
 
   ends_here = (topk_tokens == eos_id) | (i + 1 == max_decode_length)
   exists = topk_log_probs > _INVALID_BELOW
-  newly_finished = ends_here & exists
+  newly_finished = ends_here & exists & ~settled[:, None]
 
   # Alive set: the best K expansions that do not end here.
   alive_log_probs, alive_pos = lax.top_k(
@@ -381,16 +393,23 @@ def _beam_search_continues(state: _BeamState, *, alpha: float, max_decode_length
     best       no alive beam can beat the best finished hypothesis (exact for the top one)
     beam_full  as `best`, or beam_size hypotheses have finished (fairseq's rule)
   """
+  settled = _rows_settled(state, alpha=alpha, max_decode_length=max_decode_length,
+                         has_prefix=has_prefix, stop=stop)
+  return (state.cur_index < max_decode_length) & ~jnp.all(settled)
+
+
+def _rows_settled(state: _BeamState, *, alpha: float, max_decode_length: int,
+                  has_prefix: bool, stop: str) -> jnp.ndarray:
+  """Whether each row [B] is done by the `stop` criterion (`_beam_search_continues`)."""
   longest = max_decode_length - (1 if has_prefix else 0)
   best_alive_bound = state.alive_log_probs[:, 0] / length_penalty(longest, alpha)
   finished = jnp.where(state.finished_flags, state.finished_scores, NEG_INF)
   if stop == 'exact':
-    settled = jnp.min(finished, axis=1) > best_alive_bound
-  else:
-    settled = jnp.max(finished, axis=1) > best_alive_bound
-    if stop == 'beam_full':
-      settled |= jnp.all(state.finished_flags, axis=1)
-  return (state.cur_index < max_decode_length) & ~jnp.all(settled)
+    return jnp.min(finished, axis=1) > best_alive_bound
+  settled = jnp.max(finished, axis=1) > best_alive_bound
+  if stop == 'beam_full':
+    settled |= jnp.all(state.finished_flags, axis=1)
+  return settled
 
 
 def beam_search(tokens_to_logits: TokensToLogits,
@@ -408,6 +427,7 @@ def beam_search(tokens_to_logits: TokensToLogits,
                 no_repeat_ngram_size: int = 0,
                 max_lengths: Optional[jnp.ndarray] = None,
                 banned_tokens: Optional[jnp.ndarray] = None,
+                normalize: bool = True,
                 ) -> tuple[jnp.ndarray, jnp.ndarray]:
   """Beam search for the hypotheses with the best length-normalised log-probability.
 
@@ -445,6 +465,9 @@ def beam_search(tokens_to_logits: TokensToLogits,
       prefix not), below max_decode_length; None: max_decode_length alone.
     banned_tokens: bool [vocab], tokens never generated after the prefix (EOS stays
       allowed whatever it says); None: every token may be generated.
+    normalize: True: `tokens_to_logits` gives logits, turned into log-probabilities here;
+      False: it gives each token's score, used as it is (an ensemble's combination of
+      its members' log-probabilities, which need not sum to one).
 
   Returns:
     sequences: int32 [B, beam_size, max_decode_length], best first, without the initial BOS,
@@ -475,9 +498,12 @@ def beam_search(tokens_to_logits: TokensToLogits,
       cache=None)
   if prefix is not None:
     prefix = jnp.asarray(prefix, jnp.int32)
+  stop_options = dict(alpha=alpha, max_decode_length=max_decode_length,
+                      has_prefix=prefix is not None, stop=stop)
   step_options = dict(tokens_to_logits=tokens_to_logits, prefix=prefix,
-                      banned_tokens=_banned(banned_tokens, eos_id), alpha=alpha,
-                      max_decode_length=max_decode_length, eos_id=eos_id,
+                      banned_tokens=_banned(banned_tokens, eos_id), normalize=normalize,
+                      settled_rows=functools.partial(_rows_settled, **stop_options),
+                      alpha=alpha, max_decode_length=max_decode_length, eos_id=eos_id,
                       no_repeat_ngram_size=no_repeat_ngram_size, max_lengths=max_lengths)
   state = _first_beam_step(state, initial_cache, expand_cache=expand_cache, **step_options)
 
@@ -486,9 +512,7 @@ def beam_search(tokens_to_logits: TokensToLogits,
     return sequences, jnp.where(state.finished_flags, state.finished_scores, NEG_INF)
 
   return _staged_while_loop(
-      functools.partial(_beam_search_continues, alpha=alpha,
-                        max_decode_length=max_decode_length, has_prefix=prefix is not None,
-                        stop=stop),
+      functools.partial(_beam_search_continues, **stop_options),
       functools.partial(_beam_step, **step_options), state, lengths=lengths,
       extend_cache=extend_cache, result=result)
 
@@ -498,6 +522,7 @@ class _GreedyState:
   cur_index: jnp.ndarray  # scalar int32
   seqs: jnp.ndarray       # [B, L + 1] int32, BOS 0 at position 0
   done: jnp.ndarray       # [B] bool, EOS emitted
+  log_probs: jnp.ndarray  # [B] fp32, summed log-probabilities of the generated tokens
   cache: Cache
 
 
@@ -511,13 +536,17 @@ def greedy_search(tokens_to_logits: TokensToLogits,
                   extend_cache: Optional[ExtendCache] = None,
                   no_repeat_ngram_size: int = 0,
                   max_lengths: Optional[jnp.ndarray] = None,
-                  banned_tokens: Optional[jnp.ndarray] = None) -> jnp.ndarray:
+                  banned_tokens: Optional[jnp.ndarray] = None,
+                  normalize: bool = True,
+                  with_log_probs: bool = False) -> jnp.ndarray | tuple[jnp.ndarray, jnp.ndarray]:
   """Takes the most likely token at every step until EOS or max_decode_length.
 
   Same conventions, cache growth and output limits as `beam_search` (BOS 0 first input,
   forced prefix, cache layout, `cache_lengths`, `extend_cache`, `no_repeat_ngram_size`,
-  `max_lengths`, `banned_tokens`).
-  Returns int32 [B, max_decode_length]: the prefix token first when given, 0 after EOS.
+  `max_lengths`, `banned_tokens`, `normalize`).
+  Returns int32 [B, max_decode_length]: the prefix token first when given, 0 after EOS;
+  `with_log_probs`: and each row's summed log-probability [B] (the generated tokens, EOS
+  included, the forced prefix not), as beam search scores hypotheses.
   """
   lengths = _check_cache_lengths(cache_lengths, extend_cache, max_decode_length)
   batch_size = _batch_size(prefix, initial_cache)
@@ -529,12 +558,16 @@ def greedy_search(tokens_to_logits: TokensToLogits,
     i = state.cur_index
     tokens = lax.dynamic_slice_in_dim(state.seqs, i, 1, axis=1)
     log_probs, cache = _step_log_probs(tokens_to_logits, tokens, state.cache, i, prefix,
-                                       banned_tokens)
+                                       banned_tokens, normalize)
     log_probs = _limit(log_probs, state.seqs, i, no_repeat_ngram_size=no_repeat_ngram_size,
                        max_lengths=max_lengths, has_prefix=prefix is not None, eos_id=eos_id)
-    next_tokens = jnp.where(state.done, 0, jnp.argmax(log_probs, axis=-1).astype(jnp.int32))
+    best = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)
+    next_tokens = jnp.where(state.done, 0, best)
+    # A forced prefix's log-probability is 0 (`_step_log_probs`): it adds nothing.
+    gained = jnp.take_along_axis(log_probs, best[:, None], axis=1)[:, 0]
     seqs = lax.dynamic_update_slice_in_dim(state.seqs, next_tokens[:, None], i + 1, axis=1)
     return _GreedyState(cur_index=i + 1, seqs=seqs, done=state.done | (next_tokens == eos_id),
+                        log_probs=state.log_probs + jnp.where(state.done, 0.0, gained),
                         cache=cache)
 
   def continues(state: _GreedyState) -> jnp.ndarray:
@@ -542,6 +575,19 @@ def greedy_search(tokens_to_logits: TokensToLogits,
 
   state = _GreedyState(cur_index=jnp.array(0, jnp.int32),
                        seqs=jnp.zeros((batch_size, max_decode_length + 1), jnp.int32),
-                       done=jnp.zeros((batch_size,), jnp.bool_), cache=initial_cache)
+                       done=jnp.zeros((batch_size,), jnp.bool_),
+                       log_probs=jnp.zeros((batch_size,), jnp.float32), cache=initial_cache)
+  result = lambda state: ((state.seqs[:, 1:], state.log_probs) if with_log_probs
+                          else state.seqs[:, 1:])
   return _staged_while_loop(continues, step, state, lengths=lengths,
-                            extend_cache=extend_cache, result=lambda state: state.seqs[:, 1:])
+                            extend_cache=extend_cache, result=result)
+
+
+def generated_lengths(sequences: jnp.ndarray, has_prefix: bool, eos_id: int = 1
+                      ) -> jnp.ndarray:
+  """The generated tokens of each output [..., L] as `length_penalty` counts them: up to
+  and including the first EOS (all L without one), a forced prefix not counted."""
+  positions = jnp.arange(sequences.shape[-1])
+  first_eos = jnp.min(jnp.where(sequences == eos_id, positions, sequences.shape[-1] - 1),
+                      axis=-1)
+  return first_eos + 1 - (1 if has_prefix else 0)

@@ -4,19 +4,17 @@ The same path serves `launch/translate.py`, `launch/evaluate.py` and evaluation 
 training, so the scores a run reports are the scores its users get.
 """
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 import concurrent.futures
 import contextlib
 import dataclasses
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
-from t5x_mt import adapters
 from t5x_mt import decoding
-from t5x_mt import models
 from t5x_mt import partitioning
 from t5x_mt import prediction
 from t5x_mt import processes
@@ -51,6 +49,14 @@ def translation_legs(src_lang: str, tgt_lang: str, pivot_language: str,
       '*' in pivot_directions or f'{src_lang}-{tgt_lang}' in pivot_directions):
     return [(src_lang, tgt_lang)]
   return [(src_lang, pivot_language), (pivot_language, tgt_lang)]
+
+
+class Hypothesis(NamedTuple):
+  """One of a sentence's n-best translations and the search's scores of it."""
+  text: str
+  log_prob: float  # summed log-probability of its pieces, EOS included (ensemble: score)
+  score: float     # log_prob / length ** alpha, by which beam search ranks it
+  length: int      # generated pieces, EOS included, the forced tag not
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +121,8 @@ class DecodeSettings:
 class Translator:
   """Translates sentences with a model's parameters and the run's vocabulary: text to
   tagged ids, ids to length-bucketed batches, batches through the model's beam search
-  (`prediction.predict_batch`), ids back to text; pivoted directions leg by leg.
+  (`prediction.predict_batch`), ids back to text; pivoted directions leg by leg. The
+  model is a run's `models.TranslationModel` or an `ensemble.Ensemble` of runs.
 
   `target_languages`: the languages the model was trained to translate into; any other
   target is refused (None: not known, nothing refused). `reverse_target`: the model
@@ -123,7 +130,7 @@ class Translator:
   are turned back before detokenising.
   """
 
-  def __init__(self, model: models.TranslationModel, params: Any, vocabulary_file: str,
+  def __init__(self, model: prediction.StepwiseModel, params: Any, vocabulary_file: str,
                tag_strategy: str, settings: DecodeSettings, *,
                mesh: jax.sharding.Mesh | None = None,
                rules: partitioning.LogicalRules | None = None,
@@ -143,8 +150,8 @@ class Translator:
     self.rules = rules if rules is not None else partitioning.logical_axis_rules()
     self.target_languages = None if target_languages is None else frozenset(target_languages)
     self.reverse_target = reverse_target
-    self.max_input_length = min(settings.max_input_length, model.config.max_length)
-    self.max_decode_length = min(settings.max_decode_length, model.config.max_length)
+    self.max_input_length = min(settings.max_input_length, model.max_length)
+    self.max_decode_length = min(settings.max_decode_length, model.max_length)
     self._data_parallel = partitioning.batch_shards(mesh) if mesh is not None else 1
     parallel_batches = settings.parallel_batches
     if mesh is not None and mesh.is_multi_process:
@@ -207,6 +214,17 @@ class Translator:
 
   def _run_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
                  direction: int) -> np.ndarray:
+    """The batch's best output ids per sentence; rows past the sentences are padding."""
+    return self._search_batch(encoder_ids, prefix_id, direction, 0)
+
+  def _run_nbest_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
+                       direction: int, nbest: int) -> prediction.NBest:
+    """The batch's `nbest` best outputs per sentence and their scores."""
+    return self._search_batch(encoder_ids, prefix_id, direction, nbest)
+
+  def _search_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
+                    direction: int, nbest: int) -> np.ndarray | prediction.NBest:
+    """`prediction.predict_batch` over the batch, gathered from every process."""
     length, decode_length = self.batch_lengths(encoder_ids)
     rows = self._batch_rows(len(encoder_ids))
     tokens = np.zeros((rows, length), np.int32)
@@ -218,12 +236,15 @@ class Translator:
     with contextlib.ExitStack() as stack:
       if self.mesh is not None:
         stack.enter_context(partitioning.activation_sharding(self.mesh, self.rules))
-      return processes.gather(prediction.predict_batch(
+      outputs = prediction.predict_batch(
           self.model, self.params, self._global_rows(tokens),
-          input_length=max(len(ids) for ids in encoder_ids), direction=direction, prefix_id=prefix_id, max_decode_length=decode_length,
+          input_length=max(len(ids) for ids in encoder_ids), direction=direction,
+          prefix_id=prefix_id, max_decode_length=decode_length,
           beam_size=self.settings.beam_size, alpha=self.settings.alpha,
           stop=self.settings.stop, num_pieces=self.tokenizer.get_piece_size(),
-          limits=self.settings.output_limits(), banned_pieces=self._reserved_pieces))
+          limits=self.settings.output_limits(), banned_pieces=self._reserved_pieces,
+          nbest=nbest)
+      return jax.tree_util.tree_map(processes.gather, outputs)
 
   def _global_rows(self, tokens: np.ndarray) -> np.ndarray | jax.Array:
     """A batch every process made alike as one array whose rows are split among the
@@ -262,11 +283,35 @@ class Translator:
                          on_batch: Callable[[int], None] | None = None) -> list[str]:
     """Translations of `sentences` from src_lang into tgt_lang by the model alone;
     `on_batch` as in `translate`."""
+    outputs: list[str] = [''] * len(sentences)
+    for index, generated in self._decoded(sentences, src_lang, tgt_lang, 0, on_batch):
+      outputs[index] = self.decode_target(generated)
+    return outputs
+
+  def translate_nbest(self, sentences: Sequence[str], src_lang: str, tgt_lang: str,
+                      nbest: int, on_batch: Callable[[int], None] | None = None
+                      ) -> list[list[Hypothesis]]:
+    """The `nbest` (<= beam size) best translations of each sentence from src_lang into
+    tgt_lang by the model alone, best first, as beam search ranks them (fewer where fewer
+    hypotheses exist); `on_batch` as in `translate`. A pivoted direction is refused:
+    its n-best list would rank the second leg's outputs of the first leg's best."""
+    if self.pivots(src_lang, tgt_lang):
+      raise UserError(f'n-best lists: {src_lang}-{tgt_lang} pivots through '
+                      f'{self.settings.pivot_language}; translate each leg on its own')
+    outputs: list[list[Hypothesis]] = [[] for _ in sentences]
+    for index, found in self._decoded(sentences, src_lang, tgt_lang, nbest, on_batch):
+      outputs[index] = [
+          Hypothesis(self.decode_target(ids), float(log_prob), float(score), int(length))
+          for ids, score, log_prob, length in zip(*found)
+          if score > decoding.NEG_INF / 2]
+    return outputs
+
+  def _decoded(self, sentences: Sequence[str], src_lang: str, tgt_lang: str, nbest: int,
+               on_batch: Callable[[int], None] | None) -> Iterator[tuple[int, Any]]:
+    """(index, the search's output for it) for every sentence, batch by batch: its ids,
+    or with `nbest` its rows of `prediction.NBest`."""
     self.check_target(tgt_lang)
-    config = self.model.config
-    if config.adapter_keys:
-      adapters.check_directions([Direction(src_lang, tgt_lang)],
-                                config.adapter_by, config.adapter_keys, 'translate')
+    self.model.check_direction(Direction(src_lang, tgt_lang), 'translate')
     direction = Direction(src_lang, tgt_lang).id
     direction_tags = tags.tags_for(self.tag_strategy, src_lang, tgt_lang)
     prefix_id = (self._tag_id(direction_tags.decoder_tag)
@@ -275,15 +320,18 @@ class Translator:
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     batches = [order[start:start + self.batch_size]
                for start in range(0, len(order), self.batch_size)]
-    outputs: list[str] = [''] * len(sentences)
-    run = lambda rows: self._run_batch([encoded[i] for i in rows], prefix_id, direction)
+    if nbest:
+      run = lambda rows: self._run_nbest_batch([encoded[i] for i in rows], prefix_id,
+                                               direction, nbest)
+    else:
+      run = lambda rows: self._run_batch([encoded[i] for i in rows], prefix_id, direction)
     with concurrent.futures.ThreadPoolExecutor(self.parallel_batches) as pool:
       for rows, generated in zip(batches, pool.map(run, batches)):
         for row, index in enumerate(rows):
-          outputs[index] = self.decode_target(generated[row])
+          yield index, (generated[row] if not nbest
+                        else [np.asarray(part[row]) for part in generated])
         if on_batch is not None:
           on_batch(len(rows))
-    return outputs
 
 
 class FamilyTranslator:

@@ -16,11 +16,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t5x_mt import adapters
 from t5x_mt import decode_cache
 from t5x_mt import decoding
 from t5x_mt import losses
 from t5x_mt import network
 from t5x_mt import parameter_layout
+from t5x_mt.data.directions import Direction
 from t5x_mt.kernels import fused_loss
 
 Array = jax.Array
@@ -85,8 +87,18 @@ class TranslationModel:
       self._decoding_module = network.Transformer(
           dataclasses.replace(config, scan_layers=False))
     self.vocab_size = config.vocab_size
+    self.max_length = config.max_length
     # prediction.StepwiseModel's encoder, compiled once per length.
     self.encode = jax.jit(self._encode_batch, static_argnames=('padded_length',))
+
+  # prediction.StepwiseModel: the decoder's step gives logits.
+  step_gives_scores = False
+
+  def check_direction(self, direction: Direction, command: str) -> None:
+    """A UserError naming `command` if the model has adapters and none for `direction`."""
+    if self.config.adapter_keys:
+      adapters.check_directions([direction], self.config.adapter_by,
+                                self.config.adapter_keys, command)
 
   def init(self, rng: Array, encoder_length: int, decoder_length: int) -> Any:
     """Fresh parameters (boxed with logical axis names; see partitioning.shard_init)."""

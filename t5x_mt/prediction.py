@@ -7,7 +7,7 @@ output limits, banned pieces and batching, as a single model does.
 """
 
 import functools
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +15,8 @@ import numpy as np
 
 from t5x_mt import decode_cache
 from t5x_mt import decoding
+from t5x_mt.data.directions import Direction
+from t5x_mt.errors import UserError
 
 Array = jax.Array
 
@@ -24,6 +26,13 @@ class StepwiseModel(Protocol):
   compiles its own search once per shape and setting."""
 
   vocab_size: int  # The width of its logits (the embedding's rows, padding included).
+  max_length: int  # The longest input and output it reads.
+  # Whether its step gives each piece's score as it is (an ensemble's combination) rather
+  # than logits, which the search turns into log-probabilities.
+  step_gives_scores: bool
+
+  def check_direction(self, direction: Direction, command: str) -> None:
+    """A UserError naming `command` if the model cannot translate `direction`."""
 
   def encode(self, params: Any, encoder_tokens: Array, direction: Array, *,
              padded_length: int) -> Any:
@@ -43,12 +52,22 @@ class StepwiseModel(Protocol):
     """The cache grown to `length` steps."""
 
 
+class NBest(NamedTuple):
+  """A search's `n` best outputs per example, best first."""
+  sequences: Array  # int32 [B, n, max_decode_length], as `predict_batch` gives one
+  scores: Array     # fp32 [B, n], log-probability / length_penalty, the search's ranking
+  log_probs: Array  # fp32 [B, n], summed log-probability (or ensemble score)
+  lengths: Array    # int32 [B, n], generated tokens (EOS in, forced prefix out)
+
+
 def predict_batch(model: StepwiseModel, params: Any, encoder_tokens: np.ndarray, *,
                   input_length: int, direction: int, prefix_id: int | None,
                   max_decode_length: int, beam_size: int, alpha: float, stop: str,
                   num_pieces: int, limits: decoding.OutputLimits = decoding.OutputLimits(),
-                  banned_pieces: np.ndarray | None = None) -> Array:
-  """The best output ids [B, max_decode_length] of `model` for a batch of encoder tokens.
+                  banned_pieces: np.ndarray | None = None, nbest: int = 0
+                  ) -> Array | NBest:
+  """The best output ids [B, max_decode_length] of `model` for a batch of encoder tokens,
+  or with `nbest` > 0 its `nbest` (<= beam_size) best outputs and their scores.
 
   `encoder_tokens` [B, bucket] is padded to the search's bucket length, and
   `input_length` is its longest row: the encoder runs at that length (its program has
@@ -59,6 +78,8 @@ def predict_batch(model: StepwiseModel, params: Any, encoder_tokens: np.ndarray,
   `banned_pieces` (bool [num_pieces], EOS aside) marks after the prefix. beam_size 1
   searches greedily.
   """
+  if not 0 <= nbest <= beam_size:
+    raise UserError(f'--nbest: at most the beam size ({beam_size}) hypotheses, got {nbest}')
   direction = jnp.int32(direction)
   prefix = None if prefix_id is None else jnp.full((encoder_tokens.shape[0],), prefix_id,
                                                    jnp.int32)
@@ -66,14 +87,15 @@ def predict_batch(model: StepwiseModel, params: Any, encoder_tokens: np.ndarray,
                          padded_length=encoder_tokens.shape[1])
   return _search(model, params, encoded, encoder_tokens, prefix, direction, banned_pieces,
                  max_decode_length=max_decode_length, beam_size=beam_size, alpha=alpha,
-                 stop=stop, num_pieces=num_pieces, limits=limits)
+                 stop=stop, num_pieces=num_pieces, limits=limits, nbest=nbest)
 
 
 @functools.partial(jax.jit, static_argnames=('model', 'max_decode_length', 'beam_size',
-                                             'alpha', 'stop', 'num_pieces', 'limits'))
+                                             'alpha', 'stop', 'num_pieces', 'limits',
+                                             'nbest'))
 def _search(model: StepwiseModel, params, encoded, encoder_tokens, prefix, direction,
             banned_pieces, *, max_decode_length: int, beam_size: int, alpha: float, stop: str,
-            num_pieces: int, limits: decoding.OutputLimits):
+            num_pieces: int, limits: decoding.OutputLimits, nbest: int):
   """Beam (or greedy) search over one direction's encoded batch."""
   cache_lengths = decode_cache.stage_lengths(max_decode_length)
   step, cache = model.start_decoding(params, encoded, encoder_tokens, direction,
@@ -90,13 +112,28 @@ def _search(model: StepwiseModel, params, encoded, encoder_tokens, prefix, direc
     # Rows past the vocabulary are never generated already (tokens_to_logits).
     banned_pieces = jnp.pad(banned_pieces, (0, model.vocab_size - num_pieces))
   search = dict(prefix=prefix, max_decode_length=max_decode_length,
-                banned_tokens=banned_pieces,
+                banned_tokens=banned_pieces, normalize=not model.step_gives_scores,
                 cache_lengths=cache_lengths, extend_cache=model.extend_cache,
                 no_repeat_ngram_size=limits.no_repeat_ngram_size,
                 max_lengths=limits.max_lengths(jnp.sum(encoder_tokens > 0, axis=1)))
   if beam_size == 1:
-    return decoding.greedy_search(tokens_to_logits, cache, **search)
-  sequences, _ = decoding.beam_search(tokens_to_logits, cache, beam_size=beam_size,
-                                      alpha=alpha, stop=stop,
-                                      expand_cache=model.expand_cache, **search)
-  return sequences[:, 0, :]
+    if not nbest:
+      return decoding.greedy_search(tokens_to_logits, cache, **search)
+    sequences, log_probs = decoding.greedy_search(tokens_to_logits, cache,
+                                                  with_log_probs=True, **search)
+    return _nbest(sequences[:, None], log_probs[:, None], alpha, prefix is not None)
+  sequences, scores = decoding.beam_search(tokens_to_logits, cache, beam_size=beam_size,
+                                           alpha=alpha, stop=stop,
+                                           expand_cache=model.expand_cache, **search)
+  if not nbest:
+    return sequences[:, 0, :]
+  sequences, scores = sequences[:, :nbest], scores[:, :nbest]
+  lengths = decoding.generated_lengths(sequences, prefix is not None)
+  return NBest(sequences, scores, scores * decoding.length_penalty(lengths, alpha), lengths)
+
+
+def _nbest(sequences: Array, log_probs: Array, alpha: float, has_prefix: bool) -> NBest:
+  """The n-best of summed log-probabilities: ranked by them over length_penalty."""
+  lengths = decoding.generated_lengths(sequences, has_prefix)
+  return NBest(sequences, log_probs / decoding.length_penalty(lengths, alpha), log_probs,
+               lengths)

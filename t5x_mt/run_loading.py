@@ -30,6 +30,7 @@ import tqdm
 from t5x_mt import averaging
 from t5x_mt import checkpoints
 from t5x_mt import configurables
+from t5x_mt import ensemble
 from t5x_mt import files
 from t5x_mt import gin_utils
 from t5x_mt import inference
@@ -39,6 +40,7 @@ from t5x_mt import partitioning
 from t5x_mt import progress
 from t5x_mt import run_layout
 from t5x_mt import run_vocabulary
+from t5x_mt.data import settings
 from t5x_mt.data import vocab
 from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
@@ -48,13 +50,15 @@ from t5x_mt.errors import UserError
 TRANSLATE_CHUNK_BATCHES = 16
 
 
-def _run_file(checkpoint_dir: str, path: files.AnyPath, what: str) -> files.AnyPath:
-  """`path` (a file of the run `checkpoint_dir`), or a UserError naming what is missing."""
+def _run_file(checkpoint_dir: str, path: files.AnyPath, what: str,
+              flag: str = '--checkpoint_dir') -> files.AnyPath:
+  """`path` (a file of the run `checkpoint_dir`, which `flag` named), or a UserError
+  naming what is missing."""
   if not files.path(checkpoint_dir).is_dir():
-    raise UserError(f'--checkpoint_dir: {checkpoint_dir} is not a directory')
+    raise UserError(f'{flag}: {checkpoint_dir} is not a directory')
   if not path.is_file():
-    raise UserError(f'{path}: not found; --checkpoint_dir must be the MODEL_DIR of a '
-                    f'training run, which holds {what}')
+    raise UserError(f'{path}: not found; {flag} must name the MODEL_DIR of a training '
+                    f'run, which holds {what}')
   return path
 
 
@@ -71,9 +75,10 @@ def load_run_config(checkpoint_dir: str) -> files.AnyPath:
   return config_file.parent
 
 
-def saved_steps(checkpoint_dir: str) -> list[int]:
+def saved_steps(checkpoint_dir: str, flag: str = '--checkpoint_dir') -> list[int]:
   """The run's finished checkpoint steps, ascending; a UserError if it has none."""
-  _run_file(checkpoint_dir, run_layout.RunLayout(checkpoint_dir).config, 'its config.gin')
+  _run_file(checkpoint_dir, run_layout.RunLayout(checkpoint_dir).config, 'its config.gin',
+            flag)
   run_checkpoints = checkpoints.RunCheckpoints(checkpoint_dir, read_only=True)
   try:
     steps = run_checkpoints.all_steps()
@@ -84,9 +89,10 @@ def saved_steps(checkpoint_dir: str) -> list[int]:
   return steps
 
 
-def checkpoint_step(checkpoint_dir: str, step: int | None = None) -> int:
+def checkpoint_step(checkpoint_dir: str, step: int | None = None,
+                    flag: str = '--checkpoint_dir') -> int:
   """The checkpoint step to load: `step` if the run saved it, else the latest."""
-  steps = saved_steps(checkpoint_dir)
+  steps = saved_steps(checkpoint_dir, flag)
   if step is None:
     return steps[-1]
   if step not in steps:
@@ -146,6 +152,62 @@ def load_translator(checkpoint_dir: str, step: int | None = None, *,
                               reverse_target=data_settings.reverse_target)
 
 
+def load_ensemble(members: Sequence[tuple[str, float]], combination: str, *,
+                  mesh_shape: Sequence[int] = (-1, 1),
+                  **translator_overrides: Any) -> inference.Translator:
+  """A Translator whose model is the `ensemble.Ensemble` of the runs `members` names
+  ((run folder, weight) pairs), each at its latest checkpoint.
+
+  The runs must share their vocabulary, tag strategy and target order; in their models
+  they may differ. The first run's decoding settings and logical axis rules are the
+  ensemble's, and its config.gin is the process's gin config afterwards; the ensemble
+  translates into the languages every run trained into. `translator_overrides` as in
+  `load_translator`.
+  """
+  vocabularies = []
+  for directory, _ in members:  # Each must be a run with a checkpoint, before any loads.
+    checkpoint_step(directory, flag='--ensemble')
+    vocabularies.append(_run_file(directory, run_layout.RunLayout(directory).vocabulary,
+                                  'a copy of its SentencePiece model', '--ensemble'))
+    if vocabularies[-1].read_bytes() != vocabularies[0].read_bytes():
+      raise UserError(f'--ensemble: {directory} has another vocabulary than '
+                      f'{members[0][0]} ({vocabularies[-1]} differs from '
+                      f'{vocabularies[0]}); an ensemble\'s runs share one')
+  loaded, params, target_languages = [], [], []
+  for directory, _ in members:
+    run = _load_run(directory, mesh_shape)
+    if loaded:
+      _check_same_targets(loaded[0], run)
+    loaded.append(run)
+    params.append(_restore_params(run.run_dir, checkpoint_step(directory),
+                                  run.abstract_params))
+    target_languages.append(trained_target_languages(run.run_dir))
+  first = loaded[0]
+  load_run_config(members[0][0])
+  model = ensemble.Ensemble([models.TranslationModel(run.config) for run in loaded],
+                            [weight for _, weight in members], combination,
+                            vocab.sentencepiece_processor(first.vocabulary_file)
+                            .get_piece_size())
+  known = [languages for languages in target_languages if languages is not None]
+  target_languages = translator_overrides.pop(
+      'target_languages', set.intersection(*known) if known else None)
+  return inference.Translator(
+      model, tuple(params), str(first.vocabulary_file), first.data_settings.tag_strategy,
+      configurables.decode_settings(**translator_overrides), mesh=first.mesh,
+      rules=first.rules, target_languages=target_languages,
+      reverse_target=first.data_settings.reverse_target)
+
+
+def _check_same_targets(first: '_Run', other: '_Run') -> None:
+  """A UserError naming both runs unless `other` tags its inputs and orders its targets
+  as `first` does."""
+  for setting in ('tag_strategy', 'reverse_target'):
+    theirs, ours = (getattr(run.data_settings, setting) for run in (other, first))
+    if theirs != ours:
+      raise UserError(f'--ensemble: {other.run_dir} has {setting} {theirs!r}, '
+                      f'{first.run_dir} {ours!r}; an ensemble\'s runs share it')
+
+
 def trained_target_languages(run_dir: str | files.AnyPath) -> set[str] | None:
   """The languages the run in `run_dir` trained to translate into (its directions.json),
   None for a run that did not record its directions."""
@@ -161,15 +223,20 @@ def model_config_of(vocabulary_file: files.AnyPath) -> network.TransformerConfig
 
 
 def load_model(checkpoint_dir: str | None, family_models: Mapping[int, str] | None,
-               step: int | None,
-               overrides: dict[str, Any]) -> inference.Translator | inference.FamilyTranslator:
-  """The translator of run `checkpoint_dir`, or the router over `family_models` ({family
-  group: run folder}).
+               step: int | None, overrides: dict[str, Any],
+               ensemble_members: Sequence[tuple[str, float]] | None = None,
+               ensemble_combination: str = 'mean_log_prob',
+               ) -> inference.Translator | inference.FamilyTranslator:
+  """The translator of run `checkpoint_dir`, of the ensemble of `ensemble_members`
+  ((run folder, weight) pairs; `load_ensemble`), or the router over `family_models`
+  ({family group: run folder}).
 
   The router reads lines in chunks of batches of overrides['batch_size'] sentences, else of
   the largest batch size the family runs' config.gin files bind. Reading them leaves the
   last run's config as the process's gin config, as loading its model does.
   """
+  if ensemble_members is not None:
+    return load_ensemble(ensemble_members, ensemble_combination, **overrides)
   if family_models is None:
     return load_translator(checkpoint_dir, step, **overrides)
   run_batch_sizes = []
@@ -192,6 +259,7 @@ class _Run:
   run_dir: files.AnyPath
   vocabulary_file: files.AnyPath
   config: network.TransformerConfig
+  data_settings: settings.DataSettings
   mesh: jax.sharding.Mesh
   rules: partitioning.LogicalRules
   abstract_params: Any
@@ -205,7 +273,7 @@ def _load_run(checkpoint_dir: str, mesh_shape: Sequence[int]) -> _Run:
   config = model_config_of(vocabulary_file)
   mesh = partitioning.create_mesh(mesh_shape)
   rules = configurables.axis_rules()
-  return _Run(run_dir, vocabulary_file, config, mesh, rules,
+  return _Run(run_dir, vocabulary_file, config, configurables.data_settings(), mesh, rules,
               abstract_params(config, mesh, rules))
 
 
@@ -270,8 +338,11 @@ def translate_lines(translator: inference.Translator | inference.FamilyTranslato
 def stream_translations(translator: inference.Translator | inference.FamilyTranslator,
                         lines: Iterable[str], src_lang: str, tgt_lang: str, *,
                         total: int | None = None, progress_bar: bool = False,
-                        source_name: str = 'input') -> Iterator[list[str]]:
-  """Translations of one sentence per line, one chunk of consecutive lines at a time.
+                        source_name: str = 'input', nbest: int = 0
+                        ) -> Iterator[list[str]] | Iterator[list[list[inference.Hypothesis]]]:
+  """Translations of one sentence per line, one chunk of consecutive lines at a time;
+  with `nbest` each line's n-best list (`Translator.translate_nbest`) instead, an empty
+  line's holding one empty hypothesis scored 0.
 
   `lines` is read only as far as the chunk being translated, so a caller that writes each
   chunk as it comes holds one chunk, and its reader sees output before the input ends.
@@ -286,7 +357,7 @@ def stream_translations(translator: inference.Translator | inference.FamilyTrans
     line_number = 1
     while chunk := list(itertools.islice(lines, _chunk_size(translator))):
       yield _translate_lines_chunk(translator, chunk, src_lang, tgt_lang, bar, source_name,
-                                   line_number)
+                                   line_number, nbest)
       line_number += len(chunk)
 
 
@@ -323,19 +394,24 @@ def _translation_bar(translator: inference.Translator | inference.FamilyTranslat
 
 def _translate_chunk(translator: inference.Translator | inference.FamilyTranslator,
                      sentences: Sequence[str], src_lang: str, tgt_lang: str,
-                     bar: tqdm.tqdm) -> list[str]:
-  """Translations of `sentences`, each one line (a newline inside becomes a space); `bar`
-  moves with each decoded batch."""
+                     bar: tqdm.tqdm, nbest: int = 0) -> list[str] | list[list[Any]]:
+  """Translations of `sentences` (with `nbest`, their n-best lists), each one line (a
+  newline inside becomes a space); `bar` moves with each decoded batch."""
   if not sentences:
     return []
+  one_line = lambda text: ' '.join(text.splitlines())
+  if nbest:
+    lists = translator.translate_nbest(sentences, src_lang, tgt_lang, nbest,
+                                       on_batch=bar.update)
+    return [[h._replace(text=one_line(h.text)) for h in hypotheses] for hypotheses in lists]
   translations = translator.translate(sentences, src_lang, tgt_lang, on_batch=bar.update)
-  return [' '.join(translation.splitlines()) for translation in translations]
+  return [one_line(translation) for translation in translations]
 
 
 def _translate_lines_chunk(translator: inference.Translator | inference.FamilyTranslator,
                            lines: Sequence[str], src_lang: str, tgt_lang: str,
-                           bar: tqdm.tqdm, source_name: str, first_line_number: int
-                           ) -> list[str]:
+                           bar: tqdm.tqdm, source_name: str, first_line_number: int,
+                           nbest: int = 0) -> list[str] | list[list[Any]]:
   """`_translate_chunk` of the lines that hold text; the others stay empty (and count as
   done at once). An overlong line is named by `source_name` and its line number."""
   to_translate = [i for i, line in enumerate(lines) if line.strip()]
@@ -343,9 +419,10 @@ def _translate_lines_chunk(translator: inference.Translator | inference.FamilyTr
     logging.warning("%s:%d: longer than the model's input; only its start is translated",
                     source_name, first_line_number + to_translate[index])
   bar.update((len(lines) - len(to_translate)) * len(translator.legs(src_lang, tgt_lang)))
-  outputs = [''] * len(lines)
+  empty = [inference.Hypothesis('', 0.0, 0.0, 0)] if nbest else ''
+  outputs = [empty] * len(lines)
   translations = _translate_chunk(translator, [lines[i] for i in to_translate], src_lang,
-                                  tgt_lang, bar)
+                                  tgt_lang, bar, nbest)
   for index, translation in zip(to_translate, translations):
     outputs[index] = translation
   return outputs

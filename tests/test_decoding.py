@@ -468,3 +468,19 @@ def test_banned_tokens_hold_from_the_first_step_without_a_prefix():
                                max_decode_length=4, eos_id=EOS,
                                banned_tokens=np.isin(np.arange(12), PREFERRED[:2]))
   assert np.asarray(got)[0].tolist() == [PREFERRED[2]] * 4
+
+
+@pytest.mark.parametrize('stop', ['beam_full', 'best'])
+def test_a_row_gets_the_outputs_it_gets_alone_whatever_else_its_batch_holds(stop):
+  """A row its stop criterion settles finishes nothing more while the others go on, so
+  the hypotheses it returns do not depend on which rows share its batch."""
+  initial_states = [0, 1, 2]
+  for seed in range(8):
+    search = jax.jit(lambda cache, seed=seed: decoding.beam_search(
+        _toy_tokens_to_logits(_toy_table(seed)), cache, prefix=None, beam_size=2, alpha=0.0,
+        max_decode_length=LENGTH, eos_id=EOS, stop=stop))
+    together = search(_initial_cache(initial_states))
+    for row, state in enumerate(initial_states):
+      alone = search(_initial_cache([state]))
+      np.testing.assert_array_equal(together[0][row], alone[0][0], err_msg=f'seed {seed}')
+      np.testing.assert_array_equal(together[1][row], alone[1][0], err_msg=f'seed {seed}')
