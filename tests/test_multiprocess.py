@@ -205,6 +205,12 @@ def test_commands_that_decode_split_the_work_and_write_once(workspace, translati
   finished = run_processes(2, [*flags, f'--output={workspace / "two.txt"}'], 'translate.py')
   assert (workspace / 'two.txt').read_text(encoding='utf-8').splitlines() == expected
   assert finished[1].stdout == ''
+  # An ensemble decodes on several processes as a single run does: two copies of the run
+  # give the run's translations.
+  ensemble = [f'--ensemble={translating_run},{translating_run}:3', f'--input={source}',
+              *DECODING, f'--output={workspace / "ensemble.txt"}']
+  run_processes(2, ensemble, 'translate.py')
+  assert (workspace / 'ensemble.txt').read_text(encoding='utf-8').splitlines() == expected
   # Scores: the same JSON from one process and from two.
   references = workspace / 'references.txt'
   references.write_text(''.join(line + '\n' for line in expected), encoding='utf-8')
