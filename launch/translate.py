@@ -105,9 +105,8 @@ def _nbest_lines(lists: list, first_index: int) -> str:
   from t5x_mt import nbest  # pylint: disable=g-import-not-at-top
   return ''.join(
       nbest.format_entry(first_index + offset, hypothesis.text,
-                         {'forward': hypothesis.log_prob,
-                          'forward_normalized': hypothesis.score,
-                          'length': hypothesis.length}, hypothesis.score)
+                         nbest.search_features(hypothesis.log_prob, hypothesis.score,
+                                               hypothesis.length), hypothesis.score)
       for offset, hypotheses in enumerate(lists) for hypothesis in hypotheses)
 
 

@@ -22,6 +22,12 @@ from t5x_mt.errors import UserError
 
 SEPARATOR = ' ||| '
 _FIELDS = ('index', 'hypothesis', 'features', 'total')
+# The features of a beam search hypothesis (translate.py --nbest): the summed
+# log-probability of its pieces, EOS included; that over length^alpha, the beam's ranking
+# score and the line's total; its generated pieces, EOS included.
+FORWARD = 'forward'
+FORWARD_NORMALIZED = 'forward_normalized'
+LENGTH = 'length'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +59,12 @@ def format_entry(index: int, hypothesis: str, features: Mapping[str, float],
                     f'finite numbers only')
   pairs = ' '.join(f'{name}={_number(value)}' for name, value in features.items())
   return f'{index}{SEPARATOR}{hypothesis}{SEPARATOR}{pairs}{SEPARATOR}{_number(total)}\n'
+
+
+def search_features(log_prob: float, score: float, length: int) -> dict[str, float]:
+  """The features of a beam search hypothesis with summed log-probability `log_prob`,
+  ranking score `score` and `length` pieces, in the order they are written."""
+  return {FORWARD: log_prob, FORWARD_NORMALIZED: score, LENGTH: length}
 
 
 def _number(value: float) -> str:

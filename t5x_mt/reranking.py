@@ -34,8 +34,8 @@ from t5x_mt import nbest
 from t5x_mt.errors import UserError
 
 # The n-best features translate.py writes: the beam ranks by BEAM_SCORE.
-FORWARD = 'forward'
-BEAM_SCORE = 'forward_normalized'
+FORWARD = nbest.FORWARD
+BEAM_SCORE = nbest.FORWARD_NORMALIZED
 # The features other runs add, by the kind of run (t5x_mt.sequence_scoring) each needs.
 BACKWARD = 'backward'
 RIGHT_TO_LEFT = 'right_to_left'

@@ -286,3 +286,27 @@ def test_backward_run_scores_each_source_given_its_hypotheses(trained_run, tmp_p
   assert err.strip().endswith(f'--language_model: {trained_run} is a translation run; it '
                               'needs a language_model run')
   assert not (tmp_path / 'lm_weights.json').exists()
+
+
+@pytest.mark.slow
+def test_weight_on_the_beam_score_alone_reproduces_translate(trained_run, tmp_path,
+                                                              monkeypatch, capsys):
+  """translate.py --nbest's lists, reranked by forward_normalized alone, give
+  translate.py's own translations."""
+  source = tmp_path / 'source.eng'
+  source.write_text('Monday\n\nGood morning.\nThank you very much.\n', encoding='utf-8')
+  decoding = [f'--checkpoint_dir={trained_run}', '--src_lang=eng_Latn',
+              '--tgt_lang=hau_Latn', f'--input={source}', '--beam_size=4', '--batch_size=2']
+  code, best, err = run_in_process('translate.py', decoding, monkeypatch, capsys)
+  assert code == 0, err
+  code, _, err = run_in_process('translate.py', [*decoding, '--nbest=4',
+                                                 f'--output={tmp_path / "list.nbest"}'],
+                                monkeypatch, capsys)
+  assert code == 0, err
+  reranking.save_weights(tmp_path / 'weights.json', reranking.Weights(
+      {'forward': 0.0, 'forward_normalized': 1.0, 'length': 0.0}, 'chrf++'), {})
+  code, _, err = run_in_process('rerank.py', [
+      f'--nbest={tmp_path / "list.nbest"}', f'--weights={tmp_path / "weights.json"}',
+      f'--output={tmp_path / "reranked.hau"}'], monkeypatch, capsys)
+  assert code == 0, err
+  assert (tmp_path / 'reranked.hau').read_text('utf-8') == best
