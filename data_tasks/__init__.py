@@ -334,6 +334,15 @@ def _add_direction(dataset: tf.data.Dataset, direction: int) -> tf.data.Dataset:
   return dataset.map(add, num_parallel_calls=tf.data.AUTOTUNE)
 
 
+def _preprocessors(source: TaskSource, to_examples, add_tags) -> list:
+  """A Task's preprocessors: `to_examples` makes text inputs and targets of the source's
+  records, which are tokenised (`targets` reversed for a right-to-left model), tagged by
+  `add_tags`, ended with EOS and marked with their direction."""
+  return [to_examples, functools.partial(_tokenize, direction=source.direction.name),
+          _reverse_targets, add_tags, seqio.preprocessors.append_eos_after_trim,
+          functools.partial(_add_direction, direction=source.direction.id)]
+
+
 def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
   """Registers (once) the Task reading one direction of a registered corpus."""
   name = task_name(corpus, src_lang, tgt_lang)
@@ -352,18 +361,78 @@ def register_direction_task(corpus: str, src_lang: str, tgt_lang: str) -> str:
       source=data_source,
       # A streamed corpus shuffles itself, and its position is saved with its stream.
       shuffle_buffer_size=None if corpora.is_streamed(corpus) else seqio.SHUFFLE_BUFFER_SIZE,
-      preprocessors=[
-          _to_inputs_targets,
-          functools.partial(_tokenize, direction=source.direction.name),
-          _reverse_targets,
-          functools.partial(_add_tags, source=source),
-          seqio.preprocessors.append_eos_after_trim,
-          functools.partial(_add_direction, direction=source.direction.id),
-      ],
+      preprocessors=_preprocessors(source, _to_inputs_targets,
+                                   functools.partial(_add_tags, source=source)),
       output_features=output_features(),
       postprocess_fn=metrics.postprocess_translation,
       metric_fns=[metrics.translation_metrics])
   return name
+
+
+def language_model_task_name(corpus: str, lang: str) -> str:
+  """`<corpus>.<lang>`: the corpus's text in one language."""
+  return f'{corpus}.{lang}'
+
+
+def _to_language_model_examples(dataset: tf.data.Dataset) -> tf.data.Dataset:
+  """The target side alone: a language model reads no source."""
+  return dataset.map(lambda ex: {'inputs': tf.constant(''), 'targets': ex['target'],
+                                 'is_training': ex['is_training']},
+                     num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _add_language_model_tag(dataset: tf.data.Dataset, lang: str) -> tf.data.Dataset:
+  """The language's tag before each text (`tags.language_model_tags`)."""
+  prefix = _tag_ids(tags.language_model_tags(lang).decoder_tag)
+  return dataset.map(lambda ex: {**ex, 'targets': tf.concat([prefix, ex['targets']], axis=0)},
+                     num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def register_language_model_task(corpus: str, lang: str) -> str:
+  """Registers (once) the Task of a language model over the `lang` text of a registered
+  multi-way corpus (e.g. `target_side_corpus`): each sentence is a target, tagged with its
+  language, and the input is empty. Its direction is `lang`-`lang`, so that sampling
+  rates, per-direction losses and the run's directions.json treat it as any direction."""
+  name = language_model_task_name(corpus, lang)
+  if name in seqio.TaskRegistry.names():
+    return name
+  languages.check_language(lang, f'{name}: language')
+  source = TaskSource(corpus, Direction(lang, lang))
+  seqio.TaskRegistry.add(
+      name,
+      source=_PairsSource(source),
+      preprocessors=_preprocessors(source, _to_language_model_examples,
+                                   functools.partial(_add_language_model_tag, lang=lang)),
+      output_features=output_features())
+  return name
+
+
+def target_side_corpus(name: str, mixture_or_task_name: str) -> corpus_types.MultiwayCorpus:
+  """The target-language text of a translation mixture (or task) as a corpus named
+  `name`: per split its corpora hold, each distinct target sentence of each direction
+  once, a row of its own ({target language: sentence}), in the mixture's order."""
+  rows: dict[str, dict[tuple[str, str], None]] = {}
+  for member in mixture_view(mixture_or_task_name).members:
+    corpus = corpora.get_corpus(member.corpus)
+    for split in corpus.splits():
+      targets = rows.setdefault(split, {})
+      for _, target in corpus.pairs(split, *member.direction):
+        targets[(member.direction.tgt_lang, target)] = None
+  return corpus_types.MultiwayCorpus(name, {
+      split: [{lang: text} for lang, text in targets] for split, targets in rows.items()})
+
+
+def register_language_model_mixture(name: str, mixture_or_task_name: str) -> str:
+  """Registers corpus `name`, the target side of a translation mixture or task
+  (`target_side_corpus`, read on first use), and mixture `name`: a language model's Task
+  per target language over it, temperature-sampled as translation mixtures are."""
+  corpora.register_corpus(name, lambda: target_side_corpus(name, mixture_or_task_name),
+                          overwrite=True)
+  target_languages = sorted({mixtures.task_source(task).direction.tgt_lang
+                             for task in member_tasks(mixture_or_task_name)})
+  return register_task_mixture(
+      name, [register_language_model_task(name, lang) for lang in target_languages],
+      overwrite=True)
 
 
 def register_mixture(name: str, corpus: str,
@@ -487,16 +556,19 @@ def register_files_corpus(name: str, spec: Mapping, where: str) -> None:
 def register_corpora_and_mixtures(corpora_dirs: Mapping[str, str] | None = None,
                                   mixtures: Mapping[str, Sequence[str]] | None = None,
                                   streamed_corpora: Mapping[str, Mapping] | None = None,
-                                  corpora_files: Mapping[str, Mapping] | None = None
+                                  corpora_files: Mapping[str, Mapping] | None = None,
+                                  language_models: Mapping[str, str] | None = None
                                   ) -> None:
-  """Registers corpus folders, corpora of files, streamed corpora and mixtures over them
-  (those a run's config names).
+  """Registers corpus folders, corpora of files, streamed corpora, mixtures over them and
+  language models' mixtures (those a run's config names).
 
   `corpora_dirs` maps a corpus name to a folder written by launch/clean.py or
   launch/back_translate.py; `corpora_files` maps a corpus name to the spec of its files
   (`register_files_corpus`); `streamed_corpora` maps a corpus name to the spec of TSV files
   read by streaming (`register_streamed_corpus`); `mixtures` maps a mixture name to its
-  members (see `member_tasks`), e.g. {'ntrex128_bt': ['ntrex128', 'bt_round1']}. Safe to
+  members (see `member_tasks`), e.g. {'ntrex128_bt': ['ntrex128', 'bt_round1']};
+  `language_models` maps a mixture name to the translation mixture whose target side it
+  reads (`register_language_model_mixture`), e.g. {'ntrex128_lm': 'ntrex128'}. Safe to
   call again: the same names are registered anew.
   """
   for name, directory in (corpora_dirs or {}).items():
@@ -511,6 +583,8 @@ def register_corpora_and_mixtures(corpora_dirs: Mapping[str, str] | None = None,
     tasks = list(dict.fromkeys(task for member in members
                                for task in member_tasks(member, mixture=name)))
     register_task_mixture(name, tasks, overwrite=True)
+  for name, translation_mixture in (language_models or {}).items():
+    register_language_model_mixture(name, translation_mixture)
 
 
 def mixture_view(mixture_or_task_name: str) -> MixtureView:
@@ -606,6 +680,7 @@ def _register_builtins() -> None:
   register_mixture('cldr_demo', 'cldr', CLDR_DEMO_DIRECTIONS)
   register_mixture('ntrex128', 'ntrex128', NTREX_DIRECTIONS)
   register_mixture('flores200', 'flores200', NTREX_DIRECTIONS)
+  register_language_model_mixture('cldr_demo_lm', 'cldr_demo')
 
 
 _register_builtins()

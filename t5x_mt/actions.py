@@ -24,6 +24,7 @@ import tensorboardX
 import tensorflow as tf
 import tqdm
 
+from t5x_mt import baselines
 from t5x_mt import dro
 from t5x_mt import evaluation
 from t5x_mt import files
@@ -290,6 +291,23 @@ class Evaluate(Action):
       self._log.write_scalars(summary['step'], evaluation.scalars(summary, role))
     tqdm.tqdm.write(evaluation.format_table(summary), file=sys.stdout)
     sys.stdout.flush()
+
+
+class EvaluateLanguageModel(Evaluate):
+  """`Evaluate` for a language model, which translates nothing: each direction's (a
+  language's text) per-token loss without label smoothing and its perplexity on the
+  split, measured in the training loss's packed batches (`baselines.group_losses`)."""
+
+  def evaluate(self, run: Run, step: int, split: str | None = None) -> dict[str, Any]:
+    split = split or self.config.split
+    config = run.config
+    held_out = baselines.group_losses(
+        run.translator, config.mixture_or_task_name, inputs_length=config.inputs_length,
+        targets_length=config.targets_length, label_smoothing=0.0,
+        loss_chunk_length=config.loss_chunk_length, split=split)
+    summary = evaluation.summarize_losses(step, held_out['losses'], held_out['tokens'])
+    summary.update(split=split, task=config.mixture_or_task_name)
+    return summary
 
 
 @dataclasses.dataclass

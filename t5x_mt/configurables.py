@@ -103,10 +103,11 @@ def _pair_groups(extra: Mapping[str, Sequence[str]] | None = None
 def _corpora_and_mixtures(corpora_dirs: Mapping[str, str] | None = None,
                           mixtures: Mapping[str, Sequence[str]] | None = None,
                           streamed_corpora: Mapping[str, Mapping] | None = None,
-                          corpora_files: Mapping[str, Mapping] | None = None
+                          corpora_files: Mapping[str, Mapping] | None = None,
+                          language_models: Mapping[str, str] | None = None
                           ) -> dict[str, Any]:
   return dict(corpora_dirs=corpora_dirs, mixtures=mixtures, streamed_corpora=streamed_corpora,
-              corpora_files=corpora_files)
+              corpora_files=corpora_files, language_models=language_models)
 
 
 @gin.configurable('gives_files', module='data_tasks')
@@ -169,7 +170,8 @@ def data_settings() -> settings.DataSettings:
 def corpora_and_mixtures() -> dict[str, Any]:
   """The corpora and mixtures the recipe declares, as keyword arguments of
   `data_tasks.register_corpora_and_mixtures`
-  (`data_tasks.register_from_config.corpora_dirs/corpora_files/streamed_corpora/mixtures`)."""
+  (`data_tasks.register_from_config.corpora_dirs/corpora_files/streamed_corpora/mixtures/
+  language_models`)."""
   return _corpora_and_mixtures()
 
 

@@ -8,12 +8,15 @@ computation without the download.
 
 Directions are named `src-tgt` with FLORES-200 codes. The WMT22 African task reports
 averages over categories of directions (X-ENG, ENG-X, X-FRA, FRA-X, X-X, ALL);
-`summarize` builds the `MODEL_DIR/eval/step_<N>.json` record (see `run_layout`).
+`summarize` builds the `MODEL_DIR/eval/step_<N>.json` record (see `run_layout`). A language
+model (a decoder alone, for n-best reranking) translates nothing: its record
+(`summarize_losses`) holds each language's held-out loss and perplexity instead.
 """
 
 import collections
 import json
 import logging
+import math
 import os
 import statistics
 from typing import Any, Optional, Sequence
@@ -159,6 +162,28 @@ def summarize(step: int | None, direction_scores: dict[str, dict[str, Any]]) -> 
   }
 
 
+def summarize_losses(step: int, losses: dict[str, float], tokens: dict[str, float]
+                     ) -> dict[str, Any]:
+  """A language model's eval record for one step: per direction (its language's text,
+  `<lang>-<lang>`) the mean per-token loss in nats (`losses`), its perplexity and the
+  `tokens` scored; 'average' over every token scored."""
+  if not losses:
+    raise UserError(f'step {step}: no directions were scored')
+  total_tokens = sum(tokens[name] for name in losses)
+  mean = sum(losses[name] * tokens[name] for name in losses) / total_tokens
+  return {
+      'step': int(step),
+      'directions': {name: {'loss': losses[name], 'perplexity': math.exp(losses[name]),
+                            'tokens': int(tokens[name])} for name in sorted(losses)},
+      'average': {'loss': mean, 'perplexity': math.exp(mean)},
+  }
+
+
+def _is_loss_record(summary: dict[str, Any]) -> bool:
+  """Whether `summary` is a language model's record (`summarize_losses`)."""
+  return 'loss' in summary['average']
+
+
 def write_eval_json(model_dir: str | os.PathLike, summary: dict[str, Any],
                     split: str = 'validation') -> files.AnyPath:
   """Writes `summary`, scores on `split`, as the run's record of its step
@@ -176,9 +201,10 @@ def write_eval_json(model_dir: str | os.PathLike, summary: dict[str, Any],
 def scalars(summary: dict[str, Any], split: str) -> dict[str, float]:
   """A `summarize` record's BLEU and chrF++ as TensorBoard scalars of `split`:
   '<split>/chrf' for the average over directions, '<split>/chrf/<direction>' for each
-  (as the training losses are 'loss' and 'loss/<direction>'); likewise 'bleu'."""
+  (as the training losses are 'loss' and 'loss/<direction>'); likewise 'bleu', and a
+  `summarize_losses` record's 'loss' and 'perplexity'."""
   values = {}
-  for metric in ('bleu', 'chrf'):
+  for metric in ('loss', 'perplexity') if _is_loss_record(summary) else ('bleu', 'chrf'):
     values[f'{split}/{metric}'] = summary['average'][metric]
     values.update({f'{split}/{metric}/{direction}': scores[metric]
                    for direction, scores in summary['directions'].items()})
@@ -217,8 +243,11 @@ def format_table(summary: dict[str, Any]) -> str:
   and step (as far as the record names them): directions, then categories.
 
   For directions `n` is the number of sentences; for categories, the number of directions.
-  The looping share and the copy baseline get columns where every direction has them.
+  The looping share and the copy baseline get columns where every direction has them. A
+  language model's record (`summarize_losses`) gives each direction's loss and perplexity.
   """
+  if _is_loss_record(summary):
+    return _format_loss_table(summary)
   names = list(summary['directions']) + list(summary['categories'])
   width = max(len(name) for name in names + ['direction'])
   directions = summary['directions'].values()
@@ -244,3 +273,17 @@ def format_table(summary: dict[str, Any]) -> str:
     lines.append("copy: chrF++ of the source copied unchanged; gain: the model's chrF++ "
                  'above it')
   return '\n'.join(lines)
+
+
+def _format_loss_table(summary: dict[str, Any]) -> str:
+  """A fixed-width table of a `summarize_losses` record under its title."""
+  width = max(len(name) for name in [*summary['directions'], 'direction'])
+  header = f'{"direction":<{width}} {"loss":>7} {"ppl":>9} {"tokens":>9}'
+  rule = '-' * len(header)
+  rows = [f'{name:<{width}} {scores["loss"]:7.4f} {scores["perplexity"]:9.2f} '
+          f'{scores["tokens"]:>9}' for name, scores in summary['directions'].items()]
+  average = summary['average']
+  return '\n'.join([_table_title(summary), header, rule, *rows, rule,
+                    f'{"average":<{width}} {average["loss"]:7.4f} {average["perplexity"]:9.2f}',
+                    'loss: nats per target token (language tag, pieces and EOS); ppl: '
+                    'its perplexity'])

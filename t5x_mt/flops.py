@@ -16,6 +16,8 @@ and Ld target positions, a forward pass costs (a multiply-add is 2 FLOPs):
                                 + 2 * T * A * R * Ld             (relative in the decoder)
   logits:                       2 * D * V * Ld
 
+A language model (`decoder_only`) has no encoder layers and no cross-attention terms.
+
 Shaw's relative positions (R = 2k + 1 table rows, T = 2 tables with values, 1 keys only)
 cost what their shared tables need: every query times every key row, and each query's
 probabilities, summed per row, times every value row.
@@ -60,9 +62,10 @@ def forward_flops(config: network.TransformerConfig, inputs_length: int,
   a = config.num_heads * config.head_dim
   le, ld = inputs_length, targets_length
   encoder_layer_weights = 4 * d * a + 2 * d * config.mlp_dim_of('encoder')
+  cross = 0 if config.decoder_only else 1  # A language model has no cross-attention.
   # Self q, k, v, out; cross q, out; MLP.
-  decoder_layer_target_weights = 6 * d * a + 2 * d * config.mlp_dim_of('decoder')
-  decoder_layer_source_weights = 2 * d * a  # Cross-attention k, v read the encoded source.
+  decoder_layer_target_weights = (4 + 2 * cross) * d * a + 2 * d * config.mlp_dim_of('decoder')
+  decoder_layer_source_weights = cross * 2 * d * a  # Cross k, v read the encoded source.
   return ForwardFlops(
       encoder_dense=config.num_encoder_layers * 2 * encoder_layer_weights * le,
       encoder_attention=config.num_encoder_layers * (
@@ -70,7 +73,7 @@ def forward_flops(config: network.TransformerConfig, inputs_length: int,
       decoder_dense=config.num_decoder_layers * 2 * (decoder_layer_target_weights * ld
                                                      + decoder_layer_source_weights * le),
       decoder_attention=config.num_decoder_layers * (
-          4 * a * ld * (ld + le) + _relative_flops(config, 'decoder', ld)),
+          4 * a * ld * (ld + cross * le) + _relative_flops(config, 'decoder', ld)),
       logits=2 * d * v * ld)
 
 

@@ -23,6 +23,7 @@ from t5x_mt import losses
 from t5x_mt import network
 from t5x_mt import parameter_layout
 from t5x_mt.data.directions import Direction
+from t5x_mt.errors import UserError
 from t5x_mt.kernels import fused_loss
 
 Array = jax.Array
@@ -156,6 +157,9 @@ class TranslationModel:
     """The encoder's output for a batch of tokens cut to its longest input, zero-padded
     to `padded_length` positions (the search's bucket; padding is masked there). The
     model runs in its own layout, so scanned layers compile once whatever the depth."""
+    if self.config.decoder_only:
+      raise UserError('the run is a language model (network.TransformerConfig.decoder_only):'
+                      ' it scores sentences and translates none')
     encoded = self.module.apply({'params': params}, encoder_tokens,
                                 encoder_direction_ids=jnp.full(
                                     (encoder_tokens.shape[0], 1), direction, jnp.int32),

@@ -22,6 +22,9 @@ Choices (docs/methods.md#model has the formulas of every variant):
   activations in the backward pass instead of storing them (`REMAT_POLICIES`). Parameter
   paths and the conversions between layouts are `parameter_layout`'s; decoding always runs
   the unrolled stack.
+- `decoder_only`: a language model, the decoder alone (no encoder, no cross-attention),
+  which reads the target (its language tag first) and ignores any encoder input; it
+  scores sentences for n-best reranking and translates nothing.
 - Masks: token 0 is padding. Unpacked inputs derive segment ids from `tokens > 0` (the decoder
   from `decoder_target_tokens`, since its inputs may start with token 0); packed inputs use
   the given segment ids, still zeroed where the token is padding.
@@ -77,6 +80,7 @@ class TransformerConfig:
   adapter_bottlenecks: tuple[int, ...] = ()
   scan_layers: bool = False
   remat_policy: str = 'none'  # A key of REMAT_POLICIES.
+  decoder_only: bool = False  # A language model: no encoder, no cross-attention.
 
   def __post_init__(self):
     # gin may give lists; the config is hashed as a Flax module attribute.
@@ -110,6 +114,9 @@ class TransformerConfig:
   def _check_combinations(self, name) -> None:
     """Settings that each hold but not together."""
     relative = self.position_embedding == 'relative'
+    if self.decoder_only and self.num_encoder_layers:
+      raise UserError(f"{name('decoder_only')}: a language model has no encoder; set "
+                      f"{name('num_encoder_layers')} = 0, not {self.num_encoder_layers}")
     if self.relative_in_decoder and not relative:
       raise UserError(f"{name('relative_in_decoder')}: needs position_embedding = "
                       f"'relative', not {self.position_embedding!r}")
@@ -221,14 +228,16 @@ class DecoderLayer(nn.Module):
     cfg = self.config
     own_sublayer, cross_sublayer, mlp_sublayer = parameter_layout.SUBLAYERS['decoder']
     own = _attention(cfg, 'decoder', own_sublayer)
-    cross = _attention(cfg, 'decoder', cross_sublayer, fixed_kv=True)
+    cross = None if cfg.decoder_only else _attention(cfg, 'decoder', cross_sublayer,
+                                                      fixed_kv=True)
     h = _sublayer(cfg, x, lambda y: own(
         y, y, q_segment_ids=segment_ids, kv_segment_ids=segment_ids, causal=True,
         relative_ids=relative_ids, decode=decode, max_decode_length=max_decode_length,
         deterministic=deterministic), own_sublayer, deterministic)
-    h = _sublayer(cfg, h, lambda y: cross(
-        y, encoded, q_segment_ids=segment_ids, kv_segment_ids=encoder_segment_ids,
-        decode=decode, deterministic=deterministic), cross_sublayer, deterministic)
+    if not cfg.decoder_only:
+      h = _sublayer(cfg, h, lambda y: cross(
+          y, encoded, q_segment_ids=segment_ids, kv_segment_ids=encoder_segment_ids,
+          decode=decode, deterministic=deterministic), cross_sublayer, deterministic)
     h = _sublayer(cfg, h, _mlp(cfg, 'decoder'), mlp_sublayer, deterministic, _bottom(cfg, x))
     return nn.with_logical_constraint(h, ('batch', 'length', 'embed'))
 
@@ -411,14 +420,16 @@ class Transformer(nn.Module):
 
   Parameters: `shared_embedding` (decoder input and, with `logits_via_embedding`, output;
   also the encoder's input when `share_encoder_embedding`), `encoder_embedding` (only when not
-  shared), `encoder`, `decoder`.
+  shared), `encoder` (none in a `decoder_only` model), `decoder`.
   """
   config: TransformerConfig
 
   def setup(self):
     cfg = self.config
     self.shared_embedding = layers.Embed(cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype)
-    if cfg.share_encoder_embedding:
+    if cfg.decoder_only:
+      self.encoder = None  # A language model reads no source.
+    elif cfg.share_encoder_embedding:
       self.encoder = Encoder(cfg, self.shared_embedding)
     else:
       self.encoder_embedding = layers.Embed(cfg.vocab_size, cfg.emb_dim, dtype=cfg.dtype)
@@ -475,14 +486,16 @@ class Transformer(nn.Module):
     """Teacher-forced float32 logits [B, Ld, vocab] (with `return_hidden`, the decoder's
     final states instead); `decoder_direction_ids` (the batch's per-token directions)
     choose adapters on both sides."""
-    encoder_direction_ids = None
-    if self.config.adapter_keys and decoder_direction_ids is not None:
-      encoder_direction_ids = adapters.encoder_direction_ids(
-          _segment_ids(encoder_input_tokens, encoder_segment_ids),
-          _segment_ids(decoder_target_tokens, decoder_segment_ids), decoder_direction_ids)
-    encoded = self.encode(encoder_input_tokens, encoder_segment_ids, encoder_positions,
-                          enable_dropout=enable_dropout,
-                          encoder_direction_ids=encoder_direction_ids)
+    encoded = None
+    if not self.config.decoder_only:
+      encoder_direction_ids = None
+      if self.config.adapter_keys and decoder_direction_ids is not None:
+        encoder_direction_ids = adapters.encoder_direction_ids(
+            _segment_ids(encoder_input_tokens, encoder_segment_ids),
+            _segment_ids(decoder_target_tokens, decoder_segment_ids), decoder_direction_ids)
+      encoded = self.encode(encoder_input_tokens, encoder_segment_ids, encoder_positions,
+                            enable_dropout=enable_dropout,
+                            encoder_direction_ids=encoder_direction_ids)
     return self.decode(encoded, encoder_input_tokens, decoder_input_tokens,
                        decoder_target_tokens, encoder_segment_ids, decoder_segment_ids,
                        decoder_positions, enable_dropout=enable_dropout,

@@ -15,7 +15,8 @@ Layout of a parameter tree (unrolled):
   decoder/logits_dense/kernel       the output projection when it is not tied
 Scanned stacks (`TransformerConfig.scan_layers`) hold the layers as [layers, ...] arrays
 under {encoder,decoder}/layers/layer (and layers/adapters_stacked); `to_scanned` and
-`to_unrolled` convert between the two.
+`to_unrolled` convert between the two. A language model (`TransformerConfig.decoder_only`)
+has no encoder/ and no cross-attention (or its norm) in its decoder's layers.
 """
 
 from typing import Any
@@ -114,9 +115,14 @@ def stack_depth(params: Any, stack: str) -> int:
   return sum(1 for name in side if name.startswith(UNROLLED_LAYER_PREFIX))
 
 
+def stacks_of(params: Any) -> tuple[str, ...]:
+  """The stacks `params` hold: both, or a language model's decoder alone."""
+  return tuple(stack for stack in STACKS if stack in params)
+
+
 def is_scanned(params: Any) -> bool:
   """Whether `params` are in the scanned layout (`to_scanned`)."""
-  return SCANNED_LAYERS in params['encoder']
+  return SCANNED_LAYERS in params['decoder']
 
 
 def is_scanned_path(path: tuple[str, ...]) -> bool:
@@ -128,7 +134,7 @@ def to_scanned(params: Any) -> Any:
   """Unrolled parameters (`layers_<i>`, `adapters_<i>`) in the layout of scan_layers=True:
   each stack's layers (and adapters) stacked on a leading axis."""
   params = dict(params)
-  for stack in STACKS:
+  for stack in stacks_of(params):
     side = dict(params[stack])
     depth = stack_depth(params, stack)
     scanned = {SCANNED_LAYER: [side.pop(layer_name(i)) for i in range(depth)]}
@@ -145,7 +151,7 @@ def to_scanned(params: Any) -> Any:
 def to_unrolled(params: Any) -> Any:
   """The inverse of `to_scanned`: scanned parameters in the unrolled layout."""
   params = dict(params)
-  for stack in STACKS:
+  for stack in stacks_of(params):
     side = dict(params[stack])
     depth = stack_depth(params, stack)
     scanned = side.pop(SCANNED_LAYERS)

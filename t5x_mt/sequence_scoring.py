@@ -9,7 +9,9 @@ bucketed batches through `models.TranslationModel.score_batch`, compiled once pe
 A pair is tokenised as the run's training data was: the source as translation encodes it
 (`inference.Translator.encode_source`: the encoder tag, its pieces cut to the model's
 input, EOS) and the target as the decoder's tag (forced in translation, so not scored),
-the target's pieces and EOS. A pair's score is the sum of the log-probabilities of the
+the target's pieces (in reverse order for a right-to-left run) and EOS. A language model
+reads no source and starts every text with its language's tag
+(`tags.language_model_tags`). A pair's score is the sum of the log-probabilities of the
 target's pieces and EOS, the same whatever else shares its batch.
 """
 
@@ -30,7 +32,8 @@ from t5x_mt.errors import UserError
 
 TRANSLATION = 'translation'
 RIGHT_TO_LEFT = 'right_to_left'
-KINDS = (TRANSLATION, RIGHT_TO_LEFT)
+LANGUAGE_MODEL = 'language_model'
+KINDS = (TRANSLATION, RIGHT_TO_LEFT, LANGUAGE_MODEL)
 
 
 class RunScorer:
@@ -38,15 +41,19 @@ class RunScorer:
 
   Attributes:
     kind: what the run models, read from its config.gin: 'translation' (an ordinary
-      encoder-decoder run) or 'right_to_left' (one trained with REVERSE_TARGET, which
-      scores each target's pieces in reverse order).
+      encoder-decoder run), 'right_to_left' (one trained with REVERSE_TARGET, which
+      scores each target's pieces in reverse order) or 'language_model' (a decoder
+      alone, `network.TransformerConfig.decoder_only`, which scores p(target)).
     translator: the run loaded for translation; its tokenizer, tags and model are the
       scorer's.
   """
 
   def __init__(self, translator: inference.Translator):
     self.translator = translator
-    self.kind = RIGHT_TO_LEFT if translator.reverse_target else TRANSLATION
+    if translator.model.config.decoder_only:
+      self.kind = LANGUAGE_MODEL
+    else:
+      self.kind = RIGHT_TO_LEFT if translator.reverse_target else TRANSLATION
     self._score_batch = jax.jit(translator.model.score_batch)
 
   @classmethod
@@ -61,15 +68,12 @@ class RunScorer:
   def score(self, sources: Sequence[str] | None, targets: Sequence[str], src_lang: str,
             tgt_lang: str, *, progress_bar: bool = False) -> np.ndarray:
     """log p(target | source) [len(targets)] of each pair (float32), summed over the
-    target's pieces and EOS, teacher-forced without dropout."""
-    if sources is None or len(sources) != len(targets):
-      raise ValueError(f'{0 if sources is None else len(sources)} sources for '
-                       f'{len(targets)} targets; give one source per target')
+    target's pieces and EOS, teacher-forced without dropout; a language model ignores
+    `sources` (which may be None) and `src_lang`, and gives log p(target) in tgt_lang."""
     self.translator.check_target(tgt_lang)
-    direction_tags = tags.tags_for(self.translator.tag_strategy, src_lang, tgt_lang)
-    encoder_ids = [self.translator.encode_source(source, direction_tags) for source in sources]
+    encoder_ids, direction_tags, direction = self._source_ids(sources, len(targets), src_lang,
+                                                              tgt_lang)
     decoder_ids, scored_from = self._target_ids(targets, direction_tags)
-    direction = Direction(src_lang, tgt_lang).id
     scores = np.zeros(len(targets), np.float32)
     order = sorted(range(len(targets)), key=lambda i: (len(decoder_ids[i]), len(encoder_ids[i])))
     with progress.bar(total=len(targets), desc=f'score {src_lang}-{tgt_lang}', unit='pair',
@@ -81,6 +85,20 @@ class RunScorer:
         scores[rows] = self._run(batch)[:len(rows)]
         bar.update(len(rows))
     return scores
+
+  def _source_ids(self, sources: Sequence[str] | None, num_targets: int, src_lang: str,
+                  tgt_lang: str) -> tuple[list[list[int]], tags.Tags, int]:
+    """(encoder ids of each pair, the tags, the direction id) as training made them: a
+    language model's input is EOS alone and its direction its language's own."""
+    if self.kind == LANGUAGE_MODEL:
+      return ([[vocab.EOS_ID]] * num_targets, tags.language_model_tags(tgt_lang),
+              Direction(tgt_lang, tgt_lang).id)
+    if sources is None or len(sources) != num_targets:
+      raise ValueError(f'{0 if sources is None else len(sources)} sources for '
+                       f'{num_targets} targets; give one source per target')
+    direction_tags = tags.tags_for(self.translator.tag_strategy, src_lang, tgt_lang)
+    return ([self.translator.encode_source(source, direction_tags) for source in sources],
+            direction_tags, Direction(src_lang, tgt_lang).id)
 
   def _target_ids(self, targets: Sequence[str], direction_tags: tags.Tags
                   ) -> tuple[list[list[int]], int]:
@@ -94,7 +112,7 @@ class RunScorer:
     max_length = self.translator.model.config.max_length
     decoder_ids = []
     for index, pieces in enumerate(self.translator.tokenizer.encode(list(targets))):
-      ids = prefix + (pieces[::-1] if self.kind == RIGHT_TO_LEFT else pieces) + [vocab.EOS_ID]
+      ids = prefix + (pieces[::-1] if self.translator.reverse_target else pieces) + [vocab.EOS_ID]
       if len(ids) > max_length:
         raise UserError(f'target {index + 1}: {len(pieces)} pieces do not fit the '
                         f"model's {max_length} decoder positions")

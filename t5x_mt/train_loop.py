@@ -39,6 +39,7 @@ from t5x_mt.data import group_sampler
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import mixtures
 from t5x_mt.data import streamed_pipeline
+from t5x_mt.errors import UserError
 
 def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, vocabulary: bytes,
                      direction_names: Sequence[str], robust: dro.DroTraining | None) -> None:
@@ -151,6 +152,10 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   mixtures.check_vocabulary(config.mixture_or_task_name, spec.data.vocabulary_path)
   actions.check_evaluable(config.mixture_or_task_name, spec.evaluation,
                           [spec.evaluation.split] + ['test'] * config.evaluate_test_split)
+  if spec.model.decoder_only and config.early_stopping_patience:
+    raise UserError(f'{run_config.setting_name("early_stopping_patience")}: stops on '
+                    'validation chrF++, which a language model (network.TransformerConfig.'
+                    'decoder_only) has none of')
   direction_ids, direction_names = _run_directions(config, spec.model)
   vocabulary = _shared_vocabulary(spec, layout)
   model = models.TranslationModel(dataclasses.replace(spec.model, vocab_size=(
@@ -242,7 +247,9 @@ def train(spec: run_config.RunSpec) -> dict[str, Any]:
   config = run.config
   log_metrics = actions.LogMetrics(run, config.log_every_steps,
                                    update_dro.robust if update_dro else None)
-  evaluate = actions.Evaluate(config.eval_every_steps, spec.evaluation, log_metrics.log)
+  evaluate_class = (actions.EvaluateLanguageModel if run.model.config.decoder_only
+                    else actions.Evaluate)
+  evaluate = evaluate_class(config.eval_every_steps, spec.evaluation, log_metrics.log)
   stop_early = (actions.StopEarly(run, evaluate, config.early_stopping_patience)
                 if config.early_stopping_patience else None)
   stop_on_nonfinite = actions.StopOnNonFinite(config.max_nonfinite_steps)

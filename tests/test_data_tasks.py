@@ -254,7 +254,8 @@ def test_every_cldr_direction_is_registered_and_other_corpora_on_demand():
   from t5x_mt.data import cldr  # pylint: disable=g-import-not-at-top
   names = set(seqio.TaskRegistry.names())
   count = len(cldr.CLDR_LANGUAGES)
-  assert sum(name.startswith('cldr_') for name in names) == count * (count - 1)
+  assert sum(mixtures.task_source(name).corpus == 'cldr' for name in names
+             if name.startswith('cldr_')) == count * (count - 1)
   task = data_tasks.get_mixture_or_task('flores200_eng_Latn.zul_Latn')
   assert mixtures.task_source(task.name) == mixtures.TaskSource(
       'flores200', Direction('eng_Latn', 'zul_Latn'))

@@ -9,7 +9,9 @@ training data (data_tasks) and inference (forced decoder prefix) can never disag
   T-ENC-T-DEC  encoder: <2tgt> x            decoder: <2tgt> y   (VolcTrans; the default)
 
 When the decoder carries a tag, it is the first target token: the model learns to predict
-it during training and inference forces it as the first decoded token.
+it during training and inference forces it as the first decoded token. A language model
+(a decoder alone, for n-best reranking) always starts its text with its language's tag,
+whatever the strategy, so that one model serves several languages.
 
 Synthetic pairs (back- or forward-translations) may carry one more tag that tells the model
 the pair is synthetic (docs/methods.md#back-translation):
@@ -38,7 +40,7 @@ DEFAULT_TAG_STRATEGY = T_ENC_T_DEC
 @dataclasses.dataclass(frozen=True)
 class Tags:
   """The tag tokens (as text pieces) one direction puts on each side."""
-  encoder_tag: str
+  encoder_tag: str | None
   decoder_tag: str | None
 
 
@@ -59,6 +61,12 @@ def tags_for(strategy: str, src_lang: str, tgt_lang: str) -> Tags:
   if strategy == S_ENC_T_DEC:
     return Tags(encoder_tag=languages.language_tag(src_lang), decoder_tag=target_tag)
   return Tags(encoder_tag=target_tag, decoder_tag=target_tag)
+
+
+def language_model_tags(lang: str) -> Tags:
+  """A language model's tags for text in `lang`: none on the encoder it lacks, the
+  language's tag before the text."""
+  return Tags(encoder_tag=None, decoder_tag=languages.language_tag(lang))
 
 
 SYNTHETIC_TAG_SCHEMES = ('bt', 'da', 'none')
