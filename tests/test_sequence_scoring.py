@@ -19,6 +19,7 @@ from t5x_mt.data import vocab
 from t5x_mt.data.settings import DataSettings
 from t5x_mt.data.vocab import sentencepiece_processor
 from t5x_mt.errors import UserError
+from t5x_mt.export import ctranslate2_export
 
 PAIRS = [('Monday', 'Litinin'), ('January and February', 'Janairu da Fabrairu'),
          ('the year 2024', 'shekarar 2024')]
@@ -142,3 +143,9 @@ def test_right_to_left_runs_score_the_pieces_reversed(trained_run, right_to_left
       scorer.score(sources, targets, 'eng_Latn', 'hau_Latn'),
       [logit_log_probability(scorer.translator, s, t, reverse=True) for s, t in PAIRS],
       rtol=1e-5, atol=1e-4)
+
+
+def test_right_to_left_runs_are_not_exported_for_serving(right_to_left_run, tmp_path):
+  with pytest.raises(UserError, match=r'writes its targets right to left \(REVERSE_TARGET\)'):
+    ctranslate2_export.export_run(str(right_to_left_run), str(tmp_path / 'ct2'), 'float32')
+  assert not (tmp_path / 'ct2').exists()

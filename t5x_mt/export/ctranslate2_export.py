@@ -17,6 +17,7 @@ import textwrap
 
 import ctranslate2
 
+from t5x_mt import configurables
 from t5x_mt import export
 from t5x_mt import files
 from t5x_mt import inference
@@ -68,6 +69,10 @@ def export_run(checkpoint_dir: str, output_dir: str, quantization: str,
   check_output_dir(output_dir)
   step = run_loading.checkpoint_step(checkpoint_dir, step)
   run_dir = run_loading.load_run_config(checkpoint_dir)
+  if configurables.data_settings().reverse_target:
+    raise UserError('--checkpoint_dir: the run writes its targets right to left '
+                    '(REVERSE_TARGET), which CTranslate2 would serve unturned; it scores '
+                    'n-best lists, serve a left-to-right run')
   ctranslate2_spec.check_exportable(
       run_loading.model_config_of(run_layout.RunLayout(run_dir).vocabulary))
   translator = run_loading.load_translator(checkpoint_dir, step)
