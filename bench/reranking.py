@@ -70,8 +70,7 @@ def split_pairs(mixture: str, split: str, sentences: int | None
   from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
   config = dataclasses.replace(configurables.eval_config(), max_sentences=sentences)
   return {direction.name: (direction, *map(list, zip(*pairs)))
-          for direction, pairs in actions._evaluation_pairs(  # pylint: disable=protected-access
-              mixture, config, split)}
+          for direction, pairs in actions.evaluation_pairs(mixture, config, split)}
 
 
 def nbest_lists(translator, split: str, pairs, args: argparse.Namespace
@@ -154,7 +153,6 @@ def main() -> None:
   cli.start_tensorflow()
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   translator = run_loading.load_translator(args.run, beam_size=args.beam_size)
-  import data_tasks  # pylint: disable=g-import-not-at-top,unused-import
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
   from_gin.configure_data()
   splits = dict.fromkeys((args.tune_split, args.report_split))

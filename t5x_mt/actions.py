@@ -208,7 +208,7 @@ def evaluate_directions(translator: inference.Translator | inference.FamilyTrans
   baseline. A direction several corpora train is evaluated once. The progress bar counts
   the sentences of every direction, once per leg of a pivoted one."""
   split = split or config.split
-  directions = list(_evaluation_pairs(mixture_or_task_name, config, split))
+  directions = list(evaluation_pairs(mixture_or_task_name, config, split))
   total = sum(len(pairs) * len(translator.legs(direction.src_lang, direction.tgt_lang))
               for direction, pairs in directions)
   scores = {}
@@ -226,8 +226,8 @@ def evaluate_directions(translator: inference.Translator | inference.FamilyTrans
   return summary
 
 
-def _evaluation_pairs(mixture_or_task_name: str, config: run_config.EvalConfig, split: str
-                      ) -> Iterator[tuple[Direction, list[tuple[str, str]]]]:
+def evaluation_pairs(mixture_or_task_name: str, config: run_config.EvalConfig, split: str
+                     ) -> Iterator[tuple[Direction, list[tuple[str, str]]]]:
   """Each direction the run scores, once, with the pairs of `split` it is scored on."""
   seen = set()
   for member in mixtures.mixture_view(mixture_or_task_name).members:
@@ -246,7 +246,7 @@ def check_evaluable(mixture_or_task_name: str, config: run_config.EvalConfig,
   """A UserError before training where a split the run scores would score no direction
   (a streamed corpus, for one, has only a train split)."""
   for split in splits:
-    if next(_evaluation_pairs(mixture_or_task_name, config, split), None) is None:
+    if next(evaluation_pairs(mixture_or_task_name, config, split), None) is None:
       raise UserError(f'no direction of {mixture_or_task_name!r} has {split} pairs in its '
                       'corpora; name a corpus that has them with '
                       'train_loop.evaluate_directions.corpus')
