@@ -320,7 +320,8 @@ def _check_model_flags(args: argparse.Namespace) -> None:
   names = ['checkpoint_dir', 'ensemble'] + (['family_models'] if hasattr(args, 'family_models')
                                             else [])
   if sum(getattr(args, name) is not None for name in names) != 1:
-    raise UserError(f'give exactly one of {" and ".join("--" + n for n in names)}')
+    flags = [f'--{name}' for name in names]
+    raise UserError(f'give exactly one of {", ".join(flags[:-1])} or {flags[-1]}')
   if args.ensemble is not None:
     parse_ensemble(args.ensemble)
     from t5x_mt import ensemble  # pylint: disable=g-import-not-at-top  (imports JAX, uses none)
@@ -330,8 +331,8 @@ def _check_model_flags(args: argparse.Namespace) -> None:
   if getattr(args, 'family_models', None) is not None:
     parse_family_models(args.family_models)
   if args.step is not None and args.checkpoint_dir is None:
-    raise UserError('--step: only with --checkpoint_dir; the runs of --ensemble and '
-                    '--family_models each load their latest checkpoint')
+    raise UserError('--step: only with --checkpoint_dir; ensembles and family models '
+                    'each load their runs\' latest checkpoints')
 
 
 def model_choice(args: argparse.Namespace) -> dict[str, Any]:

@@ -94,9 +94,10 @@ def test_translate_with_the_family_model_of_the_target(trained_run, tmp_path, mo
     (['--tgt_lang=zul_Latn', '--family_models=4={run}'],
      'no model for family group 2, which translates into zul_Latn'),
     (['--tgt_lang=hau_Latn', '--family_models=4={run}', '--checkpoint_dir={run}'],
-     'exactly one of --checkpoint_dir and --family_models'),
+     'exactly one of --checkpoint_dir, --ensemble or --family_models'),
     (['--tgt_lang=hau_Latn', '--family_models=4={run}', '--step=2'],
-     '--step: family models each load their latest checkpoint'),
+     "--step: only with --checkpoint_dir; ensembles and family models each load their "
+     "runs' latest checkpoints"),
     (['--tgt_lang=hau_Latn', '--family_models=4={run}/nope'], 'is not a directory'),
 ])
 def test_bad_family_requests_are_one_line(trained_run, tmp_path, monkeypatch, capsys, flags,

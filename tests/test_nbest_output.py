@@ -65,8 +65,7 @@ def test_an_ensemble_of_one_run_writes_the_runs_nbest_list(trained_run, source, 
 @pytest.mark.parametrize('flags, message', [
     (['--beam_size=2', '--nbest=3'], '--nbest: at most --beam_size (2) hypotheses, got 3'),
     (['--nbest=-1'], '--nbest: must be >= 1, got -1'),
-    (['--ensemble=RUN'], 'give exactly one of --checkpoint_dir and --ensemble and '
-     '--family_models'),
+    (['--ensemble=RUN'], 'give exactly one of --checkpoint_dir, --ensemble or --family_models'),
 ])
 def test_bad_nbest_and_ensemble_flags_are_one_line(trained_run, source, tmp_path,
                                                    monkeypatch, capsys, flags, message):
