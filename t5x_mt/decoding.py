@@ -32,8 +32,10 @@ hypotheses each, the top 2 * beam_size expansions per step (enough to refill the
 however many of them end in EOS), and an early stop once no alive hypothesis can beat the
 worst finished one. Unlike T5X, a hypothesis that reaches `max_decode_length` without EOS is
 finished there (as in fairseq), so a batch item always gets `beam_size` ranked outputs when
-that many hypotheses exist; and a row that its stop criterion settles finishes nothing more
-while the rest of its batch goes on, so its outputs are those it would get alone.
+that many hypotheses exist; a row that its stop criterion settles finishes nothing more
+while the rest of its batch goes on, so its outputs are those it would get alone; and with
+fairseq's stop rule ('beam_full') the search is fairseq's, EOS ending a hypothesis only
+among a step's beam_size best expansions.
 """
 
 import dataclasses
@@ -330,11 +332,13 @@ def _first_beam_step(state: _BeamState, initial_cache: Cache, *, expand_cache: E
 def _select_beams(state: _BeamState, log_probs: jnp.ndarray, new_cache: Cache, *,
                   prefix: Optional[jnp.ndarray], settled: jnp.ndarray, alpha: float,
                   max_decode_length: int, eos_id: int, no_repeat_ngram_size: int,
-                  max_lengths: Optional[jnp.ndarray]) -> _BeamState:
+                  max_lengths: Optional[jnp.ndarray], finish_in_top_k: bool) -> _BeamState:
   """The alive and finished sets after the alive hypotheses' next-token `log_probs`
   [B * K, vocab], restricted by the output limits; `new_cache` is the cache after that
   step, reordered here with the beams. Rows `settled` [B] finish nothing more: a row's
-  search ends where it would end alone, whatever the other rows of its batch still do."""
+  search ends where it would end alone, whatever the other rows of its batch still do.
+  With `finish_in_top_k` only the K best expansions may end here (fairseq's rule), else
+  any of the 2K best (T5X's)."""
   batch_size, beam_size, _ = state.alive_seqs.shape
   i = state.cur_index
   vocab_size = log_probs.shape[-1]
@@ -357,6 +361,8 @@ def _select_beams(state: _BeamState, log_probs: jnp.ndarray, new_cache: Cache, *
   ends_here = (topk_tokens == eos_id) | (i + 1 == max_decode_length)
   exists = topk_log_probs > _INVALID_BELOW
   newly_finished = ends_here & exists & ~settled[:, None]
+  if finish_in_top_k:
+    newly_finished &= jnp.arange(2 * beam_size) < beam_size
 
   # Alive set: the best K expansions that do not end here.
   alive_log_probs, alive_pos = lax.top_k(
@@ -391,7 +397,9 @@ def _beam_search_continues(state: _BeamState, *, alpha: float, max_decode_length
   grows, so an alive hypothesis scores at most log_prob / length_penalty(longest length).
     exact      no alive beam can beat the worst of beam_size finished hypotheses
     best       no alive beam can beat the best finished hypothesis (exact for the top one)
-    beam_full  as `best`, or beam_size hypotheses have finished (fairseq's rule)
+    beam_full  as `best`, or beam_size hypotheses have finished (fairseq's rule; with it,
+               as in fairseq, a hypothesis finishes only among a step's beam_size best
+               expansions)
   """
   settled = _rows_settled(state, alpha=alpha, max_decode_length=max_decode_length,
                          has_prefix=has_prefix, stop=stop)
@@ -450,8 +458,9 @@ def beam_search(tokens_to_logits: TokensToLogits,
     stop: when the search ends before max_decode_length (see `_beam_search_continues`):
       'exact' (every returned hypothesis is the true n-best under the beam), 'best' (only
       beam 0 is guaranteed, which is all translation uses), or 'beam_full' (fairseq's
-      rule: a row is done once beam_size hypotheses have finished; a later hypothesis
-      could still have scored better). The bound that makes 'exact' and 'best' safe divides
+      search: a hypothesis finishes only among a step's beam_size best expansions, and a
+      row is done once beam_size hypotheses have finished; a later hypothesis could still
+      have scored better). The bound that makes 'exact' and 'best' safe divides
       by the longest possible length, so with alpha > 0 those often run to the limit.
     cache_lengths: the steps `initial_cache` holds, then the lengths it grows to, ascending,
       the last at least max_decode_length; empty when the cache holds every step.
@@ -503,6 +512,7 @@ def beam_search(tokens_to_logits: TokensToLogits,
   step_options = dict(tokens_to_logits=tokens_to_logits, prefix=prefix,
                       banned_tokens=_banned(banned_tokens, eos_id), normalize=normalize,
                       settled_rows=functools.partial(_rows_settled, **stop_options),
+                      finish_in_top_k=stop == 'beam_full',
                       alpha=alpha, max_decode_length=max_decode_length, eos_id=eos_id,
                       no_repeat_ngram_size=no_repeat_ngram_size, max_lengths=max_lengths)
   state = _first_beam_step(state, initial_cache, expand_cache=expand_cache, **step_options)

@@ -484,3 +484,19 @@ def test_a_row_gets_the_outputs_it_gets_alone_whatever_else_its_batch_holds(stop
       alone = search(_initial_cache([state]))
       np.testing.assert_array_equal(together[0][row], alone[0][0], err_msg=f'seed {seed}')
       np.testing.assert_array_equal(together[1][row], alone[1][0], err_msg=f'seed {seed}')
+
+
+@pytest.mark.parametrize('stop, want', [('beam_full', [2, EOS]), ('exact', [EOS, 0])])
+def test_fairseqs_stop_rule_finishes_hypotheses_only_among_the_beams_best(stop, want):
+  """Beam 1: EOS (p 0.4) is the step's second best expansion. fairseq's search
+  ('beam_full') does not finish it and goes on to '2 EOS'; T5X's ('exact') finishes it
+  among the 2 * beam best, and it wins: log 0.4 > log 0.6 + log 0.5."""
+  table = np.full((LENGTH, VOCAB, NUM_STATES, VOCAB), -1e9, np.float32)
+  table[0, 0, :, 2], table[0, 0, :, EOS] = np.log(0.6), np.log(0.4)
+  table[1, 2, :, 2], table[1, 2, :, EOS] = np.log(0.5), np.log(0.5)
+  sequences, scores = decoding.beam_search(
+      _toy_tokens_to_logits(table), _initial_cache([0]), prefix=None, beam_size=1,
+      alpha=0.0, max_decode_length=2, eos_id=EOS, stop=stop)
+  np.testing.assert_array_equal(sequences[0, 0], want)
+  np.testing.assert_allclose(scores[0, 0], np.log(0.6 * 0.5) if want[0] == 2 else np.log(0.4),
+                             rtol=1e-5)
