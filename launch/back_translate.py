@@ -15,6 +15,8 @@ source (Caswell et al.), 'da' ends the synthetic side with <DA> (Tencent), 'none
   data_tasks.register_from_config.corpora_dirs = {'bt1': '/tmp/bt_round1'}
 and name 'bt1' among a mixture's members (gin/runs/bt/). A killed run restarted with the
 same flags continues where it stopped; no sentence is lost or translated twice.
+--ensemble=RUN[:WEIGHT],... instead of --checkpoint_dir translates with an ensemble of
+runs (docs/decoding.md#ensembles).
 """
 
 import argparse

@@ -10,6 +10,8 @@ written untagged into --output, a corpus folder a student run names in
 `data_tasks.register_from_config.corpora_dirs` (gin/runs/distill/student.gin). The
 student learns the teacher's single mode instead of the references' spread (Kim & Rush).
 Resumable as launch/back_translate.py is: rerun the same command after a kill.
+--ensemble=RUN[:WEIGHT],... instead of --checkpoint_dir makes an ensemble of runs the
+teacher (docs/decoding.md#ensembles).
 """
 
 import argparse
