@@ -22,11 +22,13 @@ from t5x_mt.errors import UserError
 @dataclasses.dataclass(frozen=True)
 class VocabularyConfig:
   """How a missing vocabulary is trained: `vocab_size` pieces at most, languages sampled
-  with p ∝ n^alpha over at most `num_sentences` sentences."""
+  with p ∝ n^alpha over at most `num_sentences` sentences; `model_type` 'unigram'
+  (subwords) or 'char' (one piece per character: vocab.train_sentencepiece)."""
   vocab_size: int = 8000
   alpha: float = 0.3
   num_sentences: int = 1_000_000
   seed: int = 0
+  model_type: str = 'unigram'
 
   def __post_init__(self):
     validation.integer('train_loop.build_vocabulary.vocab_size (VOCAB_SIZE)', self.vocab_size,
@@ -34,6 +36,8 @@ class VocabularyConfig:
     validation.number('train_loop.build_vocabulary.alpha', self.alpha, at_least=0.0)
     validation.integer('train_loop.build_vocabulary.num_sentences', self.num_sentences,
                        minimum=1)
+    validation.choice('train_loop.build_vocabulary.model_type', self.model_type,
+                      vocab.MODEL_TYPES)
 
 
 def build_vocabulary(config: VocabularyConfig, mixture_or_task_name: str,
@@ -42,7 +46,7 @@ def build_vocabulary(config: VocabularyConfig, mixture_or_task_name: str,
   sentences = mixtures.training_sentences(mixture_or_task_name)
   return vocab.train_sentencepiece(sentences, output_path, vocab_size=config.vocab_size,
                                    alpha=config.alpha, num_sentences=config.num_sentences,
-                                   seed=config.seed)
+                                   seed=config.seed, model_type=config.model_type)
 
 
 def padded_vocab_size(num_pieces: int, multiple: int = 128) -> int:

@@ -11,6 +11,7 @@ from typing import Callable
 
 from t5x_mt.data import cldr
 from t5x_mt.data import readers
+from t5x_mt.data import yoruba_marks
 from t5x_mt.data.corpus_types import Corpus
 from t5x_mt.data.corpus_types import MultiwayCorpus
 from t5x_mt.data.corpus_types import PairsCorpus
@@ -114,6 +115,21 @@ def tatoeba_corpus(directory: str | os.PathLike[str]) -> PairsCorpus:
   return PairsCorpus('tatoeba', 'train', pairs)
 
 
+def yoruba_diacritics_corpus(ntrex_directory: str | os.PathLike[str],
+                             gettext_directory: str | os.PathLike[str]
+                             ) -> yoruba_marks.MarkingCorpus:
+  """Marked Yoruba for restoring its marks (`yoruba_marks`): NTREX-128's Yoruba, its train
+  and validation lines as NTREX-128 splits them, and gettext_l10n's Yoruba UI strings as
+  more training lines. FLORES-200 never joins: it is where restoration is measured."""
+  ntrex = ntrex128_corpus(ntrex_directory)
+  gettext = gettext_l10n_corpus(gettext_directory)
+  language = yoruba_marks.LANGUAGE
+  return yoruba_marks.marking_corpus(
+      'yoruba_diacritics',
+      train=ntrex.sentences('train', language) + gettext.sentences('train', language),
+      validation=ntrex.sentences('validation', language))
+
+
 BUILTIN: dict[str, Callable[[], Corpus]] = {
     'cldr': cldr.cldr_corpus,
     'flores200': lambda: flores200_corpus(_shared_folder('flores200/dev')),
@@ -121,4 +137,6 @@ BUILTIN: dict[str, Callable[[], Corpus]] = {
     'gettext_l10n': lambda: gettext_l10n_corpus(_shared_folder('gettext_l10n')),
     'salt': lambda: salt_corpus(_shared_folder('salt')),
     'tatoeba': lambda: tatoeba_corpus(_shared_folder('tatoeba')),
+    'yoruba_diacritics': lambda: yoruba_diacritics_corpus(_shared_folder('ntrex128'),
+                                                          _shared_folder('gettext_l10n')),
 }

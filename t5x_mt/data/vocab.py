@@ -27,6 +27,13 @@ NUM_THREADS = 16
 # Upper bound on the sample, relative to the distinct lines available: enough to upsample
 # small languages without SentencePiece reading millions of copies of a tiny corpus.
 MAX_UPSAMPLING = 4
+# SentencePiece model types: subword pieces, or one piece per character.
+MODEL_TYPES = ('unigram', 'char')
+# A character vocabulary reads normalised (NFKC) text one piece per character: no dummy
+# space before a line, runs of spaces kept, a piece for every character of the text and
+# no byte pieces.
+_CHARACTER_OPTIONS = dict(character_coverage=1.0, byte_fallback=False,
+                          add_dummy_prefix=False, remove_extra_whitespaces=False)
 
 
 def language_sampling_probabilities(sizes: Mapping[str, int], alpha: float) -> dict[str, float]:
@@ -81,8 +88,9 @@ def sample_training_text(sentences: Mapping[str, Sequence[str]], *, alpha: float
 def train_sentencepiece(sentences: Mapping[str, Sequence[str]], output_path: str, *,
                         vocab_size: int, alpha: float = 0.3, num_sentences: int = 1_000_000,
                         character_coverage: float = 0.9995, seed: int = 0,
-                        num_threads: int = NUM_THREADS) -> str:
-  """Trains a unigram model on language-balanced text and writes `output_path`.
+                        num_threads: int = NUM_THREADS, model_type: str = 'unigram') -> str:
+  """Trains a unigram (or character) model on language-balanced text and writes
+  `output_path`.
 
   The model reserves pad=0, eos=1, unk=2 (seqio's convention, no BOS), holds every
   language tag, `<BT>`, `<DA>` and `TBD0..TBD31` as single pieces, and falls back to
@@ -91,18 +99,26 @@ def train_sentencepiece(sentences: Mapping[str, Sequence[str]], output_path: str
   ~500 pieces that symbols, bytes and characters need). The same arguments give the same
   file bytes on any machine: training runs in memory (no temporary paths recorded in the
   model) with a fixed thread count. The file appears only when complete.
+
+  `model_type='char'` makes a character vocabulary (`_CHARACTER_OPTIONS`) of every line of
+  every language, unsampled: it needs every character, not a balance of languages.
   """
-  sample = sample_training_text(sentences, alpha=alpha,
-                                num_sentences=sample_size(sentences, num_sentences), seed=seed)
+  if model_type == 'char':
+    sample = [line for lines in sentences.values() for line in lines]
+    options = _CHARACTER_OPTIONS
+  else:
+    sample = sample_training_text(sentences, alpha=alpha,
+                                  num_sentences=sample_size(sentences, num_sentences),
+                                  seed=seed)
+    options = dict(character_coverage=character_coverage, byte_fallback=True)
   model = io.BytesIO()
   spm.set_random_generator_seed(seed)
   try:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter([line.replace('\n', ' ') for line in sample]),
-        model_writer=model, model_type='unigram', vocab_size=vocab_size,
-        hard_vocab_limit=False, character_coverage=character_coverage, byte_fallback=True,
-        pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
-        user_defined_symbols=tags.special_symbols(), input_sentence_size=0,
+        model_writer=model, model_type=model_type, vocab_size=vocab_size,
+        hard_vocab_limit=False, **options, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID,
+        bos_id=-1, user_defined_symbols=tags.special_symbols(), input_sentence_size=0,
         shuffle_input_sentence=False, num_threads=num_threads, minloglevel=2)
   except RuntimeError as error:
     raise UserError(f'build_vocabulary: SentencePiece cannot train on this text with '

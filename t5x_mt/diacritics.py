@@ -1,0 +1,190 @@
+"""Restoring Yoruba tone marks and underdots with a trained run of the restoration recipe.
+
+The run (gin/runs/yoruba_diacritics.gin) is a Transformer of this codebase over a
+character vocabulary: its encoder reads a stripped line one character per token, and its
+decoder writes the marked line one character per input character
+(`yoruba_marks.decoder_target`). Restoring decodes greedily, step i choosing among the
+forms of input character i alone: the character itself, or for a letter that takes marks
+one of its marked forms (`yoruba_marks.allowed_markings`). The output always strips back
+to exactly its input, whatever the model prefers. A line that already carries a Yoruba
+mark, or holds no text, is returned as it is.
+
+`load_restorer(checkpoint_dir)` reads the run; `restore_lines(restorer, lines)` restores.
+"""
+
+from collections.abc import Sequence
+import contextlib
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+from t5x_mt import decoding
+from t5x_mt import inference
+from t5x_mt import models
+from t5x_mt import partitioning
+from t5x_mt import run_layout
+from t5x_mt import run_loading
+from t5x_mt.data import tags
+from t5x_mt.data import vocab
+from t5x_mt.data import yoruba_marks
+from t5x_mt.data.directions import Direction
+from t5x_mt.errors import UserError
+
+DIRECTION = Direction(yoruba_marks.LANGUAGE, yoruba_marks.LANGUAGE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Restorer:
+  """A restoration run's model and parameters, and the tags its lines start with.
+
+  Attributes:
+    translator: the run as `run_loading.load_translator` reads it: model, parameters,
+      vocabulary, mesh, batch size and input length.
+    encoder_tag: the piece id that starts every encoder input.
+    decoder_tag: the piece id forced as the first output, None where the run's tag
+      strategy puts none on the decoder.
+  """
+  translator: inference.Translator
+  encoder_tag: int
+  decoder_tag: int | None
+
+  @property
+  def max_chunk_chars(self) -> int:
+    """The most characters one input holds beside its tag and EOS."""
+    return self.translator.max_source_pieces
+
+  def character_ids(self, text: str) -> list[int]:
+    """One piece id per character of `text` (a space is SentencePiece's '▁'; a character
+    the vocabulary lacks is its unknown piece), exactly as the run's data encoded it."""
+    tokenizer = self.translator.tokenizer
+    return [tokenizer.piece_to_id('\u2581' if char == ' ' else char) for char in text]
+
+
+def load_restorer(checkpoint_dir: str, step: int | None = None,
+                  batch_size: int | None = None) -> Restorer:
+  """The restorer trained in `checkpoint_dir` (its latest checkpoint, or `step`);
+  `batch_size` lines are restored at once (default: the run's decoding batch size).
+
+  A UserError if the folder is no run, or a run that trained anything else than
+  restoration (yor_Latn-yor_Latn). As `run_loading.load_translator` does, loading makes
+  the run's config.gin the process's gin config: a program that also translates with
+  another run loads the restorer first.
+  """
+  run_loading.checkpoint_step(checkpoint_dir, step)  # A UserError naming what is missing.
+  trained = run_layout.RunLayout(checkpoint_dir).trained_directions()
+  if trained != [DIRECTION.name]:
+    raise UserError(f'--checkpoint_dir: {checkpoint_dir} is not a Yoruba diacritics run (it '
+                    f'trained {", ".join(trained or ["no recorded direction"])}, not '
+                    f'{DIRECTION.name}; train one with gin/runs/yoruba_diacritics.gin)')
+  overrides = {} if batch_size is None else {'batch_size': batch_size}
+  translator = run_loading.load_translator(checkpoint_dir, step, beam_size=1, **overrides)
+  direction_tags = tags.tags_for(translator.tag_strategy, *DIRECTION)
+  tag_id = lambda tag: tags.tag_piece_id(translator.tokenizer, tag, translator.vocabulary_file)
+  return Restorer(translator, tag_id(direction_tags.encoder_tag),
+                  tag_id(direction_tags.decoder_tag) if direction_tags.decoder_tag else None)
+
+
+def restore_lines(restorer: Restorer, lines: Sequence[str]) -> list[str]:
+  """`lines` with their marks restored, line for line; a line that already carries a
+  Yoruba mark, or holds no text, comes back unchanged. A line longer than the model's
+  input is restored a chunk at a time, cut after a space where it has one."""
+  chunks = [yoruba_marks.chunks(line, restorer.max_chunk_chars)
+            if line.strip() and not yoruba_marks.has_marks(line) else [] for line in lines]
+  restored = iter(_restore_chunks(restorer, [chunk for pieces in chunks for chunk in pieces]))
+  return [''.join(next(restored) for _ in pieces) if pieces else line
+          for line, pieces in zip(lines, chunks)]
+
+
+def _restore_chunks(restorer: Restorer, chunks: Sequence[str]) -> list[str]:
+  """Each chunk with its markings, decoded in batches of similar lengths."""
+  translator = restorer.translator
+  order = sorted(range(len(chunks)), key=lambda i: len(chunks[i]))
+  restored = [''] * len(chunks)
+  for start in range(0, len(order), translator.batch_size):
+    rows = order[start:start + translator.batch_size]
+    markings = _decode_batch(restorer, [chunks[i] for i in rows])
+    for row, index in enumerate(rows):
+      restored[index] = yoruba_marks.apply_markings(chunks[index], markings[row])
+  return restored
+
+
+def _decode_batch(restorer: Restorer, chunks: Sequence[str]) -> list[list[int]]:
+  """The marking index of every character of each chunk, decoded in one batch whose rows
+  and lengths are the translator's buckets (few shapes to compile)."""
+  translator = restorer.translator
+  encoder_ids = [[restorer.encoder_tag, *restorer.character_ids(chunk), vocab.EOS_ID]
+                 for chunk in chunks]
+  length, _ = translator.batch_lengths(encoder_ids)
+  rows = translator._batch_rows(len(chunks))  # pylint: disable=protected-access
+  prefix = [] if restorer.decoder_tag is None else [restorer.decoder_tag]
+  steps = len(prefix) + length - 2
+  tokens = np.zeros((rows, length), np.int32)
+  candidates = np.full((rows, steps, len(yoruba_marks.MARKINGS)), vocab.EOS_ID, np.int32)
+  allowed = np.zeros(candidates.shape, bool)
+  allowed[:, :, yoruba_marks.NO_MARK] = True
+  for row in range(rows):
+    # Rows beyond the chunks repeat the last one, as the translator's batches do.
+    index = min(row, len(chunks) - 1)
+    tokens[row, :len(encoder_ids[index])] = encoder_ids[index]
+    candidates[row, :len(prefix), yoruba_marks.NO_MARK] = prefix
+    row_candidates, row_allowed = _candidates(restorer, chunks[index])
+    candidates[row, len(prefix):len(prefix) + len(row_candidates)] = row_candidates
+    allowed[row, len(prefix):len(prefix) + len(row_allowed)] = row_allowed
+  with contextlib.ExitStack() as stack:
+    if translator.mesh is not None:
+      stack.enter_context(partitioning.activation_sharding(translator.mesh, translator.rules))
+    choices = np.asarray(jax.device_get(_constrained_greedy(
+        translator.model, translator.params, tokens, candidates, allowed, DIRECTION.id)))
+  return [choices[row, len(prefix):len(prefix) + len(chunk)].tolist()
+          for row, chunk in enumerate(chunks)]
+
+
+def _candidates(restorer: Restorer, chunk: str) -> tuple[np.ndarray, np.ndarray]:
+  """(the piece of each marking of each character [characters, markings], whether the
+  decoder may write it): the character itself without a mark, and the marked forms it
+  takes (`yoruba_marks.allowed_markings`) that the vocabulary holds."""
+  tokenizer = restorer.translator.tokenizer
+  shape = (len(chunk), len(yoruba_marks.MARKINGS))
+  candidates, allowed = np.full(shape, vocab.EOS_ID, np.int32), np.zeros(shape, bool)
+  for position, (char, piece, markings) in enumerate(zip(
+      chunk, restorer.character_ids(chunk), yoruba_marks.allowed_markings(chunk))):
+    candidates[position, yoruba_marks.NO_MARK] = piece
+    allowed[position, yoruba_marks.NO_MARK] = True
+    for marking in markings[1:]:
+      marked = tokenizer.piece_to_id(yoruba_marks.decoder_letter(char, marking))
+      candidates[position, marking] = marked
+      allowed[position, marking] = marked != tokenizer.unk_id()
+  return candidates, allowed
+
+
+@functools.partial(jax.jit, static_argnames=('model', 'direction'))
+def _constrained_greedy(model: models.TranslationModel, params: Any, encoder_tokens: jax.Array,
+                        candidates: jax.Array, allowed: jax.Array, direction: int
+                        ) -> jax.Array:
+  """The marking each decoder step chooses [B, steps]: step t outputs the most likely of
+  its `candidates[:, t]` [B, markings] that are `allowed`, which is the decoder's next
+  input."""
+  direction = jnp.int32(direction)
+  batch, steps = candidates.shape[:2]
+  encoded = model.encode(params, encoder_tokens, direction,
+                         padded_length=encoder_tokens.shape[1])
+  step, cache = model.start_decoding(params, encoded, encoder_tokens, direction, steps)
+
+  def advance(carry, step_inputs):
+    token, cache = carry
+    candidates_here, allowed_here = step_inputs
+    logits, cache = step(token, cache)
+    scores = jnp.take_along_axis(logits, candidates_here, axis=1)
+    choice = jnp.argmax(jnp.where(allowed_here, scores, decoding.NEG_INF), axis=-1)
+    output = jnp.take_along_axis(candidates_here, choice[:, None], axis=1)
+    return (output, cache), choice.astype(jnp.int32)
+
+  first = jnp.zeros((batch, 1), jnp.int32)  # The decoder's first input (BOS is 0).
+  _, choices = lax.scan(advance, (first, cache),
+                        (jnp.swapaxes(candidates, 0, 1), jnp.swapaxes(allowed, 0, 1)))
+  return choices.T
