@@ -134,6 +134,7 @@ OUTPUTS = {
     'plot_sampling.py': (['--mixture=cldr_demo'], '--output'),
     'plot_training.py': (['--model_dir=run'], '--output'),
     'rerank.py': (['--nbest=in.txt', '--mbr'], '--output'),
+    'restore_diacritics.py': (['--checkpoint_dir=run'], '--output'),
 }
 
 
