@@ -90,8 +90,7 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
                     f'{len(references)}: --src_file and --ref_file must be line-aligned')
   if not sources:
     raise UserError(f'{args.src_file} and {args.ref_file} are empty: no sentences to score')
-  translator = run_loading.load_model(step=args.step, overrides=decoding,
-                                      **cli.model_choice(args))
+  translator = cli.load_model(args, args.step, decoding)
   if args.checkpoint_dir is not None:
     run_layout.RunLayout(args.checkpoint_dir).warn_untrained(
         translator.legs(args.src_lang, args.tgt_lang))
@@ -135,7 +134,7 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   step = None
   if args.checkpoint_dir is not None:
     step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
-  translator = run_loading.load_model(step=step, overrides=decoding, **cli.model_choice(args))
+  translator = cli.load_model(args, step, decoding)
   # After loading: the run's config.gin may import or name its own corpora and mixtures.
   import data_tasks  # pylint: disable=g-import-not-at-top
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top

@@ -1,13 +1,17 @@
 """Restores the tone marks and underdots of Yoruba text, one line at a time.
 
   python launch/restore_diacritics.py --checkpoint_dir=/tmp/t5x_mt/yoruba_diacritics \
-      [--input=F] [--output=F] [--step=N] [--batch_size=N] < unmarked.txt > marked.txt
+      [--input=F] [--output=F] [--step=N] [--batch_size=N] [--lexicon_weight=W] \
+      [--unknown_words=bare|model] < unmarked.txt > marked.txt
 
 The run is one trained with gin/runs/yoruba_diacritics.gin
-(docs/methods.md#yoruba-diacritics). Reads stdin and writes stdout unless --input/--output
-are given. Output line i is input line i with its marks restored: it strips back to
-exactly the input line. A line that already carries any Yoruba mark, and an empty line,
-is written unchanged. Input is read as it is restored, a chunk of lines at a time, and
+(docs/methods.md#yoruba-diacritics): its model chooses each letter's marks, leaning
+towards the markings the run's training lines gave each word they hold (the run's
+marking_lexicon.json, weighed by --lexicon_weight), and leaves words those lines never
+held bare (--unknown_words=model lets the model mark them too). Reads stdin and writes
+stdout unless --input/--output are given. Output line i is input line i with its marks
+restored: it strips back to exactly the input line. A line that already carries any
+Yoruba mark, and an empty line, is written unchanged. Input is read as it is restored, a chunk of lines at a time, and
 stdout gets each chunk as soon as it is done; --output appears whole at the end.
 """
 
@@ -34,6 +38,13 @@ def main(argv: list[str]) -> int:
                       help='checkpoint step to load (default: the latest)')
   parser.add_argument('--batch_size', type=int, default=None,
                       help="lines per batch (default: the run's setting, else 64)")
+  parser.add_argument('--lexicon_weight', type=float, default=None,
+                      help='how strongly a word seen in training leans to the markings it was '
+                      "seen with, beside the model (default: the weight tuned on the run's "
+                      'validation lines, docs/methods.md#yoruba-diacritics; 0: the model alone)')
+  parser.add_argument('--unknown_words', default='bare',
+                      help='words the training lines never held: bare (left unmarked, as '
+                      'Yoruba writes most names and loanwords) or model (the model marks them)')
   parser.add_argument('--input', default=None, help='text file (default: stdin)')
   parser.add_argument('--output', default=None, help='text file (default: stdout)')
   args = parser.parse_args(argv)
@@ -43,7 +54,9 @@ def main(argv: list[str]) -> int:
     files.check_output(args.output, '--output')
   cli.start_tensorflow()
   from t5x_mt import diacritics  # pylint: disable=g-import-not-at-top  (imports JAX)
-  restorer = diacritics.load_restorer(args.checkpoint_dir, args.step, args.batch_size)
+  weight = {} if args.lexicon_weight is None else {'lexicon_weight': args.lexicon_weight}
+  restorer = diacritics.load_restorer(args.checkpoint_dir, args.step, args.batch_size,
+                                      unknown_words=args.unknown_words, **weight)
   lines = readers.iter_lines(args.input or STDIN)
   chunk_size = restorer.translator.batch_size * CHUNK_BATCHES
   with _output(args.output) as write:

@@ -62,11 +62,15 @@ def main(argv: list[str]) -> int:
   cli.start_jax(args)
   from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
   if args.ctranslate2 is not None:
-    from t5x_mt.export import ctranslate2_translator  # pylint: disable=g-import-not-at-top
-    translator = ctranslate2_translator.load_translator(args.ctranslate2, overrides)
+    # pylint: disable=g-import-not-at-top
+    from t5x_mt import diacritics
+    from t5x_mt.export import ctranslate2_translator
+    # pylint: enable=g-import-not-at-top
+    translator = diacritics.with_restored_marks(
+        lambda: ctranslate2_translator.load_translator(args.ctranslate2, overrides),
+        args.ctranslate2, overrides, '--ctranslate2')
   else:
-    translator = run_loading.load_model(step=args.step, overrides=overrides,
-                                        **cli.model_choice(args))
+    translator = cli.load_model(args, args.step, overrides)
   model_dir = args.checkpoint_dir or args.ctranslate2
   if model_dir is not None:
     run_layout.RunLayout(model_dir).warn_untrained(translator.legs(src_lang, tgt_lang))

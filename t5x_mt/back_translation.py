@@ -250,20 +250,25 @@ class Teacher:
            ensemble_combination: str = 'mean_log_prob') -> 'Teacher':
     """The run `checkpoint_dir` at `step` (latest if None), or the ensemble of
     `ensemble_members` ((run folder, weight) pairs, each at its latest checkpoint)."""
-    from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top  (loads JAX and TF)
+    # pylint: disable=g-import-not-at-top  (loads JAX and TF)
+    from t5x_mt import diacritics
+    from t5x_mt import run_loading
+    # pylint: enable=g-import-not-at-top
     # How many batches decode at once changes no translation, so a restart may change it.
     output_decoding = {k: v for k, v in decoding.items() if k != 'parallel_batches'}
     if ensemble_members is not None:
       runs = [[str(directory), weight, run_loading.checkpoint_step(directory)]
               for directory, weight in ensemble_members]
-      return cls(run_loading.load_ensemble(ensemble_members, ensemble_combination,
-                                           **decoding),
-                 {'ensemble': runs, 'ensemble_combination': ensemble_combination,
-                  'decoding': output_decoding})
-    step = run_loading.checkpoint_step(checkpoint_dir, step)
-    return cls(run_loading.load_translator(checkpoint_dir, step, **decoding),
-               {'checkpoint_dir': str(checkpoint_dir), 'step': step,
-                'decoding': output_decoding})
+      provenance = {'ensemble': runs, 'ensemble_combination': ensemble_combination}
+    else:
+      step = run_loading.checkpoint_step(checkpoint_dir, step)
+      provenance = {'checkpoint_dir': str(checkpoint_dir), 'step': step}
+    first_run, flag = ((ensemble_members[0][0], '--ensemble') if ensemble_members is not None
+                       else (checkpoint_dir, '--checkpoint_dir'))
+    translator = diacritics.with_restored_marks(
+        lambda: run_loading.load_model(checkpoint_dir, None, step, decoding, ensemble_members,
+                                       ensemble_combination), first_run, decoding, flag)
+    return cls(translator, provenance | {'decoding': output_decoding})
 
   def make_corpus(self, job: Job, sentences: Sequence[str], output_dir: str,
                   progress_bar: bool = True) -> Summary:

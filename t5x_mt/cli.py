@@ -293,6 +293,10 @@ def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = Fa
   parser.add_argument('--max_length_offset', type=int, default=None,
                       help="pieces allowed beyond the ratio (default: the run's setting, "
                       'else 10)')
+  parser.add_argument('--yoruba_diacritics', default=None,
+                      help='restore the tone marks and underdots of outputs into yor_Latn '
+                      'with this run of gin/runs/yoruba_diacritics.gin (default: the run\'s '
+                      'setting, else off)')
 
 
 def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -312,6 +316,8 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
   if args.pivot_via:
     overrides['pivot_language'] = languages.check_language(args.pivot_via, '--pivot_via')
     overrides['pivot_directions'] = ('*',)
+  if args.yoruba_diacritics is not None:
+    overrides['yoruba_diacritics'] = args.yoruba_diacritics
   return overrides
 
 
@@ -342,6 +348,26 @@ def model_choice(args: argparse.Namespace) -> dict[str, Any]:
               family_models=family_models(args) if hasattr(args, 'family_models') else None,
               ensemble_members=None if args.ensemble is None else parse_ensemble(args.ensemble),
               ensemble_combination=args.ensemble_combination)
+
+
+def load_model(args: argparse.Namespace, step: int | None, overrides: dict[str, Any]) -> Any:
+  """The translator the model flags name (`run_loading.load_model` of `model_choice`) at
+  `step`, decoding with `overrides`, its outputs into yor_Latn restored where
+  --yoruba_diacritics or the run's config.gin asks (`diacritics.with_restored_marks`)."""
+  # pylint: disable=g-import-not-at-top  (JAX loads after start_jax)
+  from t5x_mt import diacritics
+  from t5x_mt import run_loading
+  # pylint: enable=g-import-not-at-top
+  choice = model_choice(args)
+  if choice['ensemble_members'] is not None:
+    first_run, flag = choice['ensemble_members'][0][0], '--ensemble'
+  elif choice['family_models'] is not None:
+    first_run, flag = next(iter(choice['family_models'].values())), '--family_models'
+  else:
+    first_run, flag = args.checkpoint_dir, '--checkpoint_dir'
+  return diacritics.with_restored_marks(
+      lambda: run_loading.load_model(step=step, overrides=overrides, **choice), first_run,
+      overrides, flag)
 
 
 def parse_ensemble(text: str) -> list[tuple[str, float]]:

@@ -11,11 +11,10 @@ gives each word the marking seen most often on it in the training text (lower-ca
 stripped) and leaves words it never saw unmarked.
 """
 
-import collections
 from collections.abc import Iterable, Sequence
 import dataclasses
-import unicodedata
 
+from t5x_mt.data import marking_lexicon
 from t5x_mt.data import yoruba_marks
 from t5x_mt.errors import UserError
 
@@ -45,20 +44,6 @@ class Accuracy:
     return self.right_words / self.words if self.words else 0.0
 
 
-def words(stripped: str) -> list[range]:
-  """The positions of each word of `stripped`: a run of letters and of the combining
-  characters on them."""
-  spans, start = [], None
-  for index, char in enumerate(stripped):
-    in_word = char.isalpha() or (start is not None and unicodedata.combining(char) != 0)
-    if in_word and start is None:
-      start = index
-    elif not in_word and start is not None:
-      spans.append(range(start, index))
-      start = None
-  return spans + ([range(start, len(stripped))] if start is not None else [])
-
-
 def line_accuracy(hypothesis: str, reference: str, where: str = 'line') -> Accuracy:
   """The counts of one restored line against its marked reference; a UserError naming
   `where` when the two do not strip to the same text."""
@@ -69,7 +54,7 @@ def line_accuracy(hypothesis: str, reference: str, where: str = 'line') -> Accur
                     f'letters ({hypothesis_stripped[:40]!r} against {stripped[:40]!r})')
   right = [hypothesis_marks[i] == reference_marks[i] for i in range(len(stripped))]
   markable = [char in MARKABLE_LETTERS for char in stripped]
-  counted = [span for span in words(stripped) if any(markable[i] for i in span)]
+  counted = [span for span in marking_lexicon.words(stripped) if any(markable[i] for i in span)]
   return Accuracy(letters=sum(markable),
                   right_letters=sum(r for r, m in zip(right, markable) if m),
                   words=len(counted),
@@ -93,22 +78,17 @@ class Dictionary:
   """The dictionary baseline: each word's most frequent marking in the training lines."""
 
   def __init__(self, training_lines: Iterable[str]):
-    seen: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for line in training_lines:
-      stripped, marks = yoruba_marks.split_marks(line)
-      for span in words(stripped):
-        seen[stripped[span.start:span.stop].lower()][tuple(marks[i] for i in span)] += 1
-    self._markings = {word: counts.most_common(1)[0][0] for word, counts in seen.items()}
+    self._lexicon = marking_lexicon.MarkingLexicon.from_lines(training_lines)
 
   def __len__(self) -> int:
-    return len(self._markings)
+    return len(self._lexicon)
 
   def restore(self, line: str) -> str:
     """`line` (unmarked) with each word it knows marked as seen most often."""
     marks = [''] * len(line)
-    for span in words(line):
-      known = self._markings.get(line[span.start:span.stop].lower(), ())
-      if len(known) == len(span):  # Lower-casing changes the length of a few letters.
+    for span in marking_lexicon.words(line):
+      known = self._lexicon.most_frequent(line[span.start:span.stop])
+      if known is not None:
         marks[span.start:span.stop] = known
     return yoruba_marks.apply_marks(line, marks)
 

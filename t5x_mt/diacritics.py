@@ -12,7 +12,7 @@ mark, or holds no text, is returned as it is.
 `load_restorer(checkpoint_dir)` reads the run; `restore_lines(restorer, lines)` restores.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 import contextlib
 import dataclasses
 import functools
@@ -23,12 +23,15 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
+from t5x_mt import configurables
 from t5x_mt import decoding
 from t5x_mt import inference
 from t5x_mt import models
 from t5x_mt import partitioning
 from t5x_mt import run_layout
 from t5x_mt import run_loading
+from t5x_mt import validation
+from t5x_mt.data import marking_lexicon
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
 from t5x_mt.data import yoruba_marks
@@ -38,9 +41,18 @@ from t5x_mt.errors import UserError
 DIRECTION = Direction(yoruba_marks.LANGUAGE, yoruba_marks.LANGUAGE)
 
 
+# How strongly a word seen in training leans to the markings it was seen with: the weight
+# of the lexicon's log-prior beside the model's logits, tuned on the run's validation lines.
+LEXICON_WEIGHT = 8.0
+# What becomes of words the training lines never held (names and loanwords, mostly, which
+# Yoruba writes bare): 'bare' leaves them unmarked, 'model' lets the model mark them.
+UNKNOWN_WORDS = ('bare', 'model')
+
+
 @dataclasses.dataclass(frozen=True)
 class Restorer:
-  """A restoration run's model and parameters, and the tags its lines start with.
+  """A restoration run's model and parameters, the tags its lines start with, and the
+  marking lexicon of its training lines with how it is used.
 
   Attributes:
     translator: the run as `run_loading.load_translator` reads it: model, parameters,
@@ -48,10 +60,16 @@ class Restorer:
     encoder_tag: the piece id that starts every encoder input.
     decoder_tag: the piece id forced as the first output, None where the run's tag
       strategy puts none on the decoder.
+    lexicon: the run's `marking_lexicon.MarkingLexicon`; None restores with the model alone.
+    lexicon_weight: the weight of the lexicon's log-prior beside the model's logits.
+    unknown_words: one of UNKNOWN_WORDS, for the words the lexicon lacks.
   """
   translator: inference.Translator
   encoder_tag: int
   decoder_tag: int | None
+  lexicon: marking_lexicon.MarkingLexicon | None = None
+  lexicon_weight: float = LEXICON_WEIGHT
+  unknown_words: str = 'bare'
 
   @property
   def max_chunk_chars(self) -> int:
@@ -66,27 +84,69 @@ class Restorer:
 
 
 def load_restorer(checkpoint_dir: str, step: int | None = None,
-                  batch_size: int | None = None) -> Restorer:
-  """The restorer trained in `checkpoint_dir` (its latest checkpoint, or `step`);
-  `batch_size` lines are restored at once (default: the run's decoding batch size).
+                  batch_size: int | None = None, flag: str = '--checkpoint_dir',
+                  lexicon_weight: float = LEXICON_WEIGHT,
+                  unknown_words: str = 'bare') -> Restorer:
+  """The restorer trained in `checkpoint_dir` (its latest checkpoint, or `step`) with the
+  marking lexicon the run keeps; `batch_size` lines are restored at once (default: the
+  run's decoding batch size). `lexicon_weight` 0 with `unknown_words` 'model' restores
+  with the model alone, and needs no lexicon.
 
-  A UserError if the folder is no run, or a run that trained anything else than
-  restoration (yor_Latn-yor_Latn). As `run_loading.load_translator` does, loading makes
-  the run's config.gin the process's gin config: a program that also translates with
-  another run loads the restorer first.
+  A UserError naming `flag` if the folder is no run, a run that trained anything else
+  than restoration (yor_Latn-yor_Latn), or one without the lexicon it needs. As
+  `run_loading.load_translator` does, loading makes the run's config.gin the process's
+  gin config: a program that also translates with another run loads the restorer first
+  (`with_restored_marks`).
   """
-  run_loading.checkpoint_step(checkpoint_dir, step)  # A UserError naming what is missing.
+  validation.number('--lexicon_weight', lexicon_weight, at_least=0.0)
+  validation.choice('--unknown_words', unknown_words, UNKNOWN_WORDS)
+  run_loading.checkpoint_step(checkpoint_dir, step, flag)  # A UserError naming what's missing.
   trained = run_layout.RunLayout(checkpoint_dir).trained_directions()
   if trained != [DIRECTION.name]:
-    raise UserError(f'--checkpoint_dir: {checkpoint_dir} is not a Yoruba diacritics run (it '
+    raise UserError(f'{flag}: {checkpoint_dir} is not a Yoruba diacritics run (it '
                     f'trained {", ".join(trained or ["no recorded direction"])}, not '
                     f'{DIRECTION.name}; train one with gin/runs/yoruba_diacritics.gin)')
   overrides = {} if batch_size is None else {'batch_size': batch_size}
   translator = run_loading.load_translator(checkpoint_dir, step, beam_size=1, **overrides)
   direction_tags = tags.tags_for(translator.tag_strategy, *DIRECTION)
   tag_id = lambda tag: tags.tag_piece_id(translator.tokenizer, tag, translator.vocabulary_file)
+  uses_lexicon = lexicon_weight > 0 or unknown_words == 'bare'
   return Restorer(translator, tag_id(direction_tags.encoder_tag),
-                  tag_id(direction_tags.decoder_tag) if direction_tags.decoder_tag else None)
+                  tag_id(direction_tags.decoder_tag) if direction_tags.decoder_tag else None,
+                  _run_lexicon(checkpoint_dir, flag) if uses_lexicon else None,
+                  lexicon_weight, unknown_words)
+
+
+def with_restored_marks(load: Callable[[], Any], run_dir: str,
+                        overrides: Mapping[str, Any], flag: str = '--checkpoint_dir') -> Any:
+  """The translator `load()` gives (a run's, an ensemble's or a family router), its outputs
+  into yor_Latn restored (`MarkRestoringTranslator`) by the Yoruba diacritics run that
+  overrides['yoruba_diacritics'] (--yoruba_diacritics) names, else the one that the
+  config.gin of `run_dir` (the model's run, or the first of several, named by `flag`)
+  binds as `inference.Translator.yoruba_diacritics`; as loaded where neither names one.
+
+  Loading the restorer replaces the process's gin config, so it loads before the model,
+  whose config is then the process's, as after any model's loading.
+  """
+  directory = overrides.get('yoruba_diacritics')
+  if directory is None:
+    run_loading.load_run_config(run_dir, flag)
+    directory = configurables.decode_settings().yoruba_diacritics
+  if directory is None:
+    return load()
+  restorer = load_restorer(directory, flag='--yoruba_diacritics')
+  return MarkRestoringTranslator(load(), restorer)
+
+
+def _run_lexicon(checkpoint_dir: str, flag: str) -> marking_lexicon.MarkingLexicon:
+  """The marking lexicon a restoration run keeps; a UserError naming `flag` without one."""
+  path = run_layout.RunLayout(checkpoint_dir).corpus_file(marking_lexicon.FILE_NAME)
+  if not path.exists():
+    raise UserError(f'{flag}: {checkpoint_dir} has no {marking_lexicon.FILE_NAME}, which '
+                    'runs of gin/runs/yoruba_diacritics.gin write when they start (give '
+                    '--lexicon_weight=0 --unknown_words=model to restore with the model '
+                    'alone)')
+  return marking_lexicon.MarkingLexicon.from_json(path.read_text(encoding='utf-8'), str(path))
 
 
 def restore_lines(restorer: Restorer, lines: Sequence[str]) -> list[str]:
@@ -98,6 +158,39 @@ def restore_lines(restorer: Restorer, lines: Sequence[str]) -> list[str]:
   restored = iter(_restore_chunks(restorer, [chunk for pieces in chunks for chunk in pieces]))
   return [''.join(next(restored) for _ in pieces) if pieces else line
           for line, pieces in zip(lines, chunks)]
+
+
+class MarkRestoringTranslator:
+  """A translator (`inference.Translator`, an ensemble's or a family router) whose outputs
+  into yor_Latn come with their marks restored, as VolcTrans restored the tone marks its
+  model dropped; outputs that already carry a Yoruba mark, and every other target, are
+  left as decoded. It answers everything else as its translator does."""
+
+  def __init__(self, translator: Any, restorer: Restorer):
+    self.translator = translator
+    self.restorer = restorer
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self.translator, name)
+
+  def translate(self, sentences: Sequence[str], src_lang: str, tgt_lang: str,
+                on_batch: Callable[[int], None] | None = None) -> list[str]:
+    translations = self.translator.translate(sentences, src_lang, tgt_lang, on_batch)
+    return self._restored(translations, tgt_lang)
+
+  def translate_nbest(self, sentences: Sequence[str], src_lang: str, tgt_lang: str,
+                      nbest: int, on_batch: Callable[[int], None] | None = None
+                      ) -> list[list[inference.Hypothesis]]:
+    """Each hypothesis restored, its scores those of the decoded (unmarked) text."""
+    lists = self.translator.translate_nbest(sentences, src_lang, tgt_lang, nbest, on_batch)
+    texts = iter(self._restored([h.text for hypotheses in lists for h in hypotheses],
+                                tgt_lang))
+    return [[h._replace(text=next(texts)) for h in hypotheses] for hypotheses in lists]
+
+  def _restored(self, outputs: list[str], tgt_lang: str) -> list[str]:
+    if tgt_lang != yoruba_marks.LANGUAGE:
+      return outputs
+    return restore_lines(self.restorer, outputs)
 
 
 def _restore_chunks(restorer: Restorer, chunks: Sequence[str]) -> list[str]:
@@ -126,6 +219,7 @@ def _decode_batch(restorer: Restorer, chunks: Sequence[str]) -> list[list[int]]:
   tokens = np.zeros((rows, length), np.int32)
   candidates = np.full((rows, steps, len(yoruba_marks.MARKINGS)), vocab.EOS_ID, np.int32)
   allowed = np.zeros(candidates.shape, bool)
+  prior = np.zeros(candidates.shape, np.float32)
   allowed[:, :, yoruba_marks.NO_MARK] = True
   for row in range(rows):
     # Rows beyond the chunks repeat the last one, as the translator's batches do.
@@ -135,11 +229,16 @@ def _decode_batch(restorer: Restorer, chunks: Sequence[str]) -> list[list[int]]:
     row_candidates, row_allowed = _candidates(restorer, chunks[index])
     candidates[row, len(prefix):len(prefix) + len(row_candidates)] = row_candidates
     allowed[row, len(prefix):len(prefix) + len(row_allowed)] = row_allowed
+    if restorer.lexicon is not None:
+      _lean_to_lexicon(restorer, chunks[index],
+                       allowed[row, len(prefix):len(prefix) + len(chunks[index])],
+                       prior[row, len(prefix):len(prefix) + len(chunks[index])])
   with contextlib.ExitStack() as stack:
     if translator.mesh is not None:
       stack.enter_context(partitioning.activation_sharding(translator.mesh, translator.rules))
     choices = np.asarray(jax.device_get(_constrained_greedy(
-        translator.model, translator.params, tokens, candidates, allowed, DIRECTION.id)))
+        translator.model, translator.params, tokens, candidates, allowed, prior,
+        DIRECTION.id)))
   return [choices[row, len(prefix):len(prefix) + len(chunk)].tolist()
           for row, chunk in enumerate(chunks)]
 
@@ -162,13 +261,23 @@ def _candidates(restorer: Restorer, chunk: str) -> tuple[np.ndarray, np.ndarray]
   return candidates, allowed
 
 
+def _lean_to_lexicon(restorer: Restorer, chunk: str, allowed: np.ndarray,
+                     prior: np.ndarray) -> None:
+  """Writes into `prior` [characters, markings] the lexicon's weighted log-prior of the
+  chunk's markings, and with unknown words 'bare' allows their letters no mark (in
+  `allowed`)."""
+  prior[:] = restorer.lexicon_weight * restorer.lexicon.log_prior(chunk)
+  if restorer.unknown_words == 'bare':
+    allowed[restorer.lexicon.unknown_letters(chunk), yoruba_marks.NO_MARK + 1:] = False
+
+
 @functools.partial(jax.jit, static_argnames=('model', 'direction'))
 def _constrained_greedy(model: models.TranslationModel, params: Any, encoder_tokens: jax.Array,
-                        candidates: jax.Array, allowed: jax.Array, direction: int
-                        ) -> jax.Array:
-  """The marking each decoder step chooses [B, steps]: step t outputs the most likely of
-  its `candidates[:, t]` [B, markings] that are `allowed`, which is the decoder's next
-  input."""
+                        candidates: jax.Array, allowed: jax.Array, prior: jax.Array,
+                        direction: int) -> jax.Array:
+  """The marking each decoder step chooses [B, steps]: step t outputs the best of its
+  `candidates[:, t]` [B, markings] that are `allowed`, by the model's logit plus `prior`
+  (a log-prior, 0 for none), which is the decoder's next input."""
   direction = jnp.int32(direction)
   batch, steps = candidates.shape[:2]
   encoded = model.encode(params, encoder_tokens, direction,
@@ -177,14 +286,14 @@ def _constrained_greedy(model: models.TranslationModel, params: Any, encoder_tok
 
   def advance(carry, step_inputs):
     token, cache = carry
-    candidates_here, allowed_here = step_inputs
+    candidates_here, allowed_here, prior_here = step_inputs
     logits, cache = step(token, cache)
-    scores = jnp.take_along_axis(logits, candidates_here, axis=1)
+    scores = jnp.take_along_axis(logits, candidates_here, axis=1) + prior_here
     choice = jnp.argmax(jnp.where(allowed_here, scores, decoding.NEG_INF), axis=-1)
     output = jnp.take_along_axis(candidates_here, choice[:, None], axis=1)
     return (output, cache), choice.astype(jnp.int32)
 
   first = jnp.zeros((batch, 1), jnp.int32)  # The decoder's first input (BOS is 0).
   _, choices = lax.scan(advance, (first, cache),
-                        (jnp.swapaxes(candidates, 0, 1), jnp.swapaxes(allowed, 0, 1)))
+                        tuple(jnp.swapaxes(array, 0, 1) for array in (candidates, allowed, prior)))
   return choices.T

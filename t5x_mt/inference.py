@@ -85,6 +85,9 @@ class DecodeSettings:
       `inter_threads`). A beam step's products are too small to keep several CPU cores
       busy, while independent batches use them fully. None: the number of CPU cores when
       decoding on one CPU device, else 1 (a mesh's devices already share every batch).
+    yoruba_diacritics: the MODEL_DIR of a Yoruba diacritics run (gin/runs/
+      yoruba_diacritics.gin) whose model restores the tone marks and underdots of outputs
+      into yor_Latn, as `run_loading.load_model` wires it (None: outputs as decoded).
   """
   beam_size: int = 4
   alpha: float = 1.0
@@ -98,6 +101,7 @@ class DecodeSettings:
   max_length_ratio: float = 0.0
   max_length_offset: int = 10
   parallel_batches: int | None = None
+  yoruba_diacritics: str | None = None
 
   def __post_init__(self):
     # gin may give a list; the settings are hashable values.

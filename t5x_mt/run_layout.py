@@ -13,6 +13,9 @@ averaging, plots) and what a resumed run picks up again:
   input_state/      the input shards' positions and DRO's state per checkpoint step
   damaged/          checkpoints that could not be read, set aside when the run resumed
   eval/             validation scores, step_<N>.json; <split>/eval/ for other splits
+  <corpus files>    what the run's corpora keep with every run trained on them
+                    (`corpus_file`): marking_lexicon.json, a Yoruba diacritics run's
+                    word markings
 
 Every module that reads or writes one of these asks a `RunLayout` for its path. A run
 folder on an object store (gs://bucket/run) keeps its scheme in every path (`files.path`).
@@ -65,6 +68,10 @@ class RunLayout:
   @property
   def dro_groups(self) -> files.AnyPath:
     return self.root / 'dro_groups.json'
+
+  def corpus_file(self, name: str) -> files.AnyPath:
+    """A file a corpus of the run keeps with it (`mixtures.run_files`)."""
+    return self.root / name
 
   @property
   def checkpoints(self) -> files.AnyPath:

@@ -62,14 +62,15 @@ def _run_file(checkpoint_dir: str, path: files.AnyPath, what: str,
   return path
 
 
-def load_run_config(checkpoint_dir: str) -> files.AnyPath:
-  """Replaces the process's gin config with the run's config.gin; returns the run folder.
+def load_run_config(checkpoint_dir: str, flag: str = '--checkpoint_dir') -> files.AnyPath:
+  """Replaces the process's gin config with the run's config.gin; returns the run folder
+  (a UserError naming `flag` where it has none).
 
   Unknown configurables are skipped, so a run written by a newer or older t5x_mt (or with
   project-specific bindings) still loads for translation.
   """
   config_file = _run_file(checkpoint_dir, run_layout.RunLayout(checkpoint_dir).config,
-                          'its config.gin')
+                          'its config.gin', flag)
   gin.clear_config()
   gin_utils.parse_gin([str(config_file)], [], skip_unknown=True)
   return config_file.parent
@@ -251,6 +252,7 @@ def load_model(checkpoint_dir: str | None, family_models: Mapping[int, str] | No
   return inference.FamilyTranslator(
       family_models, lambda directory: load_translator(directory, **model_overrides),
       batch_size=overrides.get('batch_size', max(run_batch_sizes)), **pivot)
+
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,7 +44,8 @@ from t5x_mt.errors import UserError
 def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, vocabulary: bytes,
                      direction_names: Sequence[str], robust: dro.DroTraining | None) -> None:
   """config.gin, the vocabulary's copy, the trained directions (with those of the run it
-  starts from) and DRO's groups: what a run's readers need."""
+  starts from), DRO's groups and the files its corpora keep with it: what a run's
+  readers need."""
   files.write_text_atomically(layout.config, spec.config_text())
   init_from = spec.train.init_from
   inherited = (run_layout.RunLayout(init_from).trained_directions() or []) if init_from else []
@@ -54,6 +55,8 @@ def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, voc
   if robust:
     files.write_text_atomically(layout.dro_groups, json.dumps(
         robust.groups_record(), indent=2, sort_keys=True) + '\n')
+  for name, content in mixtures.run_files(spec.train.mixture_or_task_name).items():
+    files.write_bytes_atomically(layout.corpus_file(name), content)
 
 
 def _shared_vocabulary(spec: run_config.RunSpec, layout: run_layout.RunLayout) -> bytes:

@@ -36,11 +36,6 @@ def test_accuracy_sums_lines_and_reads_any_normal_form():
                                              right_words=3)
 
 
-def test_words_are_runs_of_letters():
-  assert [range(0, 3), range(4, 7), range(9, 11)] == diacritic_accuracy.words('Omo naa, wa')
-  assert diacritic_accuracy.words('e\u0335 12 b') == [range(0, 2), range(6, 7)]
-
-
 def test_a_restoration_that_changes_letters_is_refused():
   with pytest.raises(UserError, match='line 2: the restored line does not strip'):
     diacritic_accuracy.accuracy([STRIPPED, 'Omo naa wo.'], [REFERENCE, REFERENCE])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from t5x_mt.data import cldr
+from t5x_mt.data import marking_corpus
 from t5x_mt.data import readers
 from t5x_mt.data import yoruba_marks
 from t5x_mt.data.corpus_types import Corpus
@@ -117,14 +118,14 @@ def tatoeba_corpus(directory: str | os.PathLike[str]) -> PairsCorpus:
 
 def yoruba_diacritics_corpus(ntrex_directory: str | os.PathLike[str],
                              gettext_directory: str | os.PathLike[str]
-                             ) -> yoruba_marks.MarkingCorpus:
+                             ) -> marking_corpus.MarkingCorpus:
   """Marked Yoruba for restoring its marks (`yoruba_marks`): NTREX-128's Yoruba, its train
   and validation lines as NTREX-128 splits them, and gettext_l10n's Yoruba UI strings as
   more training lines. FLORES-200 never joins: it is where restoration is measured."""
   ntrex = ntrex128_corpus(ntrex_directory)
   gettext = gettext_l10n_corpus(gettext_directory)
   language = yoruba_marks.LANGUAGE
-  return yoruba_marks.marking_corpus(
+  return marking_corpus.marking_corpus(
       'yoruba_diacritics',
       train=ntrex.sentences('train', language) + gettext.sentences('train', language),
       validation=ntrex.sentences('validation', language))

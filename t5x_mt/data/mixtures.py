@@ -103,6 +103,16 @@ def mixture_view(mixture_or_task_name: str) -> MixtureView:
       for task, rate in rated))
 
 
+def run_files(mixture_or_task_name: str) -> dict[str, bytes]:
+  """{file name: content} that the mixture's corpora keep with every run trained on them:
+  what a corpus's optional `run_files()` gives (a Yoruba diacritics corpus's marking
+  lexicon, which restoration reads beside the model)."""
+  kept: dict[str, bytes] = {}
+  for corpus in sorted({member.corpus for member in mixture_view(mixture_or_task_name).members}):
+    kept.update(getattr(corpora.get_corpus(corpus), 'run_files', dict)())
+  return kept
+
+
 def check_train_examples(mixture_or_task_name: str) -> int:
   """Training pairs of a mixture or task; a UserError if it has none to sample from."""
   mixture = mixture_view(mixture_or_task_name)

@@ -16,14 +16,12 @@ always input character i. Only a bare letter that takes marks (`allowed_markings
 get one, so that marked output always strips back to its input.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 import itertools
 import re
 import unicodedata
 
 from t5x_mt.data import tags
-from t5x_mt.data.corpus_types import MultiwayCorpus
-from t5x_mt.errors import UserError
 
 LANGUAGE = 'yor_Latn'
 ACUTE, GRAVE, MACRON, DOT_BELOW = '\u0301', '\u0300', '\u0304', '\u0323'
@@ -221,44 +219,3 @@ def training_examples(lines: Sequence[str]) -> dict[str, tuple[str, str]]:
     if target is not None:
       examples[line] = (stripped, target)
   return examples
-
-
-class MarkingCorpus(MultiwayCorpus):
-  """Marked Yoruba lines, and the pairs (stripped text, decoder target) of the direction
-  yor_Latn -> yor_Latn made of them; `sentences` gives the marked lines themselves."""
-
-  def __init__(self, name: str, lines_by_split: Mapping[str, Sequence[str]],
-               pairs_by_split: Mapping[str, Sequence[tuple[str, str]]]):
-    super().__init__(name, {split: [{LANGUAGE: line} for line in lines]
-                            for split, lines in lines_by_split.items()})
-    self._pairs = {split: list(pairs) for split, pairs in pairs_by_split.items()}
-
-  def pairs(self, split: str, src: str, tgt: str) -> list[tuple[str, str]]:
-    if (src, tgt) != (LANGUAGE, LANGUAGE):
-      raise UserError(f'corpus {self.name!r} holds {LANGUAGE}-{LANGUAGE} (marks restored) '
-                      f'only, not {src}-{tgt}')
-    self.sentences(split, LANGUAGE)  # A UserError for a split it does not have.
-    return list(self._pairs[split])
-
-
-def chunk_pairs(stripped: str, target: str) -> list[tuple[str, str]]:
-  """(stripped chunk, its target) of each of the `chunks` of a line, as a restorer reads
-  it: the target has one character per stripped one, so it is cut where the line is."""
-  pairs, start = [], 0
-  for chunk in chunks(stripped, CHUNK_CHARACTERS):
-    pairs.append((chunk, target[start:start + len(chunk)]))
-    start += len(chunk)
-  return pairs
-
-
-def marking_corpus(name: str, train: Sequence[str], validation: Sequence[str]
-                   ) -> MarkingCorpus:
-  """The restorer's corpus of `training_examples`, no training line repeating a
-  validation one, each line as the `chunk_pairs` a restorer reads."""
-  held_out = training_examples(validation)
-  kept = {line: example for line, example in training_examples(train).items()
-          if line not in held_out}
-  return MarkingCorpus(
-      name, {'train': list(kept), 'validation': list(held_out)},
-      {split: [pair for example in examples.values() for pair in chunk_pairs(*example)]
-       for split, examples in (('train', kept), ('validation', held_out))})

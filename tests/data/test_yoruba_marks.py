@@ -7,6 +7,7 @@ import pytest
 
 from t5x_mt import run_vocabulary
 from t5x_mt.data import corpora
+from t5x_mt.data import marking_corpus
 from t5x_mt.data import readers
 from t5x_mt.data import vocab
 from t5x_mt.data import yoruba_marks
@@ -74,7 +75,7 @@ def test_chunks_join_back_into_the_text(text, limit, pieces):
 
 def test_chunk_pairs_cut_the_target_where_the_line_is_cut():
   stripped, target = yoruba_marks.decoder_target('Ọmọ náà ń ṣeré ' * 5)
-  pairs = yoruba_marks.chunk_pairs(stripped, target)
+  pairs = marking_corpus.chunk_pairs(stripped, target)
   assert [len(chunk) for chunk, _ in pairs] == [60, 15]  # Four times 'Omo naa n sere ', one.
   assert pairs[1] == ('Omo naa n sere ', 'Ọmọ náà ń ṣeré ')
   assert ''.join(chunk_target for _, chunk_target in pairs) == target
