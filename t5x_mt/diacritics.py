@@ -5,11 +5,14 @@ character vocabulary: its encoder reads a stripped line one character per token,
 decoder writes the marked line one character per input character
 (`yoruba_marks.decoder_target`). Restoring decodes greedily, step i choosing among the
 forms of input character i alone: the character itself, or for a letter that takes marks
-one of its marked forms (`yoruba_marks.allowed_markings`). The output always strips back
-to exactly its input, whatever the model prefers. A line that already carries a Yoruba
-mark, or holds no text, is returned as it is.
+one of its marked forms (`yoruba_marks.allowed_markings`), by the model's logit plus the
+weighted log-prior of the run's marking lexicon (`marking_lexicon`): the model reads the
+whole chunk, the lexicon remembers how each training word was marked, and words it never
+saw stay bare. The output always strips back to exactly its input, whatever the model
+prefers. A line that already carries a Yoruba mark, or holds no text, is returned as it is.
 
-`load_restorer(checkpoint_dir)` reads the run; `restore_lines(restorer, lines)` restores.
+`load_restorer(checkpoint_dir)` reads the run; `restore_lines(restorer, lines)` restores;
+`with_restored_marks` restores a translator's outputs into yor_Latn.
 """
 
 from collections.abc import Callable, Mapping, Sequence
