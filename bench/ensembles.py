@@ -1,7 +1,7 @@
 """Quality of ensembles: two runs alone and as an ensemble, on a task's split.
 
   python bench/ensembles.py --runs=/tmp/t5x_mt/demo,/tmp/t5x_mt/demo_b \
-      [--tasks=cldr_demo] [--split=test] [--corpus=NAME] [--beam_size=4]
+      [--tasks=cldr_demo] [--split=test] [--corpus=NAME] [--beam_size=4] [--max_sentences=N]
 
 Each model is scored by launch/evaluate.py as a user runs it (--checkpoint_dir for a run,
 --ensemble for the ensemble, with each combination), every direction of --tasks on
@@ -25,7 +25,8 @@ def score(model_flags: list[str], args: argparse.Namespace, output: pathlib.Path
   command = [sys.executable, str(REPO / 'launch' / 'evaluate.py'), *model_flags,
              f'--tasks={args.tasks}', f'--split={args.split}', f'--output_json={output}',
              *([f'--corpus={args.corpus}'] if args.corpus else []),
-             *([f'--beam_size={args.beam_size}'] if args.beam_size else [])]
+             *([f'--beam_size={args.beam_size}'] if args.beam_size else []),
+             *([f'--max_sentences={args.max_sentences}'] if args.max_sentences else [])]
   subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
   return json.loads(output.read_text())['categories']['ALL']
 
@@ -38,6 +39,8 @@ def main() -> None:
   parser.add_argument('--split', default='test')
   parser.add_argument('--corpus', default=None)
   parser.add_argument('--beam_size', type=int, default=None)
+  parser.add_argument('--max_sentences', type=int, default=None,
+                      help="the first N sentences of each direction (default: the split's all)")
   args = parser.parse_args()
   runs = args.runs.split(',')
   models = {run: [f'--checkpoint_dir={run}'] for run in runs}
