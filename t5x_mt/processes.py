@@ -29,7 +29,8 @@ _barriers = itertools.count()
 # What gloo prints on stdout each time it connects a group of processes for a collective:
 # nothing a user acts on, and every process prints it again for every new group. A process
 # with several devices connects them from several threads at once, whose reports interleave
-# piece by piece, so a line made of nothing but these pieces is one of them.
+# piece by piece, so a line made of nothing but these pieces is one of them or a fragment
+# of one (a rank number left alone on its line).
 _GLOO_PIECES = re.compile(rb'(?:\[Gloo\] Rank | is connected to | peer ranks\. '
                           rb'|Expected number of connected peer ranks is : |\d+|\s)+')
 
@@ -91,7 +92,7 @@ class _NativeOutput:
   def copy(self, source: BinaryIO, sink: BinaryIO) -> None:
     """Copies the lines of `source` to `sink` until `source` ends."""
     for line in source:
-      if not (_GLOO_PIECES.fullmatch(line) and b'peer ranks' in line):
+      if not _GLOO_PIECES.fullmatch(line):
         sink.write(self.prefix + line)
         sink.flush()
 

@@ -151,7 +151,9 @@ def test_native_output_is_prefixed_and_gloo_connection_reports_are_dropped():
       # Two devices' threads reporting at once, as a process with two devices prints them.
       b'[Gloo] Rank [Gloo] Rank 3 is connected to 3 peer ranks. Expected number of '
       b'connected peer ranks is : 3\n2 is connected to 3 peer ranks. Expected number of '
-      b'connected peer ranks is : 3\n2 peer ranks left\n'), sink)
+      b'connected peer ranks is : 3\n2 peer ranks left\n'
+      # A rank number that the other thread's newline left on a line of its own.
+      b'3\n'), sink)
   assert sink.getvalue() == b'[process 1] NCCL INFO ring 0\n[process 1] 2 peer ranks left\n'
 
 
