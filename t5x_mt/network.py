@@ -70,7 +70,7 @@ class TransformerConfig:
   relative_in_decoder: bool = False  # Relative decoder self-attention instead of sinusoids.
   max_length: int = 512
   dtype: Any = jnp.float32  # Compute dtype; parameters stay float32.
-  attention_implementation: str = 'auto'  # t5x_mt.kernels: 'xla', 'pallas' or 'auto'.
+  attention_implementation: str = 'auto'  # A t5x_mt.kernels implementation, or 'auto'.
   logits_via_embedding: bool = True
   mlp_activation: str = 'relu'  # Or 'gelu'.
   # Adapters after every layer (t5x_mt.adapters): one per key, a target language

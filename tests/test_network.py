@@ -210,7 +210,7 @@ def test_decode_cache_layout_is_batch_leading_or_scalar():
     ('mlp_activation', 'gelu2', "network.TransformerConfig.mlp_activation: 'gelu2' is not one "
                                 "of 'gelu', 'relu'"),
     ('attention_implementation', 'flash', "network.TransformerConfig.attention_implementation: "
-                                          "'flash' is not one of 'auto', 'pallas', 'xla'"),
+                                          "'flash' is not one of 'auto', 'cudnn', 'pallas', 'pallas_tpu', 'xla'"),
     ('remat_policy', 'some', "network.TransformerConfig.remat_policy: 'some' is not one of "
                              "'dots', 'dots_with_no_batch_dims', 'full', 'none'"),
     ('adapter_by', 'source', "network.TransformerConfig.adapter_by: 'source' is not one of "

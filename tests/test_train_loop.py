@@ -160,7 +160,8 @@ def test_unknown_mixture_is_named(tmp_path):
     ('network.TransformerConfig.mlp_activation', "'gelu2'",
      "mlp_activation: 'gelu2' is not one of 'gelu', 'relu'"),
     ('network.TransformerConfig.attention_implementation', "'flash'",
-     "attention_implementation: 'flash' is not one of 'auto', 'pallas', 'xla'"),
+     "attention_implementation: 'flash' is not one of 'auto', 'cudnn', 'pallas', "
+     "'pallas_tpu', 'xla'"),
     ('network.TransformerConfig.position_embedding', "'rope'",
      "position_embedding: 'rope' is not one of 'learned', 'relative', 'sinusoidal'"),
     ('LEARNING_RATE', "'fast'", r"peak_learning_rate \(LEARNING_RATE\): must be a number, "

@@ -1,32 +1,61 @@
 """One attention entry point for the whole model, dispatching to a kernel by name.
 
 Layers call `attention(...)` and never a kernel directly, so a kernel plugs in by
-`register_implementation(name, fn, ...)` without touching any caller. Registered:
-'xla' (the reference, any backend) and 'pallas' (`flash_attention`: on GPU through
-Triton; on CPU the Pallas interpreter, for tests; see flash.py for TPUs). 'auto' picks the
-available implementation with the highest priority that supports the call, else 'xla':
-'pallas' on GPU, except for attention dropout (which the kernel does not implement) and
-single-query decoding steps (a one-row tile would waste the kernel).
+`register_implementation(name, fn, platform=...)` without touching any caller. Registered:
+
+- 'xla': the reference, on any platform (`xla_attention`).
+- 'pallas_tpu': flash attention on TPUs, JAX's Pallas kernel through Mosaic
+  (`tpu_flash.tpu_flash_attention`).
+- 'cudnn': cuDNN's fused flash attention on NVIDIA GPUs, through
+  `jax.nn.dot_product_attention(implementation='cudnn')`, for bfloat16 and float16.
+- 'pallas': this project's Pallas flash kernel (`flash.flash_attention`), lowered through
+  Triton for NVIDIA GPUs; it covers float32 too.
+
+'auto' decides by the platform the program is lowered for, not the one the process runs
+on: it stages every platform's choice with `jax.lax.platform_dependent`, so a program
+lowered for TPUs or GPUs from a CPU host (`jax.export`, ahead-of-time compiles for a TPU
+topology) carries that platform's kernel, and one run on a CPU uses XLA. For each platform
+it takes the registered kernel of highest `auto_priority` that supports the call. On GPUs
+that is cuDNN where it applies (bfloat16 or float16, head_dim a multiple of 8 up to 128, and
+a process that can reach cuDNN: JAX checks its version while tracing), because NVIDIA's
+library runs the fastest flash attention on Hopper and keeps up with each generation, while
+Pallas' Triton backend is deprecated; otherwise the Pallas kernel. 'auto' uses XLA for
+attention dropout and Shaw's relative value tables (no fused kernel holds the probabilities
+they need) and for single-query calls (a one-row tile would waste a kernel).
+
+A kernel named explicitly runs natively in a process on its platform and in the Pallas
+interpreter elsewhere (CPU tests); `interpret=True` interprets it everywhere. Kernels run
+under `shard_map` over the mesh the model runs in: Mosaic and Triton calls cannot be
+partitioned by XLA, so each device attends over its own batch rows and heads.
 
 `decoding_step_attention` is the attention of a decoding step to its KV cache, which the
 layers keep in the layout that step's products read (see its docstring).
 """
 
 import dataclasses
+import functools
 from typing import Callable, Optional, Protocol
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from t5x_mt.kernels.flash import flash_attention
+from t5x_mt.kernels.tpu_flash import queries_with_a_key
+from t5x_mt.kernels.tpu_flash import tpu_flash_attention
 from t5x_mt.kernels.xla_attention import attention_mask
 from t5x_mt.kernels.xla_attention import decoding_step_attention
 from t5x_mt.kernels.xla_attention import xla_attention
 
 Array = jax.Array
 
-__all__ = ['attention', 'attention_mask', 'decoding_step_attention', 'flash_attention',
-           'implementations', 'register_implementation', 'resolve_implementation',
+__all__ = ['ACCELERATOR_PLATFORMS', 'attention', 'attention_mask', 'auto_choices',
+           'decoding_step_attention', 'flash_attention', 'implementations',
+           'process_platform', 'register_implementation', 'tpu_flash_attention',
            'xla_attention']
+
+# The lowering platforms 'auto' stages a kernel for; every other platform gets XLA.
+ACCELERATOR_PLATFORMS = ('tpu', 'cuda')
 
 
 class AttentionFn(Protocol):
@@ -47,27 +76,37 @@ Unsupported = Callable[[Array, Array, bool], Optional[str]]
 @dataclasses.dataclass(frozen=True)
 class _Implementation:
   fn: AttentionFn
+  platform: Optional[str]  # The lowering platform it runs natively on; None: every one.
   auto_priority: Optional[int]  # None: 'auto' never picks it.
   is_available: Callable[[], bool]
   unsupported: Unsupported
+  interpretable: bool
 
 
-def register_implementation(name: str, fn: AttentionFn, *, auto_priority: Optional[int] = None,
+def register_implementation(name: str, fn: AttentionFn, *, platform: Optional[str] = None,
+                            auto_priority: Optional[int] = None,
                             is_available: Callable[[], bool] = lambda: True,
-                            unsupported: Unsupported = lambda q, k, dropout: None) -> None:
+                            unsupported: Unsupported = lambda q, k, dropout: None,
+                            interpretable: bool = True) -> None:
   """Makes `fn` callable as `attention(..., implementation=name)`.
 
   Args:
     name: the name users put in `TransformerConfig.attention_implementation`.
     fn: the kernel, with the `AttentionFn` signature.
-    auto_priority: rank among candidates for 'auto' (higher wins); None to never auto-pick.
-    is_available: whether the kernel can run here (e.g. on this backend); checked by 'auto'.
-    unsupported: the reason the kernel cannot run a call, or None; 'auto' then falls back
-      to 'xla', and naming the kernel explicitly raises a ValueError with the reason.
+    platform: the lowering platform ('tpu', 'cuda') the kernel is native to; None for one
+      that runs on every platform.
+    auto_priority: rank among the platform's candidates for 'auto' (higher wins); None to
+      never auto-pick.
+    is_available: whether this process can trace the kernel; checked by 'auto'.
+    unsupported: the reason the kernel cannot run a call, or None; 'auto' then takes the
+      next candidate, and naming the kernel explicitly raises a ValueError with the reason.
+    interpretable: whether `fn(..., interpret=True)` runs on any platform (Pallas kernels);
+      one that is not can only be named where it is native.
   """
   if name == 'auto':
     raise ValueError("'auto' is reserved for automatic selection")
-  _IMPLEMENTATIONS[name] = _Implementation(fn, auto_priority, is_available, unsupported)
+  _IMPLEMENTATIONS[name] = _Implementation(fn, platform, auto_priority, is_available,
+                                           unsupported, interpretable)
 
 
 _IMPLEMENTATIONS: dict[str, _Implementation] = {}
@@ -78,13 +117,29 @@ def implementations() -> tuple[str, ...]:
   return tuple(sorted(_IMPLEMENTATIONS))
 
 
-def resolve_implementation(implementation: str) -> str:
-  """Turns 'auto' into a concrete name; raises ValueError for unknown names."""
-  if implementation == 'auto':
+def _refusal(name: str, q: Array, k: Array, dropout: bool,
+             relative_values: Optional[tuple[Array, Array]]) -> Optional[str]:
+  """Why implementation `name` cannot compute this call, or None."""
+  if relative_values is not None and name != 'xla':
+    return 'relative value tables (TransformerConfig.relative_values)'
+  return _IMPLEMENTATIONS[name].unsupported(q, k, dropout)
+
+
+def auto_choices(q: Array, k: Array, *, dropout: bool = False,
+                 relative_values: Optional[tuple[Array, Array]] = None) -> dict[str, str]:
+  """The implementation 'auto' lowers this call to on each of ACCELERATOR_PLATFORMS."""
+  choices = {}
+  for platform in ACCELERATOR_PLATFORMS:
     candidates = [(impl.auto_priority, name) for name, impl in _IMPLEMENTATIONS.items()
-                  if impl.auto_priority is not None and impl.is_available()]
-    return max(candidates)[1]
-  if implementation not in _IMPLEMENTATIONS:
+                  if impl.platform == platform and impl.auto_priority is not None
+                  and q.shape[1] > 1 and impl.is_available()
+                  and _refusal(name, q, k, dropout, relative_values) is None]
+    choices[platform] = max(candidates)[1] if candidates else 'xla'
+  return choices
+
+
+def _checked_name(implementation: str) -> str:
+  if implementation != 'auto' and implementation not in _IMPLEMENTATIONS:
     valid = ', '.join(('auto',) + implementations())
     raise ValueError(f'unknown attention implementation {implementation!r}; valid: {valid}')
   return implementation
@@ -111,8 +166,9 @@ def attention(q: Array, k: Array, v: Array, *,
     bias: optional additive logits bias broadcastable to [batch, heads, q_length, kv_length]
       (e.g. relative positions).
     causal: a query also may not attend to keys at a later array index.
-    implementation: a registered name ('xla', ...) or 'auto'.
-    interpret: run Pallas kernels in interpret mode (CPU tests); ignored by 'xla'.
+    implementation: a registered name ('xla', 'pallas_tpu', ...) or 'auto' (see the module
+      docstring for how it decides).
+    interpret: run Pallas kernels in interpret mode everywhere; ignored by 'xla'.
     dropout_rate: attention-probability dropout; applied only when `dropout_rng` is given.
     dropout_rng: PRNG key for dropout, or None for deterministic attention.
     relative_values: optional (table [rows, head_dim], ids int [batch or 1, q_length,
@@ -126,43 +182,182 @@ def attention(q: Array, k: Array, v: Array, *,
     their segment ids are equal and nonzero; queries with no such key return zeros. Scores are
     scaled by 1/sqrt(head_dim) and normalised in float32.
   """
-  name = resolve_implementation(implementation)
+  name = _checked_name(implementation)
   dropout = dropout_rate > 0.0 and dropout_rng is not None
-  reason = _IMPLEMENTATIONS[name].unsupported(q, k, dropout)
-  if relative_values is not None and name != 'xla':
-    reason = 'relative value tables (TransformerConfig.relative_values)'
-  if implementation == 'auto' and (reason or q.shape[1] == 1):
-    name = 'xla'
-  elif reason:
-    raise ValueError(f'attention implementation {name!r} does not support {reason}; use '
-                     "'xla' or 'auto'")
-  fn = _IMPLEMENTATIONS[name].fn
+  operands = (q, k, v, q_segment_ids, kv_segment_ids, bias)
+  static = dict(causal=causal, dropout_rate=dropout_rate, dropout_rng=dropout_rng)
+  if name == 'auto':
+    choices = auto_choices(q, k, dropout=dropout, relative_values=relative_values)
+    branches = {platform: _kernel_call(choice, False, static)
+                for platform, choice in choices.items() if choice != 'xla'}
+  else:
+    reason = _refusal(name, q, k, dropout, relative_values)
+    if reason:
+      raise ValueError(f'attention implementation {name!r} does not support {reason}; use '
+                       "'xla' or 'auto'")
+    branches = _named_branches(name, interpret, static)
   extra = {} if relative_values is None else {'relative_values': relative_values}
-  return fn(q, k, v, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids, bias=bias,
-            causal=causal, dropout_rate=dropout_rate, dropout_rng=dropout_rng,
-            interpret=interpret, **extra)
+  default = branches.pop('default', _kernel_call('xla', False, static, **extra))
+  if not branches:
+    return default(*operands)
+  return jax.lax.platform_dependent(*operands, default=default,
+                                    **{platform: _across_the_mesh(call, operands)
+                                       for platform, call in branches.items()})
+
+
+def _kernel_call(name: str, interpret: bool, static: dict, **extra) -> Callable[..., Array]:
+  """The implementation as a function of the array operands of `attention`."""
+  if name != 'xla' and not static['dropout_rate'] and not extra:
+    return functools.partial(_staged_kernel, name=name, interpret=interpret,
+                             causal=static['causal'])
+
+  def call(q, k, v, q_segment_ids, kv_segment_ids, bias):
+    return _IMPLEMENTATIONS[name].fn(q, k, v, q_segment_ids=q_segment_ids,
+                                     kv_segment_ids=kv_segment_ids, bias=bias,
+                                     interpret=interpret, **static, **extra)
+  return call
+
+
+@functools.partial(jax.jit, static_argnames=('name', 'interpret', 'causal'))
+def _staged_kernel(q, k, v, q_segment_ids, kv_segment_ids, bias, *, name: str,
+                   interpret: bool, causal: bool) -> Array:
+  """A kernel call, jitted so that staging it again for the same shapes (every layer of a
+  stack, every platform branch of 'auto' in every compile) reuses its trace."""
+  return _IMPLEMENTATIONS[name].fn(q, k, v, q_segment_ids=q_segment_ids,
+                                   kv_segment_ids=kv_segment_ids, bias=bias, causal=causal,
+                                   dropout_rate=0.0, dropout_rng=None, interpret=interpret)
+
+
+def _named_branches(name: str, interpret: bool, static: dict) -> dict[str, Callable]:
+  """A named kernel: native in a process on its platform, interpreted elsewhere (or
+  everywhere with `interpret`), or an error where it has no interpreter. (A program lowered
+  for another platform than the process's gets its kernel through 'auto'.)"""
+  impl = _IMPLEMENTATIONS[name]
+  native = impl.platform is None or impl.platform == process_platform()
+  if native and not interpret:
+    return {'default': _kernel_call(name, False, static)}
+  if not impl.interpretable:
+    raise ValueError(f'attention implementation {name!r} runs only on {impl.platform} '
+                     "and this process is not on one; use 'auto' or 'xla'")
+  return {'default': _kernel_call(name, True, static)}
+
+
+def process_platform() -> str:
+  """The lowering platform of this process's devices: 'tpu', 'cuda', 'rocm' or 'cpu'."""
+  backend = jax.default_backend()
+  if backend != 'gpu':
+    return backend
+  return 'rocm' if 'rocm' in jax.devices()[0].client.platform_version else 'cuda'
+
+
+def _across_the_mesh(call: Callable[..., Array], operands) -> Callable[..., Array]:
+  """`call` under shard_map over the mesh the model runs in (`jax.set_mesh`): each device
+  attends over its own batch rows and heads, since XLA cannot partition a kernel's custom
+  call. The axes follow the logical rules of `nn.logical_axis_rules`; lengths stay whole."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or mesh.size == 1:
+    return call
+  q, _, _, _, _, bias = operands
+  batch_axes, _, head_axes, _ = nn.logical_to_mesh_axes(('batch', 'length', 'heads', 'kv'))
+
+  def fits(axes, size):
+    named = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    parts = 1
+    for axis in named:
+      parts *= mesh.shape[axis]
+    return axes if size % parts == 0 else None
+
+  batch_axes, head_axes = fits(batch_axes, q.shape[0]), fits(head_axes, q.shape[2])
+  rows = jax.P(batch_axes, None, head_axes, None)
+  ids = jax.P(batch_axes, None)
+  bias_spec = None
+  if bias is not None:
+    bias_4d = (1,) * (4 - bias.ndim) + bias.shape
+    bias_spec = jax.P(batch_axes if bias_4d[0] > 1 else None,
+                      head_axes if bias_4d[1] > 1 else None, None, None)
+
+  def sharded(q, k, v, q_segment_ids, kv_segment_ids, bias):
+    if bias is not None:
+      bias = jnp.reshape(bias, (1,) * (4 - bias.ndim) + bias.shape)
+    in_specs = (rows, rows, rows, None if q_segment_ids is None else ids,
+                None if kv_segment_ids is None else ids, bias_spec)
+    return jax.shard_map(call, in_specs=in_specs, out_specs=rows, check_vma=False)(
+        q, k, v, q_segment_ids, kv_segment_ids, bias)
+  return sharded
 
 
 def _pallas_attention(q: Array, k: Array, v: Array, *, q_segment_ids: Optional[Array],
                       kv_segment_ids: Optional[Array], bias: Optional[Array], causal: bool,
                       dropout_rate: float, dropout_rng: Optional[Array],
                       interpret: bool) -> Array:
-  del dropout_rate, dropout_rng  # Calls with active dropout are refused by _pallas_unsupported.
+  del dropout_rate, dropout_rng  # Calls with active dropout are refused by _flash_unsupported.
   return flash_attention(q, k, v, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
-                         bias=bias, causal=causal,
-                         interpret=interpret or jax.default_backend() == 'cpu')
+                         bias=bias, causal=causal, interpret=interpret)
 
 
-def _pallas_unsupported(q: Array, k: Array, dropout: bool) -> Optional[str]:
+def _pallas_tpu_attention(q: Array, k: Array, v: Array, *, q_segment_ids: Optional[Array],
+                          kv_segment_ids: Optional[Array], bias: Optional[Array],
+                          causal: bool, dropout_rate: float, dropout_rng: Optional[Array],
+                          interpret: bool) -> Array:
+  del dropout_rate, dropout_rng  # Calls with active dropout are refused by _flash_unsupported.
+  return tpu_flash_attention(q, k, v, q_segment_ids=q_segment_ids,
+                             kv_segment_ids=kv_segment_ids, bias=bias, causal=causal,
+                             interpret=interpret)
+
+
+def _cudnn_attention(q: Array, k: Array, v: Array, *, q_segment_ids: Optional[Array],
+                     kv_segment_ids: Optional[Array], bias: Optional[Array], causal: bool,
+                     dropout_rate: float, dropout_rng: Optional[Array],
+                     interpret: bool) -> Array:
+  """cuDNN's fused attention; segment ids become its mask, and queries that see no key are
+  zeroed (cuDNN averages their masked values)."""
+  del dropout_rate, dropout_rng, interpret
+  mask = None
+  if q_segment_ids is not None or kv_segment_ids is not None:
+    mask = attention_mask(q_segment_ids, kv_segment_ids, q.shape[0], q.shape[1], k.shape[1],
+                          False)[:, None]
+  if bias is not None:
+    bias = jnp.reshape(bias, (1,) * (4 - bias.ndim) + bias.shape).astype(q.dtype)
+  out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, is_causal=causal,
+                                     implementation='cudnn')
+  if mask is None:
+    return out
+  batch, q_length = q.shape[:2]
+  ones = lambda length: jnp.ones((batch, length), jnp.int32)  # noqa: E731
+  visible = queries_with_a_key(
+      ones(q_length) if q_segment_ids is None else q_segment_ids.astype(jnp.int32),
+      ones(k.shape[1]) if kv_segment_ids is None else kv_segment_ids.astype(jnp.int32),
+      causal)
+  return jnp.where(visible[:, :, None, None], out, jnp.zeros((), out.dtype))
+
+
+def _flash_unsupported(max_head_dim: int, q: Array, k: Array, dropout: bool) -> Optional[str]:
   del k
   if dropout:
     return 'attention dropout (TransformerConfig.attention_dropout_rate > 0 in training)'
-  if q.shape[-1] > 256:
-    return f'head_dim {q.shape[-1]} (at most 256)'
+  if q.shape[-1] > max_head_dim:
+    return f'head_dim {q.shape[-1]} (at most {max_head_dim})'
   return None
 
 
-register_implementation('xla', xla_attention, auto_priority=0)
-register_implementation('pallas', _pallas_attention, auto_priority=1,
-                        is_available=lambda: jax.default_backend() == 'gpu',
-                        unsupported=_pallas_unsupported)
+def _cudnn_unsupported(q: Array, k: Array, dropout: bool) -> Optional[str]:
+  if q.dtype not in (jnp.bfloat16, jnp.float16):
+    return f'{q.dtype} inputs (cuDNN attends in bfloat16 or float16)'
+  if q.shape[-1] % 8:
+    return f'head_dim {q.shape[-1]} (a multiple of 8)'
+  return _flash_unsupported(128, q, k, dropout)
+
+
+def _cudnn_reachable() -> bool:
+  """cuDNN is traced only where JAX finds it: in a process on an NVIDIA GPU."""
+  return process_platform() == 'cuda'
+
+
+register_implementation('xla', xla_attention)
+register_implementation('pallas_tpu', _pallas_tpu_attention, platform='tpu', auto_priority=1,
+                        unsupported=functools.partial(_flash_unsupported, 256))
+register_implementation('pallas', _pallas_attention, platform='cuda', auto_priority=1,
+                        unsupported=functools.partial(_flash_unsupported, 256))
+register_implementation('cudnn', _cudnn_attention, platform='cuda', auto_priority=2,
+                        is_available=_cudnn_reachable, unsupported=_cudnn_unsupported,
+                        interpretable=False)

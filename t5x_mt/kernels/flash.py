@@ -18,8 +18,7 @@ Any shape runs: lengths are padded to whole blocks with segment id 0, and head_d
 power of two (at least 16, what GPU tensor-core dots need) with zeros, which change no dot
 product. The kernel body uses only array operations: it lowers through Pallas' Triton
 backend for GPUs (tests check the lowering from a CPU host) and runs in the interpreter
-(`interpret=True`, the CPU tests). On TPUs it gets Mosaic's compiler parameters, but no
-TPU has compiled it yet.
+(`interpret=True`, the CPU tests). TPUs run JAX's Mosaic kernel instead (`tpu_flash`).
 """
 
 import functools
@@ -37,7 +36,7 @@ DEFAULT_BLOCK = 128
 MIN_BLOCK = 16
 
 
-def _pad_axis(x: Array, axis: int, size: int) -> Array:
+def pad_axis(x: Array, axis: int, size: int) -> Array:
   if x.shape[axis] == size:
     return x
   widths = [(0, 0)] * x.ndim
@@ -45,7 +44,7 @@ def _pad_axis(x: Array, axis: int, size: int) -> Array:
   return jnp.pad(x, widths)
 
 
-def _round_up(n: int, multiple: int) -> int:
+def round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
 
@@ -56,11 +55,7 @@ def block_size(length: int, requested: int = DEFAULT_BLOCK) -> int:
 
 
 def _compiler_params():
-  """Triton options on GPU (also used when lowering for GPU from a CPU host), Mosaic's on
-  TPU; the interpreter ignores them."""
-  if jax.default_backend() == 'tpu':
-    from jax.experimental.pallas import tpu as pltpu  # pylint: disable=g-import-not-at-top
-    return pltpu.CompilerParams(dimension_semantics=('parallel', 'parallel', 'parallel'))
+  """Triton's options (the interpreter ignores them; TPUs run `tpu_flash` instead)."""
   from jax.experimental.pallas import triton as pltriton  # pylint: disable=g-import-not-at-top
   return pltriton.CompilerParams(num_warps=4, num_stages=2)
 
@@ -316,7 +311,7 @@ def _flash_bwd_rule(causal, scale, block_q, block_k, interpret, residuals, d_out
 _flash.defvjp(_flash_fwd_rule, _flash_bwd_rule)
 
 
-def _full_bias(bias: Array, q_length: int, kv_length: int) -> Array:
+def full_bias(bias: Array, q_length: int, kv_length: int) -> Array:
   """`bias` as [1 or B, 1 or H, Lq, Lk]: batch and head broadcasts stay (the kernel reads
   the one copy), query and key broadcasts are materialised."""
   bias = jnp.reshape(bias, (1,) * (4 - bias.ndim) + bias.shape)
@@ -353,19 +348,19 @@ def flash_attention(q: Array, k: Array, v: Array, *,
     kv_segment_ids = jnp.ones((batch, kv_length), jnp.int32)
   block_q = block_size(q_length, block_q)
   block_k = block_size(kv_length, block_k)
-  q_padded = _round_up(q_length, block_q)
-  kv_padded = _round_up(kv_length, block_k)
+  q_padded = round_up(q_length, block_q)
+  kv_padded = round_up(kv_length, block_k)
   dim_padded = max(MIN_BLOCK, pl.next_power_of_2(head_dim))
 
   def heads_first(x, length):  # [B, L, H, D] -> [B, H, L_padded, D_padded]
-    x = _pad_axis(_pad_axis(x, 1, length), 3, dim_padded)
+    x = pad_axis(pad_axis(x, 1, length), 3, dim_padded)
     return jnp.transpose(x, (0, 2, 1, 3))
 
   if bias is not None:
-    bias = _full_bias(bias, q_length, kv_length)
-    bias = _pad_axis(_pad_axis(bias, 2, q_padded), 3, kv_padded)
+    bias = full_bias(bias, q_length, kv_length)
+    bias = pad_axis(pad_axis(bias, 2, q_padded), 3, kv_padded)
   out = _flash(heads_first(q, q_padded), heads_first(k, kv_padded), heads_first(v, kv_padded),
-               _pad_axis(q_segment_ids.astype(jnp.int32), 1, q_padded),
-               _pad_axis(kv_segment_ids.astype(jnp.int32), 1, kv_padded), bias, causal,
+               pad_axis(q_segment_ids.astype(jnp.int32), 1, q_padded),
+               pad_axis(kv_segment_ids.astype(jnp.int32), 1, kv_padded), bias, causal,
                1.0 / float(head_dim) ** 0.5, block_q, block_k, interpret)
   return jnp.transpose(out, (0, 2, 1, 3))[:, :q_length, :, :head_dim]

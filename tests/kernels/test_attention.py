@@ -1,7 +1,7 @@
 """Tests for t5x_mt.kernels.attention: masks, packing isolation, padding, dispatch.
 
-The behavioural tests run every implementation: 'pallas' runs the flash attention kernel
-in the Pallas interpreter on CPU.
+The behavioural tests run every implementation that has an interpreter: 'pallas' runs the
+Triton flash kernel and 'pallas_tpu' the Mosaic one in Pallas' interpreters on CPU.
 """
 
 import jax
@@ -42,7 +42,7 @@ def random_qkv(q_length, kv_length, batch=2, heads=2, head_dim=4, seed=0):
   return q, k, v
 
 
-IMPLEMENTATIONS = pytest.mark.parametrize('implementation', ['xla', 'pallas'])
+IMPLEMENTATIONS = pytest.mark.parametrize('implementation', ['xla', 'pallas', 'pallas_tpu'])
 
 # Packed cross-attention: decoder segments (q) against encoder segments (kv), Lq != Lk.
 Q_SEGMENTS = np.array([[1, 1, 1, 2, 2, 0], [1, 2, 2, 2, 3, 3]], np.int32)
@@ -128,22 +128,23 @@ def test_bfloat16_inputs_keep_dtype_and_stay_close_to_float32(implementation):
 
 
 def test_jit_and_auto_match_xla():
+  """On a CPU 'auto' lowers to XLA: the same numbers, and no kernel in the program."""
   q, k, v = random_qkv(6, 8, seed=7)
-  jitted = jax.jit(lambda q, k, v: kernels.attention(
+  auto = jax.jit(lambda q, k, v: kernels.attention(
       q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS, implementation='auto'))
   eager = kernels.attention(q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS,
                             implementation='xla')
-  np.testing.assert_allclose(jitted(q, k, v), eager, atol=1e-6)
-  assert kernels.resolve_implementation('auto') == 'xla'
+  np.testing.assert_allclose(auto(q, k, v), eager, atol=1e-6)
+  assert 'custom_call' not in auto.lower(q, k, v).as_text()
 
 
 def test_unknown_implementation_names_the_valid_ones():
   q, k, v = random_qkv(2, 2)
-  with pytest.raises(ValueError, match="'flash'.*auto, pallas, xla"):
+  with pytest.raises(ValueError, match="'flash'.*auto, cudnn, pallas, pallas_tpu, xla"):
     kernels.attention(q, k, v, implementation='flash')
 
 
-def test_registered_implementation_is_dispatched_and_auto_prefers_priority(monkeypatch):
+def test_registered_kernel_is_auto_picked_by_priority_where_it_is_available(monkeypatch):
   monkeypatch.setattr(kernels, '_IMPLEMENTATIONS', dict(kernels._IMPLEMENTATIONS))
   calls = []
 
@@ -151,12 +152,15 @@ def test_registered_implementation_is_dispatched_and_auto_prefers_priority(monke
     calls.append(kwargs['causal'])
     return jnp.zeros_like(q)
 
-  kernels.register_implementation('pallas', fake, auto_priority=10)
   q, k, v = random_qkv(2, 2)
-  assert np.all(kernels.attention(q, k, v, causal=True) == 0)
+  kernels.register_implementation('fake', fake, platform='tpu', auto_priority=10)
+  assert kernels.auto_choices(q, k)['tpu'] == 'fake'
+  kernels.register_implementation('fake', fake, platform='tpu', auto_priority=10,
+                                  is_available=lambda: False)
+  assert kernels.auto_choices(q, k)['tpu'] == 'pallas_tpu'
+  kernels.register_implementation('fake', fake)  # Native everywhere: called as named.
+  assert np.all(kernels.attention(q, k, v, causal=True, implementation='fake') == 0)
   assert calls == [True]
-  kernels.register_implementation('pallas', fake, auto_priority=10, is_available=lambda: False)
-  assert kernels.resolve_implementation('auto') == 'xla'
 
 
 def test_attention_dropout_zeroes_or_rescales_each_probability():

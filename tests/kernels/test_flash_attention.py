@@ -140,35 +140,6 @@ def test_kernel_lowers_to_triton_for_gpu_forward_and_backward():
     assert name in module
 
 
-@pytest.fixture
-def pallas_available(monkeypatch):
-  """'auto' as on a GPU: the Pallas kernel (here interpreted) is available."""
-  monkeypatch.setattr(kernels, '_IMPLEMENTATIONS', dict(kernels._IMPLEMENTATIONS))
-  kernels.register_implementation('pallas', kernels._pallas_attention, auto_priority=1,
-                                  unsupported=kernels._pallas_unsupported)
-
-
-def test_auto_uses_the_kernel_and_falls_back_to_xla_for_dropout(pallas_available):
-  del pallas_available
-  q, k, v = _inputs(2, 20, 20, 2, 16, seed=5)
-  assert kernels.resolve_implementation('auto') == 'pallas'
-  calls = []
-  real = kernels._IMPLEMENTATIONS['pallas'].fn
-  kernels.register_implementation(
-      'pallas', lambda *a, **kw: calls.append(1) or real(*a, **kw), auto_priority=1,
-      unsupported=kernels._pallas_unsupported)
-  out = kernels.attention(q, k, v, causal=True)
-  assert calls == [1]
-  np.testing.assert_allclose(out, kernels.xla_attention(q, k, v, causal=True), atol=TOLERANCE)
-  rng = jax.random.key(0)
-  dropped = kernels.attention(q, k, v, dropout_rate=0.5, dropout_rng=rng)
-  assert calls == [1]
-  np.testing.assert_array_equal(dropped, kernels.xla_attention(q, k, v, dropout_rate=0.5,
-                                                               dropout_rng=rng))
-  kernels.attention(q[:, :1], k, v)  # A decoding step: one query.
-  assert calls == [1]
-
-
 def test_forcing_the_kernel_where_it_cannot_run_names_the_reason():
   q, k, v = _inputs(1, 4, 4, 1, 16, seed=6)
   with pytest.raises(ValueError, match="'pallas' does not support attention dropout"):
