@@ -27,8 +27,8 @@ import gin
 
 from t5x_mt import dro
 from t5x_mt import files
+from t5x_mt import gin_model
 from t5x_mt import inference
-from t5x_mt import network
 from t5x_mt import partitioning
 from t5x_mt import run_config
 from t5x_mt import run_layout
@@ -46,7 +46,6 @@ _eval_config = gin.external_configurable(run_config.EvalConfig, name='evaluate_d
                                           module='train_loop')
 _vocabulary_config = gin.external_configurable(run_vocabulary.VocabularyConfig,
                                                 name='build_vocabulary', module='train_loop')
-_model_config = gin.external_configurable(network.TransformerConfig, module='network')
 _decode_settings = gin.external_configurable(inference.DecodeSettings, name='Translator',
                                              module='inference')
 gin.external_configurable(dro.DroConfig, module='dro')
@@ -145,9 +144,7 @@ def vocabulary_config() -> run_vocabulary.VocabularyConfig:
   return _vocabulary_config()
 
 
-def model_config(vocab_size: int) -> network.TransformerConfig:
-  """The bound model (gin/models/*.gin) with the run's embedding rows."""
-  return _model_config(vocab_size=vocab_size)
+model_config = gin_model.model_config
 
 
 def decode_settings(**overrides: Any) -> inference.DecodeSettings:

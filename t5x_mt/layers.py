@@ -271,7 +271,8 @@ class MultiHeadAttention(nn.Module):
       bias, relative_values = self._relative_terms(folded, self._step_relative_ids(
           key_cache.shape[-1]))
     out = kernels.decoding_step_attention(folded, key_cache, value_cache, kv_valid,
-                                          bias=bias, relative_values=relative_values)
+                                          bias=bias, relative_values=relative_values,
+                                          implementation=self.implementation)
     return out.reshape(query.shape)
 
   def _step_relative_ids(self, entries: int) -> Array:

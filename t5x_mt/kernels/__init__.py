@@ -29,7 +29,8 @@ under `shard_map` over the mesh the model runs in: Mosaic and Triton calls canno
 partitioned by XLA, so each device attends over its own batch rows and heads.
 
 `decoding_step_attention` is the attention of a decoding step to its KV cache, which the
-layers keep in the layout that step's products read (see its docstring).
+layers keep in the layout that step's products read; 'auto' stages the ragged decoding
+kernel for TPUs and GPUs there, which reads only the filled part of each cache row.
 """
 
 import dataclasses
@@ -40,17 +41,20 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from t5x_mt.kernels.decode_attention import kv_lengths_from_valid
+from t5x_mt.kernels.decode_attention import ragged_decode_attention
 from t5x_mt.kernels.flash import flash_attention
 from t5x_mt.kernels.tpu_flash import queries_with_a_key
 from t5x_mt.kernels.tpu_flash import tpu_flash_attention
 from t5x_mt.kernels.xla_attention import attention_mask
-from t5x_mt.kernels.xla_attention import decoding_step_attention
+from t5x_mt.kernels import xla_attention as _xla
 from t5x_mt.kernels.xla_attention import xla_attention
 
 Array = jax.Array
 
 __all__ = ['ACCELERATOR_PLATFORMS', 'attention', 'attention_mask', 'auto_choices',
            'decoding_step_attention', 'flash_attention', 'implementations',
+           'ragged_decode_attention',
            'process_platform', 'register_implementation', 'tpu_flash_attention',
            'xla_attention']
 
@@ -184,6 +188,8 @@ def attention(q: Array, k: Array, v: Array, *,
   """
   name = _checked_name(implementation)
   dropout = dropout_rate > 0.0 and dropout_rng is not None
+  if bias is not None:
+    bias = jnp.reshape(bias, (1,) * (4 - bias.ndim) + bias.shape)
   operands = (q, k, v, q_segment_ids, kv_segment_ids, bias)
   static = dict(causal=causal, dropout_rate=dropout_rate, dropout_rng=dropout_rng)
   if name == 'auto':
@@ -200,9 +206,16 @@ def attention(q: Array, k: Array, v: Array, *,
   default = branches.pop('default', _kernel_call('xla', False, static, **extra))
   if not branches:
     return default(*operands)
-  return jax.lax.platform_dependent(*operands, default=default,
-                                    **{platform: _across_the_mesh(call, operands)
-                                       for platform, call in branches.items()})
+  return jax.lax.platform_dependent(
+      *operands, default=default,
+      **{platform: _across_the_mesh(call, operands, _ATTENTION_AXES, _ROWS)
+         for platform, call in branches.items()})
+
+
+# Logical axes of `attention`'s operands and output; the mesh splits rows and heads.
+_ROWS = ('batch', None, 'heads', None)
+_ATTENTION_AXES = (_ROWS, _ROWS, _ROWS, ('batch', None), ('batch', None),
+                   ('batch', 'heads', None, None))
 
 
 def _kernel_call(name: str, interpret: bool, static: dict, **extra) -> Callable[..., Array]:
@@ -250,40 +263,39 @@ def process_platform() -> str:
   return 'rocm' if 'rocm' in jax.devices()[0].client.platform_version else 'cuda'
 
 
-def _across_the_mesh(call: Callable[..., Array], operands) -> Callable[..., Array]:
+def _across_the_mesh(call: Callable[..., Array], operands, operand_axes,
+                     out_axes) -> Callable[..., Array]:
   """`call` under shard_map over the mesh the model runs in (`jax.set_mesh`): each device
-  attends over its own batch rows and heads, since XLA cannot partition a kernel's custom
-  call. The axes follow the logical rules of `nn.logical_axis_rules`; lengths stay whole."""
+  computes its own batch rows and heads, since XLA cannot partition a kernel's custom call.
+
+  `operand_axes` name each operand's axes ('batch', 'heads' or None); the mesh axes follow
+  the logical rules of `nn.logical_axis_rules`. An axis is split only where it is longer
+  than 1 (a broadcast bias) and divides evenly; every other axis, lengths included, stays
+  whole on each device.
+  """
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or mesh.size == 1:
     return call
-  q, _, _, _, _, bias = operands
-  batch_axes, _, head_axes, _ = nn.logical_to_mesh_axes(('batch', 'length', 'heads', 'kv'))
+  mesh_axes = dict(zip(('batch', 'heads'), nn.logical_to_mesh_axes(('batch', 'heads'))))
 
-  def fits(axes, size):
+  def split(logical, size):
+    axes = mesh_axes.get(logical)
     named = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
     parts = 1
     for axis in named:
       parts *= mesh.shape[axis]
-    return axes if size % parts == 0 else None
+    return axes if size > 1 and size % parts == 0 else None
 
-  batch_axes, head_axes = fits(batch_axes, q.shape[0]), fits(head_axes, q.shape[2])
-  rows = jax.P(batch_axes, None, head_axes, None)
-  ids = jax.P(batch_axes, None)
-  bias_spec = None
-  if bias is not None:
-    bias_4d = (1,) * (4 - bias.ndim) + bias.shape
-    bias_spec = jax.P(batch_axes if bias_4d[0] > 1 else None,
-                      head_axes if bias_4d[1] > 1 else None, None, None)
+  def spec(array, axes):
+    if array is None:
+      return None
+    return jax.P(*(split(logical, size) for logical, size in zip(axes, array.shape)))
 
-  def sharded(q, k, v, q_segment_ids, kv_segment_ids, bias):
-    if bias is not None:
-      bias = jnp.reshape(bias, (1,) * (4 - bias.ndim) + bias.shape)
-    in_specs = (rows, rows, rows, None if q_segment_ids is None else ids,
-                None if kv_segment_ids is None else ids, bias_spec)
-    return jax.shard_map(call, in_specs=in_specs, out_specs=rows, check_vma=False)(
-        q, k, v, q_segment_ids, kv_segment_ids, bias)
-  return sharded
+  in_specs = tuple(spec(array, axes) for array, axes in zip(operands, operand_axes))
+  batch_size, heads = (operands[0].shape[out_axes.index(name)] for name in ('batch', 'heads'))
+  out_spec = jax.P(*(split(name, batch_size if name == 'batch' else heads)
+                     if name else None for name in out_axes))
+  return jax.shard_map(call, in_specs=in_specs, out_specs=out_spec, check_vma=False)
 
 
 def _pallas_attention(q: Array, k: Array, v: Array, *, q_segment_ids: Optional[Array],
@@ -361,3 +373,50 @@ register_implementation('pallas', _pallas_attention, platform='cuda', auto_prior
 register_implementation('cudnn', _cudnn_attention, platform='cuda', auto_priority=2,
                         is_available=_cudnn_reachable, unsupported=_cudnn_unsupported,
                         interpretable=False)
+
+
+# The variant of the decoding-step kernel each platform, and each named kernel, runs.
+_DECODE_TARGETS = {'tpu': 'tpu', 'cuda': 'gpu'}
+_DECODE_AXES = (_ROWS, ('batch', 'heads', None, None), ('batch', 'heads', None, None),
+                ('batch', None, None), ('batch',), ('batch', 'heads', None, None))
+
+
+def decoding_step_attention(q: Array, key_cache: Array, value_cache: Array, kv_valid: Array,
+                            *, bias: Optional[Array] = None,
+                            relative_values: Optional[tuple[Array, Array]] = None,
+                            implementation: str = 'auto') -> Array:
+  """One decoding step's attention to its KV cache (`xla_attention.decoding_step_attention`
+  defines the layout and the arguments).
+
+  'auto' stages the ragged decoding kernel (`decode_attention.ragged_decode_attention`) for
+  TPUs and NVIDIA GPUs, which reads each cache row only up to its last valid entry, and XLA
+  for every other platform and for Shaw's value tables. 'xla' always uses XLA; any other
+  kernel name runs the variant of its platform, natively in a process on that platform and
+  interpreted elsewhere.
+  """
+  name = _checked_name(implementation)
+  if name == 'xla' or relative_values is not None:
+    return _xla.decoding_step_attention(q, key_cache, value_cache, kv_valid, bias=bias,
+                                        relative_values=relative_values)
+  valid = kv_valid if kv_valid.ndim == 3 else kv_valid[:, None, :]
+  operands = (q, key_cache, value_cache, valid, kv_lengths_from_valid(valid), bias)
+
+  def xla(q, key_cache, value_cache, valid, lengths, bias):
+    del lengths
+    return _xla.decoding_step_attention(q, key_cache, value_cache, valid, bias=bias)
+
+  def ragged(target, interpret):
+    def call(q, key_cache, value_cache, valid, lengths, bias):
+      return ragged_decode_attention(q, key_cache, value_cache, valid, lengths, bias=bias,
+                                     target=target, interpret=interpret)
+    return call
+
+  if name != 'auto':
+    platform = _IMPLEMENTATIONS[name].platform
+    if platform is None:
+      return xla(*operands)
+    return ragged(_DECODE_TARGETS[platform], platform != process_platform())(*operands)
+  return jax.lax.platform_dependent(
+      *operands, default=xla,
+      **{platform: _across_the_mesh(ragged(target, False), operands, _DECODE_AXES, _ROWS)
+         for platform, target in _DECODE_TARGETS.items()})

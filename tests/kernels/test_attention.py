@@ -128,14 +128,15 @@ def test_bfloat16_inputs_keep_dtype_and_stay_close_to_float32(implementation):
 
 
 def test_jit_and_auto_match_xla():
-  """On a CPU 'auto' lowers to XLA: the same numbers, and no kernel in the program."""
+  """'auto' gives XLA's numbers; on a CPU it lowers to XLA, with no kernel in the program."""
   q, k, v = random_qkv(6, 8, seed=7)
   auto = jax.jit(lambda q, k, v: kernels.attention(
       q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS, implementation='auto'))
   eager = kernels.attention(q, k, v, q_segment_ids=Q_SEGMENTS, kv_segment_ids=KV_SEGMENTS,
                             implementation='xla')
   np.testing.assert_allclose(auto(q, k, v), eager, atol=1e-6)
-  assert 'custom_call' not in auto.lower(q, k, v).as_text()
+  if kernels.process_platform() == 'cpu':
+    assert 'custom_call' not in auto.lower(q, k, v).as_text()
 
 
 def test_unknown_implementation_names_the_valid_ones():

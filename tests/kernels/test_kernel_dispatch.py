@@ -66,6 +66,7 @@ def test_a_named_kernel_runs_in_the_interpreter_off_its_platform():
                              atol=1e-5)
 
 
+@pytest.mark.skipif(kernels.process_platform() == 'cuda', reason='cuDNN is reachable here')
 def test_cudnn_named_where_no_gpu_is_reachable_is_refused():
   q = jnp.zeros((1, 128, 2, 64), jnp.bfloat16)
   with pytest.raises(ValueError, match="'cudnn' runs only on cuda and this process is not on one"):
@@ -90,10 +91,12 @@ def cudnn_reachable(monkeypatch):
 
 
 def test_auto_never_falls_back_to_xla_on_an_accelerator_for_a_claimed_configuration():
+  on_gpu = kernels.process_platform() == 'cuda'
   for head_dim, length, dtype in CLAIMED:
     q = _abstract((8, length, 8, head_dim), dtype)
     k = _abstract((8, length // 2 + 1, 8, head_dim), dtype)
-    assert kernels.auto_choices(q, k) == {'tpu': 'pallas_tpu', 'cuda': 'pallas'}, (
+    gpu_kernel = 'cudnn' if on_gpu and dtype == jnp.bfloat16 else 'pallas'
+    assert kernels.auto_choices(q, k) == {'tpu': 'pallas_tpu', 'cuda': gpu_kernel}, (
         head_dim, length, dtype)
 
 
@@ -118,7 +121,7 @@ def test_auto_uses_xla_only_where_no_kernel_computes_the_call():
 def test_kernels_run_per_device_under_the_models_mesh():
   """Under a data x model mesh the TPU program calls the kernel on each device's batch rows
   and heads: shard_map, since XLA cannot partition a Mosaic call."""
-  devices = np.asarray(jax.devices()[:4]).reshape(2, 1, 2)
+  devices = np.asarray(jax.devices('cpu')[:4]).reshape(2, 1, 2)
   mesh = jax.sharding.Mesh(devices, partitioning.MESH_AXES)
   with partitioning.activation_sharding(mesh, partitioning.logical_axis_rules()):
     module = exported_module(_gradients('auto'), 'tpu', *_attention_operands(batch=4))
@@ -126,3 +129,42 @@ def test_kernels_run_per_device_under_the_models_mesh():
   # Per device: 2 of 4 rows, 2 of 4 heads, lengths padded to whole blocks (256).
   assert 'tensor<2x2x256x64xbf16>' in module
   assert 'tensor<4x4x256x64xbf16>' not in module
+
+
+@pytest.mark.skipif(kernels.process_platform() != 'cuda', reason='needs an NVIDIA GPU')
+def test_cudnn_matches_xla_on_packed_cross_attention_with_a_bias():
+  rng = np.random.default_rng(3)
+  q_ids = jnp.asarray([[1] * 100 + [2] * 120 + [0] * 36, [1] * 256], jnp.int32)
+  kv_ids = jnp.asarray([[1] * 70 + [2] * 90 + [0] * 40, [2] * 200], jnp.int32)  # Row 1: none.
+  q = jnp.asarray(rng.normal(size=(2, 256, 4, 64)), jnp.bfloat16)
+  k, v = (jnp.asarray(rng.normal(size=(2, 200, 4, 64)), jnp.bfloat16) for _ in range(2))
+  bias = jnp.asarray(rng.normal(size=(1, 4, 256, 200)), jnp.float32)
+
+  def grads(implementation):
+    def total(q, k, v, bias):
+      out = kernels.attention(q, k, v, q_segment_ids=q_ids, kv_segment_ids=kv_ids, bias=bias,
+                              implementation=implementation)
+      return jnp.sum(out.astype(jnp.float32) ** 2), out
+    return jax.jit(jax.value_and_grad(total, argnums=(0, 1, 2, 3), has_aux=True))(
+        q, k, v, bias)
+
+  (_, cudnn_out), cudnn_grads = grads('cudnn')
+  (_, xla_out), xla_grads = grads('xla')
+  np.testing.assert_allclose(np.asarray(cudnn_out, np.float32), np.asarray(xla_out, np.float32),
+                             atol=2e-2)
+  assert np.all(np.asarray(cudnn_out)[1] == 0)  # No key shares row 1's segment id.
+  for ours, reference in zip(cudnn_grads, xla_grads):
+    np.testing.assert_allclose(np.asarray(ours, np.float32), np.asarray(reference, np.float32),
+                               atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize('platform', ['tpu', 'cuda'])
+def test_auto_decoding_steps_lower_to_the_ragged_kernel(platform):
+  def step(q, key_cache, value_cache, kv_valid):
+    return kernels.decoding_step_attention(q, key_cache, value_cache, kv_valid)
+
+  module = exported_module(step, platform, _abstract((8, 4, 8, 64), jnp.bfloat16),
+                           _abstract((8, 8, 64, 1024), jnp.bfloat16),
+                           _abstract((8, 8, 1024, 64), jnp.bfloat16),
+                           _abstract((8, 4, 1024), jnp.bool_))
+  assert module.count(KERNEL_CALLS[platform]) == 1

@@ -1,0 +1,79 @@
+#!/bin/bash
+# The attention kernels checked and timed on a machine with one accelerator (an NVIDIA GPU
+# or a TPU VM), from the repository root, in under 8 minutes on a fresh machine:
+#
+#   bash bench/accelerator_check.sh [OUTPUT_DIR]
+#
+# 1. JAX for the accelerator: kept if the machine's Python already has it, else installed
+#    (jax[cuda13] or jax[tpu]; from wheels in .whl/ where the machine cannot reach PyPI),
+#    with the few pure-Python packages the model code needs besides JAX and Flax.
+# 2. The kernel tests, natively: the Pallas and cuDNN kernels compile for the device.
+# 3. bench/kernel_roofline.py: FLOPs, bytes and roofline-bound times, and the kernels timed
+#    against XLA's attention, with the MFU of a gin/models/base.gin training step.
+# 4. bench/accelerator_timing.py: the demo's training step and beam search, 'auto' against
+#    XLA's attention, in float32 and bfloat16.
+# 5. With time left: gin/runs/ntrex_flores.gin trained for 4 minutes on the device, where
+#    the data pipeline (seqio, TensorFlow) is installed and the corpora can be read.
+# Each step runs under its own time limit, so one that hangs cannot take the others' time;
+# everything printed is also written to OUTPUT_DIR/accelerator_check.log.
+set -uo pipefail
+OUTPUT_DIR=${1:-${OUT:-/tmp/accelerator_check}}
+mkdir -p "$OUTPUT_DIR"
+exec > >(tee "$OUTPUT_DIR/accelerator_check.log") 2>&1
+PYTHON=${PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+START=$SECONDS
+step() { echo; echo "== [$((SECONDS - START)) s] $*"; }
+
+step "1. JAX for the accelerator"
+backend() { "$PYTHON" -c 'import jax; print(jax.default_backend())' 2>/dev/null; }
+if [ "$(backend)" = cpu ] || [ -z "$(backend)" ]; then
+  if ls /dev/accel* >/dev/null 2>&1; then extra=tpu; else extra=cuda13; fi
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    "$PYTHON" -m pip install -q --no-index --find-links .whl "jax[$extra]"
+  else
+    "$PYTHON" -m pip install -q -U "jax[$extra]"
+  fi
+fi
+if ls .whl/*.whl >/dev/null 2>&1; then  # Pure-Python needs the image may lack (gin-config).
+  "$PYTHON" -m pip install -q --no-index --no-deps --target /tmp/accelerator_site .whl/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/accelerator_site"
+fi
+"$PYTHON" - <<'EOF'
+import jax, jaxlib
+print(f'jax {jax.__version__}, jaxlib {jaxlib.__version__}, backend {jax.default_backend()}:',
+      ', '.join(d.device_kind for d in jax.devices()))
+EOF
+if [ "$(backend)" = cpu ]; then echo 'no accelerator: stopping'; exit 1; fi
+
+step "2. Kernel tests, natively"
+# The TPU kernels' interpreter runs are proofs for CPU hosts; a GPU runs its own natively.
+if [ "$("$PYTHON" -c 'from t5x_mt import kernels; print(kernels.process_platform())')" = tpu ]
+then select=''; else select='not tpu'; fi
+XLA_FLAGS=--xla_force_host_platform_device_count=8 timeout 110 "$PYTHON" -m pytest \
+  --noconftest -o addopts= -p no:cacheprovider -q -rs --durations=10 -k "$select" tests/kernels
+
+step "3. bench/kernel_roofline.py"
+timeout 100 "$PYTHON" bench/kernel_roofline.py --json="$OUTPUT_DIR/kernel_roofline.json" \
+  --train_implementations=auto,xla
+
+step "4. bench/accelerator_timing.py: the demo's train step and beam search"
+for dtype in float32 bfloat16; do
+  timeout 50 "$PYTHON" bench/accelerator_timing.py --dtype=$dtype
+done
+
+step "5. gin/runs/ntrex_flores.gin for 4 minutes"
+if ! "$PYTHON" -c 'import seqio, tensorflow' >/dev/null 2>&1; then
+  echo 'skipped: the data pipeline (seqio, TensorFlow) is not installed here'
+elif [ $((SECONDS - START)) -gt 200 ]; then
+  echo "skipped: $((SECONDS - START)) s spent, too little left of 8 minutes"
+else
+  # Stopped after 4 minutes: checkpoints written by then are kept (kill-safe), and the
+  # last one is scored on FLORES-200 dev against copying the source.
+  timeout 240 "$PYTHON" launch/train.py --gin_file=gin/runs/ntrex_flores.gin \
+    --gin.MODEL_DIR="'$OUTPUT_DIR/ntrex_flores'" --gin.BATCH_SIZE=256 \
+    --gin.ACTIVATION_DTYPE="'bfloat16'" --gin.CHECKPOINT_EVERY_STEPS=500
+  timeout 60 "$PYTHON" launch/evaluate.py --checkpoint_dir="$OUTPUT_DIR/ntrex_flores" \
+    --corpus=flores200 --split=validation --baseline=copy
+fi
+step "done"
