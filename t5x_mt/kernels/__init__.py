@@ -15,13 +15,15 @@ Layers call `attention(...)` and never a kernel directly, so a kernel plugs in b
 on: it stages every platform's choice with `jax.lax.platform_dependent`, so a program
 lowered for TPUs or GPUs from a CPU host (`jax.export`, ahead-of-time compiles for a TPU
 topology) carries that platform's kernel, and one run on a CPU uses XLA. For each platform
-it takes the registered kernel of highest `auto_priority` that supports the call. On GPUs
-that is cuDNN where it applies (bfloat16 or float16, head_dim a multiple of 8 up to 128, and
-a process that can reach cuDNN: JAX checks its version while tracing), because NVIDIA's
-library runs the fastest flash attention on Hopper and keeps up with each generation, while
-Pallas' Triton backend is deprecated; otherwise the Pallas kernel. 'auto' uses XLA for
-attention dropout and Shaw's relative value tables (no fused kernel holds the probabilities
-they need) and for single-query calls (a one-row tile would waste a kernel).
+it takes the registered kernel of highest `auto_priority` that supports the call. On TPUs
+that is the Mosaic kernel. On GPUs it is cuDNN where it applies (bfloat16 or float16,
+head_dim a multiple of 8 up to 128, and a process that can reach cuDNN: JAX checks its
+version while tracing), because NVIDIA's library runs the fastest flash attention on
+Hopper and keeps up with each generation while Pallas' Triton backend is deprecated, and
+the Pallas kernel otherwise; either only for calls of GPU_AUTO_MIN_LENGTH or longer, below
+which XLA's fused attention is measured to be as fast. 'auto' uses XLA for attention
+dropout and Shaw's relative value tables (no fused kernel holds the probabilities they
+need) and for single-query calls (a one-row tile would waste a kernel).
 
 A kernel named explicitly runs natively in a process on its platform and in the Pallas
 interpreter elsewhere (CPU tests); `interpret=True` interprets it everywhere. Kernels run
@@ -52,7 +54,7 @@ from t5x_mt.kernels.xla_attention import xla_attention
 
 Array = jax.Array
 
-__all__ = ['ACCELERATOR_PLATFORMS', 'attention', 'attention_mask', 'auto_choices',
+__all__ = ['ACCELERATOR_PLATFORMS', 'GPU_AUTO_MIN_LENGTH', 'attention', 'attention_mask', 'auto_choices',
            'decoding_step_attention', 'flash_attention', 'implementations',
            'ragged_decode_attention',
            'process_platform', 'register_implementation', 'tpu_flash_attention',
@@ -85,13 +87,14 @@ class _Implementation:
   is_available: Callable[[], bool]
   unsupported: Unsupported
   interpretable: bool
+  auto_min_length: int  # 'auto' takes it for calls at least this long (query or key side).
 
 
 def register_implementation(name: str, fn: AttentionFn, *, platform: Optional[str] = None,
                             auto_priority: Optional[int] = None,
                             is_available: Callable[[], bool] = lambda: True,
                             unsupported: Unsupported = lambda q, k, dropout: None,
-                            interpretable: bool = True) -> None:
+                            interpretable: bool = True, auto_min_length: int = 0) -> None:
   """Makes `fn` callable as `attention(..., implementation=name)`.
 
   Args:
@@ -106,11 +109,13 @@ def register_implementation(name: str, fn: AttentionFn, *, platform: Optional[st
       next candidate, and naming the kernel explicitly raises a ValueError with the reason.
     interpretable: whether `fn(..., interpret=True)` runs on any platform (Pallas kernels);
       one that is not can only be named where it is native.
+    auto_min_length: the shortest call (the longer of its query and key lengths) 'auto'
+      gives the kernel; shorter ones get XLA, where it is measured to be faster.
   """
   if name == 'auto':
     raise ValueError("'auto' is reserved for automatic selection")
   _IMPLEMENTATIONS[name] = _Implementation(fn, platform, auto_priority, is_available,
-                                           unsupported, interpretable)
+                                           unsupported, interpretable, auto_min_length)
 
 
 _IMPLEMENTATIONS: dict[str, _Implementation] = {}
@@ -136,7 +141,8 @@ def auto_choices(q: Array, k: Array, *, dropout: bool = False,
   for platform in ACCELERATOR_PLATFORMS:
     candidates = [(impl.auto_priority, name) for name, impl in _IMPLEMENTATIONS.items()
                   if impl.platform == platform and impl.auto_priority is not None
-                  and q.shape[1] > 1 and impl.is_available()
+                  and q.shape[1] > 1 and max(q.shape[1], k.shape[1]) >= impl.auto_min_length
+                  and impl.is_available()
                   and _refusal(name, q, k, dropout, relative_values) is None]
     choices[platform] = max(candidates)[1] if candidates else 'xla'
   return choices
@@ -368,11 +374,15 @@ def _cudnn_reachable() -> bool:
 register_implementation('xla', xla_attention)
 register_implementation('pallas_tpu', _pallas_tpu_attention, platform='tpu', auto_priority=1,
                         unsupported=functools.partial(_flash_unsupported, 256))
+# Measured on a Hopper GPU (bench/README.md, kernel_roofline.py): from this length both GPU
+# kernels beat XLA's attention; at short lengths XLA is as fast or faster.
+GPU_AUTO_MIN_LENGTH = 1024
 register_implementation('pallas', _pallas_attention, platform='cuda', auto_priority=1,
-                        unsupported=functools.partial(_flash_unsupported, 256))
+                        unsupported=functools.partial(_flash_unsupported, 256),
+                        auto_min_length=GPU_AUTO_MIN_LENGTH)
 register_implementation('cudnn', _cudnn_attention, platform='cuda', auto_priority=2,
                         is_available=_cudnn_reachable, unsupported=_cudnn_unsupported,
-                        interpretable=False)
+                        interpretable=False, auto_min_length=GPU_AUTO_MIN_LENGTH)
 
 
 # The variant of the decoding-step kernel each platform, and each named kernel, runs.

@@ -37,7 +37,7 @@ def exported_module(fn, platform, *args) -> str:
   return exported.mlir_module()
 
 
-def _attention_operands(batch=2, length=256, kv_length=200, heads=4, head_dim=64,
+def _attention_operands(batch=2, length=1024, kv_length=1000, heads=4, head_dim=64,
                         dtype=jnp.bfloat16):
   return (_abstract((batch, length, heads, head_dim), dtype),
           _abstract((batch, kv_length, heads, head_dim), dtype),
@@ -73,11 +73,18 @@ def test_cudnn_named_where_no_gpu_is_reachable_is_refused():
     kernels.attention(q, q, q, implementation='cudnn')
 
 
-# What the kernels claim (README, "Attention kernels"): head_dim 64 and 128, lengths 128 to
-# 2048 and in between, float32 and bfloat16, packed causal self-attention and packed
-# cross-attention, with or without a bias.
+# What the kernels claim (docs/speed.md, "Attention kernels"): head_dim 64 and 128, lengths
+# 128 to 2048 and in between, float32 and bfloat16, packed causal self-attention and packed
+# cross-attention, with or without a bias. On GPUs 'auto' gives XLA the calls shorter than
+# GPU_AUTO_MIN_LENGTH, where it is measured to be as fast.
 CLAIMED = list(itertools.product((64, 128), (128, 300, 1024, 2048), (jnp.float32,
                                                                      jnp.bfloat16)))
+
+
+def _expected_gpu_choice(length, dtype, cudnn_reachable):
+  if length < kernels.GPU_AUTO_MIN_LENGTH:
+    return 'xla'
+  return 'cudnn' if cudnn_reachable and dtype == jnp.bfloat16 else 'pallas'
 
 
 @pytest.fixture
@@ -87,7 +94,8 @@ def cudnn_reachable(monkeypatch):
   cudnn = kernels._IMPLEMENTATIONS['cudnn']
   kernels.register_implementation('cudnn', cudnn.fn, platform='cuda',
                                   auto_priority=cudnn.auto_priority,
-                                  unsupported=cudnn.unsupported, interpretable=False)
+                                  unsupported=cudnn.unsupported, interpretable=False,
+                                  auto_min_length=cudnn.auto_min_length)
 
 
 def test_auto_never_falls_back_to_xla_on_an_accelerator_for_a_claimed_configuration():
@@ -95,9 +103,9 @@ def test_auto_never_falls_back_to_xla_on_an_accelerator_for_a_claimed_configurat
   for head_dim, length, dtype in CLAIMED:
     q = _abstract((8, length, 8, head_dim), dtype)
     k = _abstract((8, length // 2 + 1, 8, head_dim), dtype)
-    gpu_kernel = 'cudnn' if on_gpu and dtype == jnp.bfloat16 else 'pallas'
-    assert kernels.auto_choices(q, k) == {'tpu': 'pallas_tpu', 'cuda': gpu_kernel}, (
-        head_dim, length, dtype)
+    assert kernels.auto_choices(q, k) == {
+        'tpu': 'pallas_tpu', 'cuda': _expected_gpu_choice(length, dtype, on_gpu)}, (
+            head_dim, length, dtype)
 
 
 def test_on_a_gpu_auto_takes_cudnn_for_half_precision_and_the_pallas_kernel_for_float32(
@@ -105,8 +113,8 @@ def test_on_a_gpu_auto_takes_cudnn_for_half_precision_and_the_pallas_kernel_for_
   del cudnn_reachable
   for head_dim, length, dtype in CLAIMED:
     q = _abstract((8, length, 8, head_dim), dtype)
-    expected = 'pallas' if dtype == jnp.float32 else 'cudnn'
-    assert kernels.auto_choices(q, q)['cuda'] == expected, (head_dim, length, dtype)
+    assert kernels.auto_choices(q, q)['cuda'] == _expected_gpu_choice(length, dtype, True), (
+        head_dim, length, dtype)
 
 
 def test_auto_uses_xla_only_where_no_kernel_computes_the_call():
@@ -124,7 +132,8 @@ def test_kernels_run_per_device_under_the_models_mesh():
   devices = np.asarray(jax.devices('cpu')[:4]).reshape(2, 1, 2)
   mesh = jax.sharding.Mesh(devices, partitioning.MESH_AXES)
   with partitioning.activation_sharding(mesh, partitioning.logical_axis_rules()):
-    module = exported_module(_gradients('auto'), 'tpu', *_attention_operands(batch=4))
+    module = exported_module(_gradients('auto'), 'tpu',
+                             *_attention_operands(batch=4, length=256, kv_length=200))
   assert module.count('tpu_custom_call') == 3
   # Per device: 2 of 4 rows, 2 of 4 heads, lengths padded to whole blocks (256).
   assert 'tensor<2x2x256x64xbf16>' in module
