@@ -16,9 +16,10 @@ from t5x_mt.data.cleaning import pipeline
 from t5x_mt.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-# The edge: gin registration, parsing, flags, and loading a run's config.gin.
-GIN_MODULES = {'t5x_mt/configurables.py', 't5x_mt/gin_utils.py', 't5x_mt/cli.py',
-               't5x_mt/run_loading.py'}
+# The edge: gin registration (the model's alone in gin_model.py), parsing, flags, and
+# loading a run's config.gin.
+GIN_MODULES = {'t5x_mt/configurables.py', 't5x_mt/gin_model.py', 't5x_mt/gin_utils.py',
+               't5x_mt/cli.py', 't5x_mt/run_loading.py'}
 
 
 def _imports_gin(path: pathlib.Path) -> bool:

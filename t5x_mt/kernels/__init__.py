@@ -416,10 +416,7 @@ def decoding_step_attention(q: Array, key_cache: Array, value_cache: Array, kv_v
     return _xla.decoding_step_attention(q, key_cache, value_cache, valid, bias=bias)
 
   def ragged(target, interpret):
-    def call(q, key_cache, value_cache, valid, lengths, bias):
-      return ragged_decode_attention(q, key_cache, value_cache, valid, lengths, bias=bias,
-                                     target=target, interpret=interpret)
-    return call
+    return functools.partial(_staged_decode, target=target, interpret=interpret)
 
   if name != 'auto':
     platform = _IMPLEMENTATIONS[name].platform
@@ -430,3 +427,12 @@ def decoding_step_attention(q: Array, key_cache: Array, value_cache: Array, kv_v
       *operands, default=xla,
       **{platform: _across_the_mesh(ragged(target, False), operands, _DECODE_AXES, _ROWS)
          for platform, target in _DECODE_TARGETS.items()})
+
+
+@functools.partial(jax.jit, static_argnames=('target', 'interpret'))
+def _staged_decode(q, key_cache, value_cache, valid, lengths, bias, *, target: str,
+                   interpret: bool) -> Array:
+  """The decoding kernel, jitted so that staging it again for the same shapes (every layer,
+  every platform branch of 'auto', every decoding compile) reuses its trace."""
+  return ragged_decode_attention(q, key_cache, value_cache, valid, lengths, bias=bias,
+                                 target=target, interpret=interpret)

@@ -32,6 +32,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(CASES))
 def test_outputs_and_gradients_match_xla_attention(name):
   case = CASES[name]
