@@ -198,18 +198,17 @@ def attention(q: Array, k: Array, v: Array, *,
     bias = jnp.reshape(bias, (1,) * (4 - bias.ndim) + bias.shape)
   operands = (q, k, v, q_segment_ids, kv_segment_ids, bias)
   static = dict(causal=causal, dropout_rate=dropout_rate, dropout_rng=dropout_rng)
-  if name == 'auto':
-    choices = auto_choices(q, k, dropout=dropout, relative_values=relative_values)
-    branches = {platform: _kernel_call(choice, False, static)
-                for platform, choice in choices.items() if choice != 'xla'}
-  else:
+  if name != 'auto':
     reason = _refusal(name, q, k, dropout, relative_values)
     if reason:
       raise ValueError(f'attention implementation {name!r} does not support {reason}; use '
                        "'xla' or 'auto'")
-    branches = _named_branches(name, interpret, static)
+    return _named_call(name, interpret, static, relative_values)(*operands)
+  choices = auto_choices(q, k, dropout=dropout, relative_values=relative_values)
+  branches = {platform: _kernel_call(choice, False, static)
+              for platform, choice in choices.items() if choice != 'xla'}
   extra = {} if relative_values is None else {'relative_values': relative_values}
-  default = branches.pop('default', _kernel_call('xla', False, static, **extra))
+  default = _kernel_call('xla', False, static, **extra)
   if not branches:
     return default(*operands)
   return jax.lax.platform_dependent(
@@ -247,18 +246,21 @@ def _staged_kernel(q, k, v, q_segment_ids, kv_segment_ids, bias, *, name: str,
                                    dropout_rate=0.0, dropout_rng=None, interpret=interpret)
 
 
-def _named_branches(name: str, interpret: bool, static: dict) -> dict[str, Callable]:
+def _named_call(name: str, interpret: bool, static: dict,
+                relative_values: Optional[tuple[Array, Array]]) -> Callable[..., Array]:
   """A named kernel: native in a process on its platform, interpreted elsewhere (or
   everywhere with `interpret`), or an error where it has no interpreter. (A program lowered
   for another platform than the process's gets its kernel through 'auto'.)"""
   impl = _IMPLEMENTATIONS[name]
-  native = impl.platform is None or impl.platform == process_platform()
-  if native and not interpret:
-    return {'default': _kernel_call(name, False, static)}
+  if impl.platform is None:
+    extra = {} if relative_values is None else {'relative_values': relative_values}
+    return _kernel_call(name, interpret, static, **extra)
+  if impl.platform == process_platform() and not interpret:
+    return _kernel_call(name, False, static)
   if not impl.interpretable:
     raise ValueError(f'attention implementation {name!r} runs only on {impl.platform} '
                      "and this process is not on one; use 'auto' or 'xla'")
-  return {'default': _kernel_call(name, True, static)}
+  return _kernel_call(name, True, static)
 
 
 def process_platform() -> str:
