@@ -45,8 +45,10 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as plgpu
 import jax.numpy as jnp
 
+from t5x_mt.kernels.flash import MIN_BLOCK
 from t5x_mt.kernels.flash import block_size
 from t5x_mt.kernels.flash import pad_axis
+from t5x_mt.kernels.tpu_flash import LANES
 
 Array = jax.Array
 
@@ -55,8 +57,6 @@ TARGETS = ('tpu', 'gpu')
 DEFAULT_BLOCK_K = {'tpu': 512, 'gpu': 128}
 # Triton's warps per program and software-pipelining stages of the key/value loads.
 GPU_COMPILER_OPTIONS = {'num_warps': 4, 'num_stages': 2}
-_TPU_LANES = 128
-_GPU_MIN_BLOCK = 16
 # Masked scores: finite, so a row with no valid key gives exp(0) * 0 rather than NaN.
 _MASKED = -1e30
 
@@ -135,8 +135,8 @@ def _tpu_kernel(lengths_ref, q_ref, k_ref, v_ref, valid_ref, *refs, scale: float
 
 
 def _tpu_block_k(kv_length: int, requested: int) -> int:
-  if requested % _TPU_LANES:
-    raise ValueError(f'block_k {requested} for TPUs: a multiple of {_TPU_LANES} (Mosaic '
+  if requested % LANES:
+    raise ValueError(f'block_k {requested} for TPUs: a multiple of {LANES} (Mosaic '
                      'tiles the lane dimension by 128)')
   return kv_length if kv_length <= requested else requested
 
@@ -220,8 +220,8 @@ def _gpu_attention(q: Array, key_cache: Array, value_cache: Array, valid: Array,
   batch, heads, n, head_dim = q.shape
   kv_length = key_cache.shape[-1]
   block_k = block_size(kv_length, block_k)
-  rows = max(_GPU_MIN_BLOCK, pl.next_power_of_2(n))
-  dim = max(_GPU_MIN_BLOCK, pl.next_power_of_2(head_dim))
+  rows = max(MIN_BLOCK, pl.next_power_of_2(n))
+  dim = max(MIN_BLOCK, pl.next_power_of_2(head_dim))
   q = pad_axis(pad_axis(q, 2, rows), 3, dim)
   key_cache = pad_axis(key_cache, 2, dim)
   value_cache = pad_axis(value_cache, 3, dim)
