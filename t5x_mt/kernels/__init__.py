@@ -248,18 +248,21 @@ def _staged_kernel(q, k, v, q_segment_ids, kv_segment_ids, bias, *, name: str,
 
 def _named_call(name: str, interpret: bool, static: dict,
                 relative_values: Optional[tuple[Array, Array]]) -> Callable[..., Array]:
-  """A named kernel: native in a process on its platform, interpreted elsewhere (or
-  everywhere with `interpret`), or an error where it has no interpreter. (A program lowered
-  for another platform than the process's gets its kernel through 'auto'.)"""
+  """A named kernel: native in a process on its platform, interpreted in a CPU process (or
+  on its own platform with `interpret`), else an error: Pallas' TPU interpreter runs on CPUs
+  alone, and cuDNN has none. (A program lowered for another platform than the process's
+  gets its kernel through 'auto'.)"""
   impl = _IMPLEMENTATIONS[name]
   if impl.platform is None:
     extra = {} if relative_values is None else {'relative_values': relative_values}
     return _kernel_call(name, interpret, static, **extra)
-  if impl.platform == process_platform() and not interpret:
+  platform = process_platform()
+  if impl.platform == platform and not interpret:
     return _kernel_call(name, False, static)
-  if not impl.interpretable:
+  if not impl.interpretable or platform not in (impl.platform, 'cpu'):
     raise ValueError(f'attention implementation {name!r} runs only on {impl.platform} '
-                     "and this process is not on one; use 'auto' or 'xla'")
+                     "(or interpreted on a CPU) and this process is on "
+                     f"{platform}; use 'auto' or 'xla'")
   return _kernel_call(name, True, static)
 
 

@@ -69,8 +69,16 @@ def test_a_named_kernel_runs_in_the_interpreter_off_its_platform():
 @pytest.mark.skipif(kernels.process_platform() == 'cuda', reason='cuDNN is reachable here')
 def test_cudnn_named_where_no_gpu_is_reachable_is_refused():
   q = jnp.zeros((1, 128, 2, 64), jnp.bfloat16)
-  with pytest.raises(ValueError, match="'cudnn' runs only on cuda and this process is not on one"):
+  with pytest.raises(ValueError, match="'cudnn' runs only on cuda .* this process is on cpu"):
     kernels.attention(q, q, q, implementation='cudnn')
+
+
+def test_a_kernel_named_on_another_accelerator_is_refused(monkeypatch):
+  """Pallas' TPU interpreter runs on CPUs alone: on a GPU, 'pallas_tpu' is one clear error."""
+  monkeypatch.setattr(kernels, 'process_platform', lambda: 'cuda')
+  q = jnp.zeros((1, 128, 2, 64), jnp.float32)
+  with pytest.raises(ValueError, match="'pallas_tpu' runs only on tpu .* process is on cuda"):
+    kernels.attention(q, q, q, implementation='pallas_tpu')
 
 
 # What the kernels claim (docs/speed.md, "Attention kernels"): head_dim 64 and 128, lengths
