@@ -70,6 +70,32 @@ NTREX_TO_FLORES: dict[str, str] = {
     'zul': 'zul_Latn',
 }
 
+# M-100's language tokens (`__xx__`, ISO 639-1 where a code exists) -> FLORES-200 codes,
+# for checkpoints imported from M2M-100. Macrolanguages go to the individual language
+# FLORES-200 holds (ar arb, fa pes, ms zsm, ne npi, no nob, sq als, uz uzn, mn khk, lv lvs,
+# et est, ps pbt, sw swh, zh zho_Hans), ff to fuv as in CLDR_LOCALE_TO_FLORES; Breton (br)
+# and Western Frisian (fy) have no FLORES-200 code and stay unnamed.
+M2M100_TO_FLORES: dict[str, str] = dict(pair.split(':') for pair in """
+    af:afr_Latn am:amh_Ethi ar:arb_Arab ast:ast_Latn az:azj_Latn ba:bak_Cyrl be:bel_Cyrl
+    bg:bul_Cyrl bn:ben_Beng bs:bos_Latn ca:cat_Latn ceb:ceb_Latn cs:ces_Latn cy:cym_Latn
+    da:dan_Latn de:deu_Latn el:ell_Grek en:eng_Latn es:spa_Latn et:est_Latn fa:pes_Arab
+    ff:fuv_Latn fi:fin_Latn fr:fra_Latn ga:gle_Latn gd:gla_Latn gl:glg_Latn gu:guj_Gujr
+    ha:hau_Latn he:heb_Hebr hi:hin_Deva hr:hrv_Latn ht:hat_Latn hu:hun_Latn hy:hye_Armn
+    id:ind_Latn ig:ibo_Latn ilo:ilo_Latn is:isl_Latn it:ita_Latn ja:jpn_Jpan jv:jav_Latn
+    ka:kat_Geor kk:kaz_Cyrl km:khm_Khmr kn:kan_Knda ko:kor_Hang lb:ltz_Latn lg:lug_Latn
+    ln:lin_Latn lo:lao_Laoo lt:lit_Latn lv:lvs_Latn mg:plt_Latn mk:mkd_Cyrl ml:mal_Mlym
+    mn:khk_Cyrl mr:mar_Deva ms:zsm_Latn my:mya_Mymr ne:npi_Deva nl:nld_Latn no:nob_Latn
+    ns:nso_Latn oc:oci_Latn or:ory_Orya pa:pan_Guru pl:pol_Latn ps:pbt_Arab pt:por_Latn
+    ro:ron_Latn ru:rus_Cyrl sd:snd_Arab si:sin_Sinh sk:slk_Latn sl:slv_Latn so:som_Latn
+    sq:als_Latn sr:srp_Cyrl ss:ssw_Latn su:sun_Latn sv:swe_Latn sw:swh_Latn ta:tam_Taml
+    th:tha_Thai tl:tgl_Latn tn:tsn_Latn tr:tur_Latn uk:ukr_Cyrl ur:urd_Arab uz:uzn_Latn
+    vi:vie_Latn wo:wol_Latn xh:xho_Latn yi:ydd_Hebr yo:yor_Latn zh:zho_Hans zu:zul_Latn
+""".split())
+
+# NLLB-200's language tokens are FLORES-200 codes but one: its Santali token keeps the code
+# FLORES-200 first gave the language, sat_Beng, since renamed after its script, Ol Chiki.
+NLLB_TO_FLORES: dict[str, str] = {'sat_Beng': 'sat_Olck'}
+
 _INDEX: dict[str, int] = {code: i for i, code in enumerate(FLORES200_CODES)}
 
 

@@ -381,7 +381,9 @@ def relative_position_ids(q_positions: Array, kv_positions: Array, max_distance:
 
 
 def sinusoidal_table(max_length: int, features: int, max_scale: float = 10000.0) -> np.ndarray:
-  """Fixed [max_length, features] table of Vaswani et al.: sin in the first half, cos after."""
+  """Fixed [max_length, features] table of Vaswani et al. as tensor2tensor and fairseq lay
+  it out: sin in the first half, cos after, timescales spread geometrically from 1 to
+  `max_scale` over the half."""
   half = features // 2
   position = np.arange(max_length, dtype=np.float64)[:, None]
   inv_timescale = np.exp(-np.log(max_scale) * np.arange(half, dtype=np.float64) / max(half - 1, 1))
@@ -403,6 +405,7 @@ class PositionEmbedding(nn.Module):
   kind: str = 'learned'
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
+  offset: int = 0  # The table row of position 0 (fairseq's sinusoids start at row 2).
 
   @nn.compact
   def __call__(self, x: Array, positions: Optional[Array] = None, *,
@@ -412,9 +415,9 @@ class PositionEmbedding(nn.Module):
       table = self.param(
           parameter_layout.POSITION_TABLE,
           nn.with_logical_partitioning(nn.initializers.normal(stddev=0.02), (None, 'embed')),
-          (self.max_length, features), self.param_dtype)
+          (self.max_length + self.offset, features), self.param_dtype)
     elif self.kind == 'sinusoidal':
-      table = jnp.asarray(sinusoidal_table(self.max_length, features))
+      table = jnp.asarray(sinusoidal_table(self.max_length + self.offset, features))
     else:
       raise ValueError(f"unknown position embedding {self.kind!r}; valid: 'learned', "
                        "'sinusoidal'")
@@ -427,4 +430,4 @@ class PositionEmbedding(nn.Module):
         cache_index.value = cache_index.value + length
     if positions is None:
       positions = jnp.arange(length)[None, :]
-    return x + jnp.take(table, positions, axis=0).astype(self.dtype)
+    return x + jnp.take(table, positions + self.offset, axis=0).astype(self.dtype)

@@ -81,6 +81,14 @@ class TransformerConfig:
   scan_layers: bool = False
   remat_policy: str = 'none'  # A key of REMAT_POLICIES.
   decoder_only: bool = False  # A language model: no encoder, no cross-attention.
+  # fairseq's conventions, which checkpoints imported from it (M2M-100, NLLB-200) keep:
+  # token embeddings times sqrt(emb_dim) and tied logits not scaled down; the first
+  # position reading row `position_offset` of the position table; the decoder starting
+  # from token `decoder_start_token` (its EOS) where t5x_mt's start from token 0.
+  scale_embeddings: bool = False
+  position_offset: int = 0
+  decoder_start_token: int = 0
+  layer_norm_epsilon: float = 1e-6
 
   def __post_init__(self):
     # gin may give lists; the config is hashed as a Flax module attribute.
@@ -95,12 +103,13 @@ class TransformerConfig:
     for field in ('vocab_size', 'emb_dim', 'num_heads', 'head_dim', 'mlp_dim', 'max_length'):
       validation.integer(name(field), getattr(self, field), minimum=1)
     for field in ('num_encoder_layers', 'num_decoder_layers', 'encoder_mlp_dim',
-                  'decoder_mlp_dim'):
+                  'decoder_mlp_dim', 'position_offset', 'decoder_start_token'):
       validation.integer(name(field), getattr(self, field), minimum=0)
     validation.integer(name('relative_max_distance'), self.relative_max_distance, minimum=1)
     validation.choice(name('layer_norm'), self.layer_norm, LAYER_NORMS)
     for field in ('dropout_rate', 'attention_dropout_rate'):
       validation.number(name(field), getattr(self, field), at_least=0.0, below=1.0)
+    validation.number(name('layer_norm_epsilon'), self.layer_norm_epsilon, above=0.0)
     validation.choice(name('position_embedding'), self.position_embedding,
                       layers.POSITION_EMBEDDINGS)
     validation.choice(name('mlp_activation'), self.mlp_activation, layers.ACTIVATIONS)
@@ -172,7 +181,7 @@ def _sublayer(cfg: TransformerConfig, x: Array, sublayer, name: str, determinist
   """x through one residual sublayer with its norm where `cfg.layer_norm` puts it; `bottom`
   (B2T: the layer's input) joins the residual sum before the post-norm."""
   dropout = nn.Dropout(cfg.dropout_rate)
-  norm = layers.LayerNorm(dtype=cfg.dtype,
+  norm = layers.LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=cfg.dtype,
                           name=parameter_layout.layer_norm_name(name, cfg.layer_norm))
   if cfg.layer_norm == 'pre':
     return x + dropout(sublayer(norm(x)), deterministic=deterministic)
@@ -256,11 +265,18 @@ def _relative_ids(cfg: TransformerConfig, stack: str, length: int,
 
 def _embed(cfg: TransformerConfig, stack: str, embedding: layers.Embed, tokens: Array,
            positions: Optional[Array], deterministic: bool, decode: bool = False) -> Array:
-  """Token embeddings plus `stack`'s absolute positions (if any), with dropout."""
+  """Token embeddings (times sqrt(emb_dim) under `scale_embeddings`) plus `stack`'s
+  absolute positions (if any), with dropout. The decoder's token 0, its start (padding
+  elsewhere, which attends to nothing), reads `decoder_start_token`'s embedding."""
+  if stack == 'decoder' and cfg.decoder_start_token:
+    tokens = jnp.where(tokens == 0, cfg.decoder_start_token, tokens)
   x = embedding(tokens)
+  if cfg.scale_embeddings:
+    x = x * jnp.asarray(cfg.emb_dim ** 0.5, x.dtype)
   kind = cfg.absolute_positions_of(stack)
   if kind:
     x = layers.PositionEmbedding(cfg.max_length, kind, dtype=cfg.dtype,
+                                 offset=cfg.position_offset,
                                  name=parameter_layout.POSITION_EMBEDDING)(
                                      x, positions, decode=decode)
   return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
@@ -269,7 +285,8 @@ def _embed(cfg: TransformerConfig, stack: str, embedding: layers.Embed, tokens: 
 def _final_norm(cfg: TransformerConfig, stack: str, x: Array) -> Array:
   if not parameter_layout.has_final_norm(cfg.layer_norm):
     return x
-  return layers.LayerNorm(dtype=cfg.dtype, name=parameter_layout.FINAL_NORMS[stack])(x)
+  return layers.LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=cfg.dtype,
+                          name=parameter_layout.FINAL_NORMS[stack])(x)
 
 
 def _adapters(cfg: TransformerConfig, layer: int):

@@ -95,8 +95,11 @@ def encoder_embedding_name(shared: bool) -> str:
 def logit_scale(config: Any) -> float:
   """What the decoder's states times the output projection are multiplied by: 1/sqrt(d)
   for the tied embedding (its N(0, 1) rows would otherwise give logits of variance d, as
-  in T5X), 1 for a projection of its own."""
-  return 1.0 / float(np.sqrt(config.emb_dim)) if config.logits_via_embedding else 1.0
+  in T5X), 1 for a projection of its own or where the inputs scale the embedding up
+  instead (`scale_embeddings`, fairseq's convention)."""
+  if config.logits_via_embedding and not config.scale_embeddings:
+    return 1.0 / float(np.sqrt(config.emb_dim))
+  return 1.0
 
 
 def output_projection(config: Any, params: Any) -> tuple[Any, bool]:

@@ -119,13 +119,15 @@ def special_symbols(num_spare: int = 32) -> list[str]:
 def tag_piece_id(tokenizer: Any, tag: str, vocabulary_file: str) -> int:
   """The id of a tag's piece in a SentencePiece processor.
 
-  A vocabulary without the tag (one not built by t5x_mt) would map it to <unk> and train
-  or translate without any language signal, so that is an error naming the file.
+  A vocabulary without the tag would map it to <unk> and train or translate without any
+  language signal, so that is an error naming the file: one not built by t5x_mt, or an
+  imported checkpoint's, which has tags for its own languages alone.
   """
   piece_id = tokenizer.piece_to_id(tag)
   if piece_id == tokenizer.unk_id():
-    raise UserError(f'{vocabulary_file}: the vocabulary has no piece {tag} (build it with '
-                    'launch/build_vocab.py)')
+    raise UserError(f'{vocabulary_file}: the vocabulary has no piece {tag}: the model has no '
+                    'token for that language (launch/build_vocab.py builds vocabularies with '
+                    'a tag for every FLORES-200 language)')
   return piece_id
 
 

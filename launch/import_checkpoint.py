@@ -1,0 +1,48 @@
+"""Turns a pretrained Hugging Face checkpoint (NLLB-200, M2M-100) into a t5x_mt run folder.
+
+  python launch/import_checkpoint.py --format=huggingface \\
+      --path=/data/nllb-200-distilled-600M --output_dir=/tmp/t5x_mt/nllb
+
+--path is a checkpoint folder as the Hugging Face hub holds it or `save_pretrained` writes
+it: config.json, model.safetensors (or shards with their index) and the tokenizer's files
+(sentencepiece.bpe.model with NLLB's tokenizer.json or M2M-100's vocab.json). Nothing is
+downloaded: bring the folder. The output holds vocab.model, config.gin and a parameters-
+only checkpoint at step 0, so that translate.py, evaluate.py, average_checkpoints.py and a
+fine-tuning run (train.init_from, with the output's config.gin as its last --gin_file) read
+it like any run. Languages are FLORES-200 codes as everywhere: --src_lang=eng_Latn
+--tgt_lang=hau_Latn, whichever codes the checkpoint's tokenizer uses.
+"""
+
+import argparse
+
+from t5x_mt import cli
+from t5x_mt import files
+
+FORMATS = ('huggingface',)
+
+
+def parse_flags(argv: list[str]) -> argparse.Namespace:
+  parser = cli.argument_parser(__doc__)
+  parser.add_argument('--format', default='huggingface', choices=FORMATS,
+                      help='the checkpoint\'s format')
+  parser.add_argument('--path', required=True, help='the checkpoint folder')
+  parser.add_argument('--output_dir', required=True, help='new run folder to write')
+  args = parser.parse_args(argv)
+  files.check_output(args.output_dir, '--output_dir', folder=True)
+  return args
+
+
+def main(argv: list[str]) -> int:
+  args = parse_flags(argv)
+  cli.start_tensorflow()
+  from t5x_mt.pretrained import huggingface  # pylint: disable=g-import-not-at-top
+  imported = huggingface.import_checkpoint(args.path, args.output_dir)
+  config = imported.config
+  print(f'imported {args.path} into {args.output_dir}: {config.num_encoder_layers}+'
+        f'{config.num_decoder_layers} layers, d {config.emb_dim}, {imported.num_tokens} '
+        f'tokens, {len(imported.languages)} languages')
+  return 0
+
+
+if __name__ == '__main__':
+  cli.run(main)

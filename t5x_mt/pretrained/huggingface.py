@@ -1,0 +1,297 @@
+"""A Hugging Face checkpoint folder of M2M-100 or NLLB-200 as a t5x_mt run folder.
+
+The folder is what `save_pretrained` writes and what the Hugging Face hub holds for
+`facebook/m2m100_*` and `facebook/nllb-200-*`: config.json, model.safetensors (or its
+shards with model.safetensors.index.json) and the tokenizer's files. Both families are one
+architecture (transformers' M2M100ForConditionalGeneration), which t5x_mt's Transformer
+expresses exactly with fairseq's conventions switched on:
+- pre-LN layers, a final LayerNorm after each stack, LayerNorm epsilon 1e-5;
+- sinusoidal positions (tensor2tensor's layout) whose first token reads row
+  pad_token_id + 1 of the table;
+- one token embedding shared by both stacks and the output, scaled by sqrt(d_model) on
+  the way in (`scale_embedding`), logits not scaled;
+- the decoder starting from EOS, then the target language's token, which t5x_mt forces
+  as its S-ENC-T-DEC decoder tag.
+
+The import writes a run folder every command reads: vocab.model (`hf_vocabulary`),
+config.gin (the architecture, tag strategy and vocabulary, which a fine-tuning run takes
+as its last --gin_file) and a parameters-only checkpoint at step 0. What the architecture
+cannot express (another model type, untied output weights, an activation t5x_mt lacks) is
+a UserError naming the setting.
+"""
+
+import dataclasses
+import json
+import logging
+import pathlib
+from typing import Any
+
+from flax import traverse_util
+import numpy as np
+import safetensors.numpy
+
+from t5x_mt import checkpoints
+from t5x_mt import files
+from t5x_mt import models
+from t5x_mt import network
+from t5x_mt import parameter_layout as layout
+from t5x_mt import run_layout
+from t5x_mt import run_vocabulary
+from t5x_mt.data import tags
+from t5x_mt.errors import UserError
+from t5x_mt.pretrained import hf_vocabulary
+
+MODEL_TYPES = ('m2m_100',)
+# transformers' activation names whose function t5x_mt's MLP computes (its 'gelu' is
+# erf's, as transformers' is).
+ACTIVATIONS = {'relu': 'relu', 'gelu': 'gelu'}
+LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's, which the checkpoints trained with.
+# t5x_mt's sublayer of each of transformers' attention modules, per stack.
+_ATTENTION = {'encoder': {'self_attn': 'attention'},
+              'decoder': {'self_attn': 'self_attention', 'encoder_attn': 'cross_attention'}}
+# transformers' norm before each sublayer.
+_NORMS = {'self_attn': 'self_attn_layer_norm', 'encoder_attn': 'encoder_attn_layer_norm',
+          'mlp': 'final_layer_norm'}
+
+
+def read_config(directory: pathlib.Path) -> dict[str, Any]:
+  """config.json, checked to be an architecture t5x_mt imports."""
+  path = directory / 'config.json'
+  if not path.is_file():
+    raise UserError(f'{path}: not found; --path must name a Hugging Face checkpoint folder')
+  try:
+    config = json.loads(path.read_text(encoding='utf-8'))
+  except ValueError as error:
+    raise UserError(f'{path}: not readable JSON ({error})') from None
+  model_type = config.get('model_type')
+  if model_type not in MODEL_TYPES:
+    raise UserError(f'{path}: model_type {model_type!r} is not one t5x_mt imports '
+                    f'({", ".join(MODEL_TYPES)}: M2M-100 and NLLB-200)')
+  return config
+
+
+def _setting(config: dict[str, Any], name: str, path: pathlib.Path) -> Any:
+  if name not in config:
+    raise UserError(f'{path}: has no {name}')
+  return config[name]
+
+
+def model_settings(config: dict[str, Any], directory: pathlib.Path) -> dict[str, Any]:
+  """The `network.TransformerConfig` fields (all but vocab_size) of the checkpoint, with
+  its decoder start still in the checkpoint's ids."""
+  path = directory / 'config.json'
+  get = lambda name: _setting(config, name, path)
+  heads = get('encoder_attention_heads')
+  if get('decoder_attention_heads') != heads:
+    raise UserError(f'{path}: encoder_attention_heads {heads} and decoder_attention_heads '
+                    f'{get("decoder_attention_heads")} differ; t5x_mt\'s stacks share one')
+  if get('d_model') % heads:
+    raise UserError(f'{path}: d_model {get("d_model")} is not a multiple of {heads} heads')
+  activation = get('activation_function')
+  if activation not in ACTIVATIONS:
+    raise UserError(f'{path}: activation_function {activation!r} is not one t5x_mt computes '
+                    f'({", ".join(ACTIVATIONS)})')
+  if not config.get('tie_word_embeddings', True):
+    raise UserError(f'{path}: tie_word_embeddings is false; t5x_mt ties the output '
+                    'projection to the shared embedding')
+  return dict(
+      emb_dim=get('d_model'), num_heads=heads, head_dim=get('d_model') // heads,
+      mlp_dim=get('encoder_ffn_dim'), encoder_mlp_dim=get('encoder_ffn_dim'),
+      decoder_mlp_dim=get('decoder_ffn_dim'), num_encoder_layers=get('encoder_layers'),
+      num_decoder_layers=get('decoder_layers'), layer_norm='pre',
+      position_embedding='sinusoidal', position_offset=get('pad_token_id') + 1,
+      max_length=get('max_position_embeddings'), share_encoder_embedding=True,
+      logits_via_embedding=True, mlp_activation=ACTIVATIONS[activation],
+      scale_embeddings=bool(config.get('scale_embedding', False)),
+      layer_norm_epsilon=LAYER_NORM_EPSILON,
+      decoder_start_token=get('decoder_start_token_id'))
+
+
+def read_weights(directory: pathlib.Path) -> dict[str, np.ndarray]:
+  """Every tensor of model.safetensors (or of the shards its index lists), float32, by
+  name without transformers' 'model.' prefix."""
+  index = directory / 'model.safetensors.index.json'
+  if index.is_file():
+    shards = sorted(set(json.loads(index.read_text(encoding='utf-8'))['weight_map'].values()))
+  elif (directory / 'model.safetensors').is_file():
+    shards = ['model.safetensors']
+  else:
+    other = [name for name in ('pytorch_model.bin', 'tf_model.h5', 'flax_model.msgpack')
+             if (directory / name).is_file()]
+    raise UserError(f'{directory}: no model.safetensors' + (
+        f' ({other[0]} only: t5x_mt reads safetensors, which save_pretrained writes)'
+        if other else ''))
+  weights = {}
+  for shard in shards:
+    try:
+      tensors = safetensors.numpy.load_file(directory / shard)
+    except (OSError, ValueError, TypeError) as error:
+      raise UserError(f'{directory / shard}: not a readable safetensors file '
+                      f'({error})') from None
+    for name, tensor in tensors.items():
+      weights[name.removeprefix('model.')] = np.asarray(tensor, np.float32)
+  return weights
+
+
+def _dense(weights, prefix: str) -> dict[str, np.ndarray]:
+  """torch's Linear (y = x W^T + b) as a t5x_mt dense layer."""
+  return {layout.KERNEL: weights[f'{prefix}.weight'].T, layout.BIAS: weights[f'{prefix}.bias']}
+
+
+def _attention(weights, prefix: str, heads: int, head_dim: int) -> dict[str, Any]:
+  module = {}
+  for name, projection in zip(layout.ATTENTION_PROJECTIONS, ('q_proj', 'k_proj', 'v_proj')):
+    dense = _dense(weights, f'{prefix}.{projection}')
+    module[name] = {layout.KERNEL: dense[layout.KERNEL].reshape(-1, heads, head_dim),
+                    layout.BIAS: dense[layout.BIAS].reshape(heads, head_dim)}
+  out = _dense(weights, f'{prefix}.out_proj')
+  module[layout.ATTENTION_OUTPUT] = {
+      layout.KERNEL: out[layout.KERNEL].reshape(heads, head_dim, -1),
+      layout.BIAS: out[layout.BIAS]}
+  return module
+
+
+def _norm(weights, prefix: str) -> dict[str, np.ndarray]:
+  return {layout.NORM_SCALE: weights[f'{prefix}.weight'], layout.BIAS: weights[f'{prefix}.bias']}
+
+
+def _layer(weights, stack: str, index: int, heads: int, head_dim: int) -> dict[str, Any]:
+  prefix = f'{stack}.layers.{index}'
+  layer = {}
+  for theirs, sublayer in _ATTENTION[stack].items():
+    layer[layout.SUBLAYER_MODULES[sublayer]] = _attention(weights, f'{prefix}.{theirs}', heads,
+                                                          head_dim)
+    layer[layout.layer_norm_name(sublayer, 'pre')] = _norm(weights,
+                                                           f'{prefix}.{_NORMS[theirs]}')
+  layer[layout.MLP] = {layout.MLP_INPUT: _dense(weights, f'{prefix}.fc1'),
+                       layout.MLP_OUTPUT: _dense(weights, f'{prefix}.fc2')}
+  layer[layout.layer_norm_name('mlp', 'pre')] = _norm(weights, f'{prefix}.{_NORMS["mlp"]}')
+  return layer
+
+
+def shared_embedding(weights: dict[str, np.ndarray], directory: pathlib.Path) -> np.ndarray:
+  """The embedding every copy of the tied tables must equal (a UserError otherwise)."""
+  table = weights.get('shared.weight')
+  if table is None:
+    raise UserError(f'{directory}: the weights have no shared.weight (the token embedding)')
+  for name in ('encoder.embed_tokens.weight', 'decoder.embed_tokens.weight', 'lm_head.weight'):
+    if name in weights and not np.array_equal(weights[name], table):
+      raise UserError(f'{directory}: {name} differs from shared.weight; t5x_mt ties every '
+                      'token table to one')
+  return table
+
+
+def convert_params(weights: dict[str, np.ndarray], config: network.TransformerConfig,
+                   checkpoint_ids: np.ndarray, directory: pathlib.Path) -> dict[str, Any]:
+  """t5x_mt's parameter tree (unrolled layers) for `config`: each checkpoint tensor moved
+  to its place, embedding rows in t5x_mt's token order, rows past the vocabulary zero."""
+  table = shared_embedding(weights, directory)
+  embedding = np.zeros((config.vocab_size, table.shape[1]), np.float32)
+  embedding[:len(checkpoint_ids)] = table[checkpoint_ids]
+  params: dict[str, Any] = {layout.DECODER_EMBEDDING: {layout.EMBEDDING_TABLE: embedding}}
+  try:
+    for stack in layout.STACKS:
+      side = {layout.layer_name(i): _layer(weights, stack, i, config.num_heads, config.head_dim)
+              for i in range(getattr(config, f'num_{stack}_layers'))}
+      side[layout.FINAL_NORMS[stack]] = _norm(weights, f'{stack}.layer_norm')
+      params[stack] = side
+  except KeyError as error:
+    raise UserError(f'{directory}: the weights have no {error.args[0]}, which an '
+                    'M2M-100 model of its config.json holds') from None
+  _check_shapes(params, config, directory)
+  return params
+
+
+def _check_shapes(params: dict[str, Any], config: network.TransformerConfig,
+                  directory: pathlib.Path) -> None:
+  """A UserError unless `params` fills every parameter of `config`'s model, shape for
+  shape."""
+  expected = traverse_util.flatten_dict(
+      models.abstract_variables(config)['params'], sep='/')
+  got = traverse_util.flatten_dict(params, sep='/')
+  for path, leaf in expected.items():
+    shape = tuple(getattr(leaf, 'value', leaf).shape)
+    if path not in got or got[path].shape != shape:
+      raise UserError(f'{directory}: {path} has shape '
+                      f'{got[path].shape if path in got else "none"}, the model {shape}')
+
+
+def _special_ids(config: dict[str, Any], path: pathlib.Path) -> dict[str, int]:
+  ids = {role: config.get(f'{role}_token_id') for role in ('pad', 'eos', 'bos', 'unk')}
+  if ids['unk'] is None:
+    ids['unk'] = 3  # fairseq's dictionary puts <unk> fourth; config.json does not say.
+  for role in ('pad', 'eos'):
+    if not isinstance(ids[role], int):
+      raise UserError(f'{path}: has no {role}_token_id')
+  return ids
+
+
+def gin_config(settings: dict[str, Any], vocabulary_path: str) -> str:
+  """config.gin of an imported run: its architecture, tag strategy and vocabulary, and
+  nothing of training, so that it can close a fine-tuning run's --gin_file list."""
+  lines = ['# The architecture, vocabulary and tags of a checkpoint imported by',
+           '# launch/import_checkpoint.py. A run that starts from it gives this file as its',
+           '# last --gin_file (README, "Start from NLLB or OPUS-MT").',
+           'import data_tasks', 'import t5x_mt.configurables', '',
+           f'LAYER_NORM = {settings["layer_norm"]!r}',
+           f'POSITION_EMBEDDING = {settings["position_embedding"]!r}',
+           f'TAG_STRATEGY = {tags.S_ENC_T_DEC!r}',
+           f'VOCABULARY_PATH = {vocabulary_path!r}',
+           'data_tasks.tag_strategy.strategy = %TAG_STRATEGY',
+           'data_tasks.vocabulary_path.path = %VOCABULARY_PATH',
+           'network.TransformerConfig.layer_norm = %LAYER_NORM',
+           'network.TransformerConfig.position_embedding = %POSITION_EMBEDDING']
+  for name, value in sorted(settings.items()):
+    if name not in ('layer_norm', 'position_embedding'):
+      lines.append(f'network.TransformerConfig.{name} = {value!r}')
+  return '\n'.join(lines) + '\n'
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportedRun:
+  """What an import wrote: the model, its tokens and the FLORES-200 codes of the
+  languages it has a token for."""
+  config: network.TransformerConfig
+  num_tokens: int
+  languages: tuple[str, ...]
+
+
+def import_checkpoint(path: str, output_dir: str) -> ImportedRun:
+  """Writes the checkpoint folder `path` as a run folder at `output_dir` (whole or not at
+  all)."""
+  directory = pathlib.Path(path).expanduser()
+  if not directory.is_dir():
+    raise UserError(f'--path: {path} is not a directory')
+  output = files.path(output_dir)
+  if output.exists() and any(output.iterdir()):
+    raise UserError(f'--output_dir: {output} exists and is not empty')
+  hf_config = read_config(directory)
+  settings = model_settings(hf_config, directory)
+  special_ids = _special_ids(hf_config, directory / 'config.json')
+  vocabulary = hf_vocabulary.convert(directory, special_ids, hf_config['vocab_size'])
+  checkpoint_ids = list(vocabulary.checkpoint_ids)
+  settings['decoder_start_token'] = checkpoint_ids.index(settings['decoder_start_token'])
+  _warn_training_only(hf_config)
+  config = network.TransformerConfig(
+      vocab_size=run_vocabulary.padded_vocab_size(len(checkpoint_ids)), **settings)
+  params = convert_params(read_weights(directory), config, vocabulary.checkpoint_ids,
+                          directory)
+  with files.staged_folder(output) as staging:
+    run = run_layout.RunLayout(staging)
+    files.write_bytes_atomically(run.vocabulary, vocabulary.model)
+    vocabulary_path = str(run_layout.RunLayout(output).vocabulary)
+    files.write_text_atomically(run.config, gin_config(settings, vocabulary_path))
+    saver = checkpoints.RunCheckpoints(str(staging), keep=1)
+    try:
+      saver.save_params(0, params)
+    finally:
+      saver.close()
+  return ImportedRun(config, len(checkpoint_ids), vocabulary.languages)
+
+
+def _warn_training_only(config: dict[str, Any]) -> None:
+  """Settings that change training alone: the run's own dropout replaces them."""
+  if config.get('activation_dropout'):
+    logging.warning('activation_dropout %s is not imported: t5x_mt drops out after each '
+                    'sublayer (network.TransformerConfig.dropout_rate)',
+                    config['activation_dropout'])

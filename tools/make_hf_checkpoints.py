@@ -1,0 +1,192 @@
+"""Writes the tiny Hugging Face checkpoints that the import tests read, with what
+`transformers` computes from them.
+
+  pip install -r bench/requirements.txt   # torch and transformers, in an environment of
+                                          # their own: t5x_mt never needs them
+  python tools/make_hf_checkpoints.py --output_dir=tests/checkpoints/huggingface
+
+Each checkpoint is a real `transformers` model of a random tiny configuration (seeded),
+saved by `save_pretrained` beside the tokenizer files its family ships:
+- `nllb`: M2M100ForConditionalGeneration with NLLB-200's tokenizer (sentencepiece.bpe.model
+  and tokenizer.json, FLORES-200 language codes), two embedding rows past the tokenizer as
+  NLLB-200's own configuration has;
+- `m2m100`: the same architecture with M2M-100's tokenizer (vocab.json in an order of its
+  own, not the SentencePiece model's, `__xx__` language tokens and made-up words).
+The SentencePiece model is a small BPE model trained here on CLDR text from `babel`.
+
+Beside them, `expected.json` holds fixed source and target sentences, the ids the
+checkpoint's tokenizer gives them, the greedy outputs of `generate` (ids and text) and
+`expected_logits.npy` the teacher-forced logits, all in float32 on the CPU.
+"""
+
+import argparse
+import json
+import pathlib
+import shutil
+import tempfile
+
+import babel
+import numpy as np
+import sentencepiece as spm
+import torch
+import transformers
+from transformers.models.m2m_100 import tokenization_m2m_100
+from transformers.models.nllb import tokenization_nllb
+
+SOURCES = ['Kenya and Nigeria', 'the Republic of South Africa', 'English']
+TARGETS = ['Kenya da Najeriya', 'Afirka ta Kudu', 'Turanci']
+MAX_NEW_TOKENS = 8
+SEED = 0
+
+
+def _train_sentencepiece(directory: pathlib.Path) -> pathlib.Path:
+  lines = []
+  for locale in ('en', 'fr', 'ha', 'sw', 'yo', 'zu', 'de'):
+    names = babel.Locale.parse(locale)
+    lines += list(names.territories.values()) + list(names.languages.values())
+  text = directory / 'text.txt'
+  text.write_text('\n'.join(lines), encoding='utf-8')
+  spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(directory / 'bpe'),
+                                 vocab_size=300, model_type='bpe', character_coverage=1.0,
+                                 normalization_rule_name='identity',
+                                 minloglevel=2)
+  return directory / 'bpe.model'
+
+
+def _tiny_config(vocab_size: int) -> transformers.M2M100Config:
+  return transformers.M2M100Config(
+      vocab_size=vocab_size, d_model=16, encoder_layers=2, decoder_layers=2,
+      encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+      decoder_ffn_dim=32, max_position_embeddings=64, scale_embedding=True,
+      activation_function='relu', dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+      init_std=0.3, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+      decoder_start_token_id=2)
+
+
+def _nllb_tokenizer(spm_file: pathlib.Path, directory: pathlib.Path):
+  shutil.copy(spm_file, directory / 'sentencepiece.bpe.model')
+  return transformers.NllbTokenizer.from_pretrained(
+      directory, extra_special_tokens=tokenization_nllb.FAIRSEQ_LANGUAGE_CODES)
+
+
+def _m2m100_tokenizer(spm_file: pathlib.Path, directory: pathlib.Path):
+  """M2M-100's vocab.json lists fairseq's dictionary, whose order is not the SentencePiece
+  model's: here the pieces are listed in a seeded random order."""
+  shutil.copy(spm_file, directory / 'sentencepiece.bpe.model')
+  processor = spm.SentencePieceProcessor(model_file=str(spm_file))
+  pieces = [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
+  np.random.default_rng(SEED).shuffle(pieces)
+  vocab = {'<s>': 0, '<pad>': 1, '</s>': 2, '<unk>': 3}
+  vocab.update({piece: index + 4 for index, piece in enumerate(pieces)})
+  (directory / 'vocab.json').write_text(json.dumps(vocab, ensure_ascii=False), encoding='utf-8')
+  return tokenization_m2m_100.M2M100Tokenizer(
+      vocab_file=str(directory / 'vocab.json'),
+      spm_file=str(directory / 'sentencepiece.bpe.model'))
+
+
+# name: (tokenizer maker, source and target language codes of the tokenizer, extra rows)
+CHECKPOINTS = {
+    'nllb': (_nllb_tokenizer, 'eng_Latn', 'hau_Latn', 2),
+    'm2m100': (_m2m100_tokenizer, 'en', 'ha', 0),
+}
+
+
+class _BanAfterFirst(transformers.LogitsProcessor):
+  """Bans `ids` after the forced first token, as t5x_mt's search does."""
+
+  def __init__(self, ids: list[int]):
+    self.ids = ids
+
+  def __call__(self, input_ids, scores):
+    if input_ids.shape[1] > 1:  # The decoder start and the forced token are in.
+      scores[:, self.ids] = -float('inf')
+    return scores
+
+
+def _first_added_id(tokenizer) -> int:
+  """The first id past the SentencePiece pieces: language tokens and the like follow."""
+  if isinstance(tokenizer, tokenization_m2m_100.M2M100Tokenizer):
+    return tokenizer.encoder_size
+  return min(set(tokenizer.all_special_ids) - {0, 1, 2, 3})
+
+
+def _model_vocab_size(tokenizer, extra_rows: int) -> int:
+  if isinstance(tokenizer, tokenization_m2m_100.M2M100Tokenizer):
+    return (tokenizer.encoder_size + len(tokenizer.lang_token_to_id)
+            + tokenizer.num_madeup_words + extra_rows)
+  return len(tokenizer) + extra_rows
+
+
+def _reserved_ids(tokenizer, vocab_size: int) -> list[int]:
+  """Ids t5x_mt never generates after the forced language token: <s>, <pad>, <unk> and
+  everything past the pieces (language tokens, <mask>, made-up words, spare rows)."""
+  return [tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id] + list(
+      range(_first_added_id(tokenizer), vocab_size))
+
+
+def _write_checkpoint(name: str, spm_file: pathlib.Path, output: pathlib.Path) -> None:
+  make_tokenizer, src_lang, tgt_lang, extra_rows = CHECKPOINTS[name]
+  output.mkdir(parents=True, exist_ok=True)
+  tokenizer = make_tokenizer(spm_file, output)
+  tokenizer.src_lang, tokenizer.tgt_lang = src_lang, tgt_lang
+  torch.manual_seed(SEED)
+  vocab_size = _model_vocab_size(tokenizer, extra_rows)
+  model = transformers.M2M100ForConditionalGeneration(_tiny_config(vocab_size)).eval()
+  with torch.no_grad():
+    for parameter in model.parameters():
+      # Biases start at zero and norms at one: noise makes every one of them matter, so
+      # that a weight imported into the wrong place changes the logits.
+      parameter.add_(torch.randn_like(parameter) * 0.1)
+  model.save_pretrained(output)
+  tokenizer.save_pretrained(output)
+
+  batch = tokenizer(SOURCES, text_target=TARGETS, padding=True, return_tensors='pt')
+  labels = batch['labels']
+  decoder_input_ids = torch.cat([torch.full_like(labels[:, :1], 2), labels[:, :-1]], dim=1)
+  target_lang_id = _lang_id(tokenizer, tgt_lang)
+  with torch.no_grad():
+    logits = model(input_ids=batch['input_ids'], attention_mask=batch['attention_mask'],
+                   decoder_input_ids=decoder_input_ids,
+                   decoder_attention_mask=(labels != tokenizer.pad_token_id).long()).logits
+    generated = model.generate(
+        input_ids=batch['input_ids'], attention_mask=batch['attention_mask'],
+        forced_bos_token_id=target_lang_id, num_beams=1, do_sample=False,
+        max_new_tokens=MAX_NEW_TOKENS,
+        logits_processor=[_BanAfterFirst(_reserved_ids(tokenizer, vocab_size))])
+  np.save(output / 'expected_logits.npy', logits.numpy().astype(np.float32))
+  expected = {
+      'src_lang': src_lang, 'tgt_lang': tgt_lang, 'sources': SOURCES, 'targets': TARGETS,
+      'input_ids': batch['input_ids'].tolist(), 'labels': labels.tolist(),
+      'input_tokens': [tokenizer.convert_ids_to_tokens(row) for row in batch['input_ids']],
+      'decoder_input_ids': decoder_input_ids.tolist(),
+      'greedy_ids': generated.tolist(),
+      # After the decoder start and the forced language token, which the search bans.
+      'greedy_texts': tokenizer.batch_decode(generated[:, 2:], skip_special_tokens=True),
+      'max_new_tokens': MAX_NEW_TOKENS,
+      'transformers': transformers.__version__, 'torch': torch.__version__,
+  }
+  lines = [f'  {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}'
+           for key, value in expected.items()]
+  (output / 'expected.json').write_text('{\n' + ',\n'.join(lines) + '\n}\n', encoding='utf-8')
+
+
+def _lang_id(tokenizer, lang: str) -> int:
+  if isinstance(tokenizer, tokenization_m2m_100.M2M100Tokenizer):
+    return tokenizer.get_lang_id(lang)
+  return tokenizer.convert_tokens_to_ids(lang)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--output_dir', required=True)
+  args = parser.parse_args()
+  with tempfile.TemporaryDirectory() as scratch:
+    spm_file = _train_sentencepiece(pathlib.Path(scratch))
+    for name in CHECKPOINTS:
+      _write_checkpoint(name, spm_file, pathlib.Path(args.output_dir) / name)
+      print(f'{name}: {pathlib.Path(args.output_dir) / name}')
+
+
+if __name__ == '__main__':
+  main()
