@@ -135,6 +135,7 @@ OUTPUTS = {
     'plot_training.py': (['--model_dir=run'], '--output'),
     'rerank.py': (['--nbest=in.txt', '--mbr'], '--output'),
     'restore_diacritics.py': (['--checkpoint_dir=run'], '--output'),
+    'select_data.py': (['--candidates=in', '--in_domain=in'], '--output_dir'),
 }
 
 

@@ -30,6 +30,7 @@ from t5x_mt.errors import UserError
 
 Pair = tuple[str, str]
 _START, _END = '\x02', '\x03'  # Sentence boundaries: control characters no text holds.
+_MEMORY_LIMIT = 1 << 19  # N-grams whose bits a model remembers (~60 MB at most).
 
 
 @dataclasses.dataclass
@@ -39,6 +40,8 @@ class CharNgramModel:
   one for any unseen character."""
   order: int
   counts: dict[str, collections.Counter]  # Context (0 to order-1 characters) -> next.
+  _memory: dict[str, float] = dataclasses.field(default_factory=dict, init=False,
+                                                repr=False, compare=False)
 
   @classmethod
   def train(cls, lines: Sequence[str], order: int = 4) -> 'CharNgramModel':
@@ -65,9 +68,19 @@ class CharNgramModel:
   def cross_entropy(self, line: str) -> float:
     """Bits per character of `line` (its end included)."""
     text = _START * (self.order - 1) + line + _END
-    bits = -sum(math.log2(self.probability(text[end - self.order + 1:end], text[end]))
-                for end in range(self.order - 1, len(text)))
+    bits = sum(self._bits(text[end - self.order + 1:end + 1])
+               for end in range(self.order - 1, len(text)))
     return bits / (len(line) + 1)
+
+  def _bits(self, ngram: str) -> float:
+    """-log2 P(last character | the ones before), remembered: text repeats its n-grams, so
+    most are looked up once (the memory starts afresh when it holds _MEMORY_LIMIT)."""
+    bits = self._memory.get(ngram)
+    if bits is None:
+      if len(self._memory) >= _MEMORY_LIMIT:
+        self._memory.clear()
+      bits = self._memory[ngram] = -math.log2(self.probability(ngram[:-1], ngram[-1]))
+    return bits
 
 
 def _checked_sample(in_domain: Sequence[Pair]) -> None:
@@ -103,29 +116,42 @@ class CrossEntropyDifference:
 
 def _features(pairs: Sequence[Pair], buckets: int, orders: Sequence[int]) -> sparse.csr_matrix:
   """Hashed character n-gram counts of each side, sides hashed apart, each row scaled to
-  unit length so that long and short sentences weigh alike."""
-  rows, columns, values = [], [], []
-  for row, pair in enumerate(pairs):
-    counts = collections.Counter()
-    for side, text in enumerate(pair):
-      padded = f' {text} '
-      for order in orders:
-        for start in range(len(padded) - order + 1):
-          counts[_stable_hash(f'{side}{padded[start:start + order]}') % buckets] += 1
-    norm = math.sqrt(sum(value * value for value in counts.values())) or 1.0
-    for column, value in counts.items():
-      rows.append(row)
-      columns.append(column)
-      values.append(value / norm)
-  return sparse.csr_matrix((values, (rows, columns)), shape=(len(pairs), buckets))
+  unit length so that long and short sentences weigh alike.
+
+  Every n-gram of every text is hashed at once (numpy over the code points of all texts
+  end to end), so a batch costs a few array passes rather than a loop per n-gram."""
+  columns, rows = [], []
+  for side in (0, 1):
+    texts = [f' {pair[side]} ' for pair in pairs]
+    codes = np.frombuffer(''.join(texts).encode('utf-32-le'), dtype=np.uint32)
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    ends = np.repeat(np.cumsum(lengths), lengths)
+    owner = np.repeat(np.arange(len(texts)), lengths)
+    for order in orders:
+      starts = np.flatnonzero(np.arange(len(codes)) + order <= ends)
+      columns.append(_ngram_hashes(codes, starts, order, salt=side) % buckets)
+      rows.append(owner[starts])
+  rows, columns = np.concatenate(rows), np.concatenate(columns).astype(np.int64)
+  counts = sparse.csr_matrix((np.ones(len(rows)), (rows, columns)),
+                             shape=(len(pairs), buckets))
+  counts.sum_duplicates()
+  norms = np.sqrt(np.asarray(counts.multiply(counts).sum(axis=1)).ravel())
+  return sparse.diags(1.0 / norms) @ counts  # Every row has the padding's unigrams.
 
 
-def _stable_hash(text: str) -> int:
-  """FNV-1a over UTF-8: the same bucket in every process (Python's hash() is salted)."""
-  value = 0xcbf29ce484222325
-  for byte in text.encode('utf-8'):
-    value = ((value ^ byte) * 0x100000001b3) & 0xffffffffffffffff
-  return value
+_FNV_OFFSET, _FNV_PRIME = np.uint64(0xcbf29ce484222325), np.uint64(0x100000001b3)
+
+
+def _ngram_hashes(codes: np.ndarray, starts: np.ndarray, order: int, salt: int) -> np.ndarray:
+  """FNV-1a over (salt, order, the n-gram's code points) for the n-gram at each start: the
+  same bucket in every process (Python's hash() is salted)."""
+  hashes = np.full(len(starts), _FNV_OFFSET, dtype=np.uint64)
+  with np.errstate(over='ignore'):  # Multiplication modulo 2**64 is the hash.
+    for value in (np.uint64(salt), np.uint64(order)):
+      hashes = (hashes ^ value) * _FNV_PRIME
+    for offset in range(order):
+      hashes = (hashes ^ codes[starts + offset].astype(np.uint64)) * _FNV_PRIME
+  return hashes
 
 
 @dataclasses.dataclass
@@ -148,6 +174,10 @@ class DomainClassifier:
     negatives = [candidates[index] for index in rng.choice(len(candidates), count,
                                                            replace=False)]
     features = _features(list(in_domain) + negatives, buckets, orders)
+    # Buckets no training pair fills keep weight 0 at the optimum (only the L2 term pulls
+    # on them): the fit runs over the filled ones, thousands of weights rather than 2**18.
+    filled = np.unique(features.indices)
+    features = features[:, filled]
     labels = np.concatenate([np.ones(len(in_domain)), np.zeros(count)])
 
     def loss_and_gradient(theta):
@@ -159,9 +189,11 @@ class DomainClassifier:
       gradient = np.append(features.T @ residual + l2 * theta[:-1], residual.sum())
       return loss, gradient
 
-    fitted = optimize.minimize(loss_and_gradient, np.zeros(buckets + 1), jac=True,
+    fitted = optimize.minimize(loss_and_gradient, np.zeros(len(filled) + 1), jac=True,
                                method='L-BFGS-B')
-    return cls(fitted.x[:-1], float(fitted.x[-1]), buckets, orders)
+    weights = np.zeros(buckets)
+    weights[filled] = fitted.x[:-1]
+    return cls(weights, float(fitted.x[-1]), buckets, orders)
 
   def scores(self, pairs: Sequence[Pair]) -> np.ndarray:
     logits = _features(pairs, self.buckets, self.orders) @ self.weights + self.bias
@@ -176,11 +208,14 @@ def selections(scores: np.ndarray, thresholds: Sequence[float]) -> list[np.ndarr
   return [np.flatnonzero(scores >= threshold) for threshold in thresholds]
 
 
-def percentile_ranks(scores: np.ndarray) -> np.ndarray:
-  """Each score's rank as a fraction in [0, 1] (ties share the lower rank): a scale on which
-  thresholds such as 0.7 and 0.9 keep the top 30% and 10%, for scorers whose scores are not
-  probabilities (cross-entropy differences)."""
-  if len(scores) < 2:
+def percentile_ranks(scores: np.ndarray, among: np.ndarray | None = None) -> np.ndarray:
+  """Each score's rank among the scores `among` (by default, `scores` themselves) as a
+  fraction in [0, 1]: the share of the others it is above, ties sharing the lower rank and
+  scores above all of `among` ranked 1. A scale on which thresholds such as 0.7 and 0.9
+  keep the top 30% and 10%, for scorers whose scores are not probabilities (cross-entropy
+  differences); `among` places other pairs (a held-out sample) on the candidates' scale."""
+  among = scores if among is None else among
+  if len(among) < 2:
     return np.ones(len(scores))
-  order = np.searchsorted(np.sort(scores), scores, side='left')
-  return order / (len(scores) - 1)
+  order = np.searchsorted(np.sort(among), scores, side='left')
+  return np.minimum(order / (len(among) - 1), 1.0)

@@ -76,3 +76,29 @@ def test_an_empty_sample_or_descending_thresholds_are_refused(mix):
     selection.DomainClassifier.train([('', ' ')], candidates)
   with pytest.raises(UserError, match='thresholds must ascend'):
     selection.selections(np.zeros(3), [0.9, 0.7])
+
+
+def test_classifier_features_count_each_sides_ngrams_apart_by_hand():
+  # ' ab ' gives ' ' twice and a, b, ' a', 'ab', 'b ' once; ' c ' gives ' ' twice and c,
+  # ' c', 'c ' once. Sides hashed together would count ' ' four times.
+  features = selection._features([('ab', 'c')], 1 << 18, (1, 2))  # pylint: disable=protected-access
+  counts = np.asarray([2, 1, 1, 1, 1, 1, 2, 1, 1, 1])
+  np.testing.assert_allclose(np.sort(features.data),
+                             np.sort(counts / np.sqrt(np.sum(counts ** 2))))
+  assert features.shape == (1, 1 << 18)
+
+
+def test_percentile_ranks_place_other_scores_on_the_candidates_scale():
+  candidates = np.asarray([1.0, 2.0, 3.0])
+  np.testing.assert_allclose(selection.percentile_ranks(np.asarray([0.5, 2.0, 2.5, 9.0]),
+                                                        among=candidates),
+                             [0.0, 0.5, 1.0, 1.0])
+
+
+def test_the_models_memory_of_ngrams_stays_bounded_and_changes_no_score(monkeypatch):
+  lines = ['the dose of the tablet', 'the nurse and the patient']
+  unbounded = selection.CharNgramModel.train(lines).cross_entropy('the dose of the vaccine')
+  monkeypatch.setattr(selection, '_MEMORY_LIMIT', 5)
+  model = selection.CharNgramModel.train(lines)
+  assert model.cross_entropy('the dose of the vaccine') == pytest.approx(unbounded)
+  assert len(model._memory) <= 5  # pylint: disable=protected-access
