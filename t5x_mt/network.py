@@ -16,7 +16,9 @@ Choices (docs/methods.md#model has the formulas of every variant):
 - Token embeddings ~ N(0, 1) and not multiplied by sqrt(d). The decoder's input embedding
   is its output projection when `logits_via_embedding`, and logits are then multiplied by
   `parameter_layout.logit_scale` so that they start with unit variance (as in T5X);
-  otherwise a separate [embed, vocab] projection (no bias) is used.
+  otherwise a separate [embed, vocab] projection (no bias) is used. fairseq's conventions,
+  which imported checkpoints keep (t5x_mt.pretrained), are settings: `scale_embeddings`,
+  `position_offset`, `decoder_start_token`, `layer_norm_epsilon`.
 - Deep stacks: `scan_layers` runs each stack as one `nn.scan` over stacked layer
   parameters (one layer to compile, whatever the depth) and `remat_policy` recomputes
   activations in the backward pass instead of storing them (`REMAT_POLICIES`). Parameter

@@ -47,6 +47,16 @@ SENTENCES = ['Monday', '10 kilometres', 'Tuesday, 3 March 2015', 'English and Fr
 ARCHITECTURES = {
     'pre_ln_sinusoidal': {'LAYER_NORM': "'pre'", 'POSITION_EMBEDDING': "'sinusoidal'"},
     'post_ln': {'LAYER_NORM': "'post'", 'POSITION_EMBEDDING': "'learned'"},
+    # What models imported from fairseq's family (M2M-100, NLLB-200) keep, but with an
+    # output projection of its own: tied, the output rows `random_run` points away from
+    # EOS would be input embeddings scaled up to drown everything else (the tied form is
+    # exported in test_import_checkpoint.py, from a real imported model).
+    'fairseq_conventions': {'POSITION_EMBEDDING': "'sinusoidal'",
+                            'network.TransformerConfig.scale_embeddings': 'True',
+                            'network.TransformerConfig.logits_via_embedding': 'False',
+                            'network.TransformerConfig.position_offset': '2',
+                            'network.TransformerConfig.decoder_start_token': '300',
+                            'network.TransformerConfig.layer_norm_epsilon': '1e-5'},
     # Our default relative configuration: tables in the encoder, sinusoids in the decoder.
     'relative_encoder': {'POSITION_EMBEDDING': "'relative'",
                          'network.TransformerConfig.relative_max_distance': '3'},
@@ -201,7 +211,7 @@ def _apply(config: network.TransformerConfig):
 
 
 # Post-LN and relative positions in the fast loop; the command test exports pre-LN.
-FAST_ARCHITECTURES = ('post_ln', 'relative_encoder')
+FAST_ARCHITECTURES = ('fairseq_conventions', 'post_ln', 'relative_encoder')
 
 
 @pytest.mark.parametrize('architecture', [

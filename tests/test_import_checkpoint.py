@@ -6,16 +6,24 @@ import json
 import pathlib
 import shutil
 
+import ctranslate2
+import gin
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import saved_params
+from conftest import tiny_run_bindings
+from conftest import train_configured
+
+from t5x_mt import gin_utils
 from t5x_mt import languages
 from t5x_mt import run_loading
 from t5x_mt.data import tags
-from t5x_mt.pretrained import hf_vocabulary
+from t5x_mt.data import vocab
+from t5x_mt.export import ctranslate2_export
 from t5x_mt.pretrained import huggingface
-from tests.test_launch_translate_evaluate import run_in_process
+from test_launch_translate_evaluate import run_in_process
 
 CHECKPOINTS = pathlib.Path(__file__).parent / 'checkpoints' / 'huggingface'
 FAMILIES = ('nllb', 'm2m100')
@@ -44,9 +52,7 @@ def _translator(run: pathlib.Path):
 
 def _checkpoint_ids(name: str) -> np.ndarray:
   directory = CHECKPOINTS / name
-  config = huggingface.read_config(directory)
-  return hf_vocabulary.convert(directory, huggingface._special_ids(config, directory),
-                               config['vocab_size']).checkpoint_ids
+  return huggingface.vocabulary_of(directory, huggingface.read_config(directory)).checkpoint_ids
 
 
 def _piece_of(token: str) -> str:
@@ -128,14 +134,18 @@ def _broken_copy(tmp_path: pathlib.Path, change) -> pathlib.Path:
   return copy
 
 
-def _set_model_type(folder: pathlib.Path) -> None:
-  config = json.loads((folder / 'config.json').read_text())
-  config['model_type'] = 'bart'
-  (folder / 'config.json').write_text(json.dumps(config))
+def _model_type(model_type: str):
+  def change(folder: pathlib.Path) -> None:
+    config = json.loads((folder / 'config.json').read_text())
+    config['model_type'] = model_type
+    (folder / 'config.json').write_text(json.dumps(config))
+  return change
 
 
 @pytest.mark.parametrize('change, message', [
-    (_set_model_type, "model_type 'bart' is not one t5x_mt imports"),
+    (_model_type('bart'), "model_type 'bart' is not one t5x_mt imports"),
+    (_model_type('marian'), "model_type 'marian' cannot be imported: Marian (OPUS-MT) models "
+     'segment the source and the target with SentencePiece models of their own'),
     (lambda folder: (folder / 'sentencepiece.bpe.model').unlink(),
      'sentencepiece.bpe.model: not found'),
     (lambda folder: (folder / 'model.safetensors').unlink(), 'no model.safetensors'),
@@ -149,3 +159,55 @@ def test_bad_checkpoint_folders_are_one_line_and_write_nothing(tmp_path, monkeyp
   assert code == 2
   assert err.strip().count('\n') == 0 and message in err
   assert not output.exists()
+
+
+def _fine_tuning_bindings(run_dir: pathlib.Path, imported_run: pathlib.Path,
+                          train_steps: int) -> list[str]:
+  """The tiny CLDR eng->hau run of conftest, starting from `imported_run`: its model and
+  vocabulary come from the imported config.gin, parsed after demo.gin."""
+  bindings = tiny_run_bindings(run_dir, imported_run / 'vocab.model',
+                               'cldr_eng_Latn.hau_Latn', train_steps)
+  return [binding for binding in bindings
+          if not binding.startswith(('network.TransformerConfig.', 'VOCABULARY_PATH'))] + [
+              f'train_loop.train.init_from = {str(imported_run)!r}']
+
+
+def _train_from(imported_run: pathlib.Path, run_dir: pathlib.Path, train_steps: int) -> None:
+  gin.clear_config()
+  gin_utils.parse_gin(['gin/runs/demo.gin', str(imported_run / 'config.gin')],
+                      _fine_tuning_bindings(run_dir, imported_run, train_steps))
+  train_configured()
+
+
+@pytest.mark.slow  # Two short trainings: about 30 s.
+def test_fine_tuning_an_imported_model_starts_from_it_checkpoints_and_resumes(imported,
+                                                                               tmp_path):
+  run_dir = tmp_path / 'finetuned'
+  _train_from(imported['nllb'], run_dir, 2)
+  _train_from(imported['nllb'], run_dir, 4)  # The same command, further: it resumes.
+  steps = [json.loads(line)['step'] for line in
+           (run_dir / 'metrics.jsonl').read_text(encoding='utf-8').splitlines()]
+  assert steps == [1, 2, 3, 4]
+  assert run_loading.saved_steps(str(run_dir)) == [2, 4]
+  started_from = saved_params(imported['nllb'], 0)
+  after_two_steps = saved_params(run_dir, 2)
+  # Two small Adam steps away from the imported weights, which a fresh start is not.
+  assert max(np.abs(a - b).max() for a, b in zip(after_two_steps, started_from)) < 0.01
+
+
+def test_an_imported_model_exported_to_ctranslate2_scores_as_transformers(imported, tmp_path):
+  expected = _expected('nllb')
+  ctranslate2_export.export_run(str(imported['nllb']), str(tmp_path / 'ct2'), 'float32')
+  served = ctranslate2.Translator(str(tmp_path / 'ct2'), device='cpu')
+  checkpoint_ids = _checkpoint_ids('nllb')
+  logits = np.load(CHECKPOINTS / 'nllb' / 'expected_logits.npy')[..., checkpoint_ids]
+  log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  columns = {int(checkpoint_id): i for i, checkpoint_id in enumerate(checkpoint_ids)}
+  tokenizer = vocab.sentencepiece_processor(imported['nllb'] / 'vocab.model')
+  for row, (source, labels) in enumerate(zip(expected['input_tokens'], expected['labels'])):
+    labels = [label for label in labels if label != 1]  # <pad>
+    source_pieces = [_piece_of(token) for token in source if token != '<pad>']
+    target_pieces = [tokenizer.id_to_piece(columns[label]) for label in labels[:-1]]
+    scores = served.score_batch([source_pieces], [target_pieces])[0].log_probs
+    wanted = [log_probs[row, position, columns[label]] for position, label in enumerate(labels)]
+    np.testing.assert_allclose(scores, wanted, atol=1e-4, rtol=0)

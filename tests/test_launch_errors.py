@@ -125,6 +125,7 @@ OUTPUTS = {
     'distill.py': (['--checkpoint_dir=run', '--corpus=cldr',
                     '--directions=eng_Latn-hau_Latn'], '--output'),
     'export.py': (['--checkpoint_dir=run', '--format=ctranslate2'], '--output_dir'),
+    'import_checkpoint.py': (['--format=huggingface', '--path=in'], '--output_dir'),
     'build_vocab.py': (['--gin_file=gin/runs/demo.gin'], '--output'),
     'clean.py': (['--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
                   '--tgt_lang=hau_Latn', '--preset=default'], '--output_dir'),

@@ -5,8 +5,10 @@ CTranslate2 runs encoder-decoder Transformers on CPUs, in float32 or with int8 w
 `network.TransformerConfig` maps to one it computes exactly:
 - pre-LN: norms before each sublayer and a final norm per stack (`pre_norm`); post-LN: a
   norm after each residual sum and no final norm. LayerNorm's epsilon is ours.
-- learned and sinusoidal absolute positions go in as tables (CTranslate2's own sinusoids
-  count positions from 1); embeddings are not multiplied by sqrt(d).
+- learned and sinusoidal absolute positions go in as tables from the row of the first
+  position on (CTranslate2's own sinusoids count positions from 1); embeddings are
+  multiplied by sqrt(d) where ours are (`scale_embeddings`), and the decoder starts from
+  our start token.
 - Shaw's relative positions are CTranslate2's `relative_position` tables: 2k + 1 rows
   shared across heads, picked by key position minus query position clipped to [-k, k],
   q . a / sqrt(head_dim) added to the logits and sum_j p_ij a_ij to the output. A stack
@@ -146,14 +148,15 @@ def _fill_layers(stack_spec, config: network.TransformerConfig, params: Mapping,
 def _fill_inputs(stack_spec, config: network.TransformerConfig, params: Mapping,
                  stack: str) -> None:
   """`stack`'s absolute positions (if any) and its final norm (pre-LN)."""
-  stack_spec.scale_embeddings = False
+  stack_spec.scale_embeddings = config.scale_embeddings
   positions = config.absolute_positions_of(stack)
+  first = config.position_offset  # The row position 0 reads.
   if positions == 'learned':
     stack_spec.position_encodings.encodings = (
-        params[stack][layout.POSITION_EMBEDDING][layout.POSITION_TABLE])
+        params[stack][layout.POSITION_EMBEDDING][layout.POSITION_TABLE][first:])
   elif positions == 'sinusoidal':
-    stack_spec.position_encodings.encodings = layers.sinusoidal_table(config.max_length,
-                                                                      config.emb_dim)
+    stack_spec.position_encodings.encodings = layers.sinusoidal_table(
+        config.max_length + first, config.emb_dim)[first:]
   if layout.has_final_norm(config.layer_norm):
     _norm(stack_spec.layer_norm, params[stack][layout.FINAL_NORMS[stack]])
 
@@ -191,8 +194,8 @@ def transformer_spec_of(config: network.TransformerConfig, params: Any,
   if layout.logit_scale(config) != 1.0:
     spec.decoder.scale_outputs = np.float32(layout.logit_scale(config))
   _check_all_read(tree, params.read)
-  _set_vocabulary(spec, pieces)
-  spec.config.layer_norm_epsilon = layers.LayerNorm.epsilon
+  _set_vocabulary(spec, pieces, pieces[config.decoder_start_token])
+  spec.config.layer_norm_epsilon = config.layer_norm_epsilon
   spec.validate()
   return spec
 
@@ -207,12 +210,13 @@ def _check_all_read(tree: Mapping, read: set) -> None:
                     f'for: {", ".join(left[:3])}' + (' ...' if len(left) > 3 else ''))
 
 
-def _set_vocabulary(spec: transformer_spec.TransformerSpec, pieces: Sequence[str]) -> None:
-  """One vocabulary for both sides; the decoder starts from the padding piece (id 0),
-  as ours does, and EOS ends a translation."""
+def _set_vocabulary(spec: transformer_spec.TransformerSpec, pieces: Sequence[str],
+                    start: str) -> None:
+  """One vocabulary for both sides; the decoder starts from `start` (the padding piece,
+  or an imported model's EOS), as ours does, and EOS ends a translation."""
   spec.register_source_vocabulary(list(pieces))
   spec.register_target_vocabulary(list(pieces))
-  spec.config.decoder_start_token = pieces[vocab.PAD_ID]
-  spec.config.bos_token = pieces[vocab.PAD_ID]
+  spec.config.decoder_start_token = start
+  spec.config.bos_token = start
   spec.config.eos_token = pieces[vocab.EOS_ID]
   spec.config.unk_token = pieces[vocab.UNK_ID]

@@ -119,12 +119,13 @@ def convert(directory: pathlib.Path, special_ids: dict[str, int],
             embedding_rows: int) -> ConvertedVocabulary:
   """The checkpoint's tokenizer in `directory` as a t5x_mt SentencePiece model.
 
-  `special_ids` are config.json's token ids by role ('pad', 'eos', 'unk', 'bos');
-  `embedding_rows` its vocab_size. A UserError where the tokenizer and the
+  `special_ids` are config.json's token ids by role ('pad', 'eos', 'bos'; 'unk' is the
+  tokenizer's `<unk>` unless given); `embedding_rows` its vocab_size. A UserError where the tokenizer and the
   model disagree or the SentencePiece model cannot number the tokens as the model does.
   """
   family = tokenizer_family(directory)
   ids, language_tokens = (_nllb_ids if family == 'nllb' else _m2m100_ids)(directory)
+  special_ids = {'unk': ids.get('<unk>'), **special_ids}
   spm_path = _required(directory, SENTENCEPIECE_FILE,
                        'the SentencePiece model its tokenizer segments text with')
   original = model_pb2.ModelProto.FromString(spm_path.read_bytes())

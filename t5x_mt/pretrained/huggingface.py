@@ -42,6 +42,13 @@ from t5x_mt.errors import UserError
 from t5x_mt.pretrained import hf_vocabulary
 
 MODEL_TYPES = ('m2m_100',)
+# Model types t5x_mt cannot import, and why.
+UNSUPPORTED = {
+    'marian': ('Marian (OPUS-MT) models segment the source and the target with '
+               'SentencePiece models of their own (source.spm, target.spm), and a t5x_mt '
+               'run has one vocabulary for both sides'),
+    'nllb-moe': ('NLLB-MoE\'s mixture-of-experts layers have no t5x_mt form'),
+}
 # transformers' activation names whose function t5x_mt's MLP computes (its 'gelu' is
 # erf's, as transformers' is).
 ACTIVATIONS = {'relu': 'relu', 'gelu': 'gelu'}
@@ -64,6 +71,9 @@ def read_config(directory: pathlib.Path) -> dict[str, Any]:
   except ValueError as error:
     raise UserError(f'{path}: not readable JSON ({error})') from None
   model_type = config.get('model_type')
+  if model_type in UNSUPPORTED:
+    raise UserError(f'{path}: model_type {model_type!r} cannot be imported: '
+                    f'{UNSUPPORTED[model_type]}')
   if model_type not in MODEL_TYPES:
     raise UserError(f'{path}: model_type {model_type!r} is not one t5x_mt imports '
                     f'({", ".join(MODEL_TYPES)}: M2M-100 and NLLB-200)')
@@ -216,14 +226,20 @@ def _check_shapes(params: dict[str, Any], config: network.TransformerConfig,
                       f'{got[path].shape if path in got else "none"}, the model {shape}')
 
 
-def _special_ids(config: dict[str, Any], path: pathlib.Path) -> dict[str, int]:
-  ids = {role: config.get(f'{role}_token_id') for role in ('pad', 'eos', 'bos', 'unk')}
-  if ids['unk'] is None:
-    ids['unk'] = 3  # fairseq's dictionary puts <unk> fourth; config.json does not say.
+def _special_ids(config: dict[str, Any], path: pathlib.Path) -> dict[str, int | None]:
+  ids = {role: config.get(f'{role}_token_id') for role in ('pad', 'eos', 'bos')}
   for role in ('pad', 'eos'):
     if not isinstance(ids[role], int):
       raise UserError(f'{path}: has no {role}_token_id')
   return ids
+
+
+def vocabulary_of(directory: pathlib.Path,
+                  config: dict[str, Any]) -> hf_vocabulary.ConvertedVocabulary:
+  """The tokenizer in checkpoint folder `directory` as a t5x_mt vocabulary, numbered as
+  its config.json (`config`) says the model reads tokens."""
+  return hf_vocabulary.convert(directory, _special_ids(config, directory / 'config.json'),
+                               _setting(config, 'vocab_size', directory / 'config.json'))
 
 
 def gin_config(settings: dict[str, Any], vocabulary_path: str) -> str:
@@ -267,8 +283,7 @@ def import_checkpoint(path: str, output_dir: str) -> ImportedRun:
     raise UserError(f'--output_dir: {output} exists and is not empty')
   hf_config = read_config(directory)
   settings = model_settings(hf_config, directory)
-  special_ids = _special_ids(hf_config, directory / 'config.json')
-  vocabulary = hf_vocabulary.convert(directory, special_ids, hf_config['vocab_size'])
+  vocabulary = vocabulary_of(directory, hf_config)
   checkpoint_ids = list(vocabulary.checkpoint_ids)
   settings['decoder_start_token'] = checkpoint_ids.index(settings['decoder_start_token'])
   _warn_training_only(hf_config)
