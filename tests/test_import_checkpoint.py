@@ -11,6 +11,7 @@ import gin
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import safetensors.numpy
 
 from conftest import saved_params
 from conftest import tiny_run_bindings
@@ -211,3 +212,21 @@ def test_an_imported_model_exported_to_ctranslate2_scores_as_transformers(import
     scores = served.score_batch([source_pieces], [target_pieces])[0].log_probs
     wanted = [log_probs[row, position, columns[label]] for position, label in enumerate(labels)]
     np.testing.assert_allclose(scores, wanted, atol=1e-4, rtol=0)
+
+
+def test_sharded_weights_import_as_one_file_does(imported, tmp_path):
+  folder = tmp_path / 'sharded'
+  shutil.copytree(CHECKPOINTS / 'm2m100', folder)
+  tensors = safetensors.numpy.load_file(folder / 'model.safetensors')
+  (folder / 'model.safetensors').unlink()
+  names = sorted(tensors)
+  weight_map = {}
+  for index, part in enumerate((names[:len(names) // 2], names[len(names) // 2:])):
+    shard = f'model-0000{index + 1}-of-00002.safetensors'
+    safetensors.numpy.save_file({name: tensors[name] for name in part}, folder / shard)
+    weight_map.update(dict.fromkeys(part, shard))
+  (folder / 'model.safetensors.index.json').write_text(json.dumps({'weight_map': weight_map}))
+  huggingface.import_checkpoint(str(folder), str(tmp_path / 'run'))
+  for ours, theirs in zip(saved_params(tmp_path / 'run', 0),
+                          saved_params(imported['m2m100'], 0), strict=True):
+    np.testing.assert_array_equal(ours, theirs)
