@@ -204,6 +204,15 @@ def test_beam_search_of_each_variant_scores_its_outputs_as_teacher_forcing(name,
                                                            dropout_rate=0.0), (2, 4, 8), seed)
 
 
+def test_fairseq_conventions_decode_as_they_teacher_force():
+  # An imported model's decoder starts from EOS's embedding and reads position rows from 2
+  # on: a cached step must find both where teacher forcing does.
+  config = dataclasses.replace(TINY, dropout_rate=0.0, position_embedding='sinusoidal',
+                               scale_embeddings=True, position_offset=2,
+                               decoder_start_token=1, layer_norm_epsilon=1e-5)
+  check_beam_scores_are_teacher_forced(config, (2, 4, 8))
+
+
 @pytest.mark.parametrize('overrides, message', [
     (dict(relative_in_decoder=True),
      "network.TransformerConfig.relative_in_decoder: needs position_embedding = 'relative', "
@@ -213,6 +222,11 @@ def test_beam_search_of_each_variant_scores_its_outputs_as_teacher_forcing(name,
      "tables; use 'auto' or 'xla', or set network.TransformerConfig.relative_values = False"),
     (dict(layer_norm='post_ln'),
      "network.TransformerConfig.layer_norm: 'post_ln' is not one of 'post', 'post_b2t', 'pre'"),
+    (dict(decoder_start_token=TINY.vocab_size),
+     f'network.TransformerConfig.decoder_start_token: {TINY.vocab_size} is no token of the '
+     f'{TINY.vocab_size} the model embeds'),
+    (dict(layer_norm_epsilon=0.0),
+     'network.TransformerConfig.layer_norm_epsilon: must be > 0.0, got 0.0'),
 ])
 def test_an_impossible_architecture_is_refused_in_one_line(overrides, message):
   with pytest.raises(UserError) as error:

@@ -230,3 +230,28 @@ def test_sharded_weights_import_as_one_file_does(imported, tmp_path):
   for ours, theirs in zip(saved_params(tmp_path / 'run', 0),
                           saved_params(imported['m2m100'], 0), strict=True):
     np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.slow  # Two evaluations: about 12 s.
+def test_evaluate_and_average_checkpoints_read_an_imported_run(imported, tmp_path, monkeypatch,
+                                                              capsys):
+  expected = _expected('nllb')
+  source, reference = tmp_path / 'source.txt', tmp_path / 'reference.txt'
+  source.write_text('\n'.join(expected['sources']) + '\n', encoding='utf-8')
+  # References equal to the run's own greedy outputs: evaluation must score them 100.
+  outputs = run_loading.load_translator(str(imported['nllb']), beam_size=1,
+                                        no_repeat_ngram_size=0).translate(
+                                            expected['sources'], 'eng_Latn', 'hau_Latn')
+  reference.write_text('\n'.join(outputs) + '\n', encoding='utf-8')
+  code, _, err = run_in_process('average_checkpoints.py', [
+      f'--checkpoint_dir={imported["nllb"]}', '--last=1',
+      f'--output_dir={tmp_path / "averaged"}'], monkeypatch, capsys)
+  assert code == 0, err
+  for run in (imported['nllb'], tmp_path / 'averaged'):
+    code, out, err = run_in_process('evaluate.py', [
+        f'--checkpoint_dir={run}', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+        f'--src_file={source}', f'--ref_file={reference}', '--beam_size=1',
+        '--no_repeat_ngram_size=0'],
+        monkeypatch, capsys)
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])['chrf'] == pytest.approx(100.0)
