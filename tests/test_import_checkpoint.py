@@ -255,3 +255,18 @@ def test_evaluate_and_average_checkpoints_read_an_imported_run(imported, tmp_pat
         monkeypatch, capsys)
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])['chrf'] == pytest.approx(100.0)
+
+
+def test_import_command_writes_a_run_folder_and_says_what_it_holds(tmp_path, monkeypatch,
+                                                                  capsys):
+  output = tmp_path / 'run'
+  code, out, err = run_in_process('import_checkpoint.py', [
+      '--format=huggingface', f'--path={CHECKPOINTS / "m2m100"}', f'--output_dir={output}'],
+      monkeypatch, capsys)
+  assert code == 0, err
+  # 301 dictionary entries, 100 language tokens, 8 made-up words; Breton and Western Frisian
+  # have no FLORES-200 code.
+  assert out.strip() == (f'imported {CHECKPOINTS / "m2m100"} into {output}: 2+2 layers, d 16, '
+                         '409 tokens, 98 languages')
+  assert sorted(path.name for path in output.iterdir()) == ['checkpoints', 'config.gin',
+                                                            'vocab.model']
