@@ -28,6 +28,7 @@ Initializer = Callable[..., Array]
 ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     'relu': nn.relu,
     'gelu': functools.partial(nn.gelu, approximate=False),
+    'swish': nn.swish,  # x * sigmoid(x), Marian's (OPUS-MT's) activation.
 }
 
 
@@ -366,10 +367,14 @@ class Embed(nn.Module):
     return nn.with_logical_constraint(logits, ('batch', 'length', 'vocab'))
 
 
-# Absolute positions added to the embeddings ('learned', 'sinusoidal'), or 'relative':
-# Shaw's tables in self-attention instead (TransformerConfig says on which side).
-POSITION_EMBEDDINGS = ('learned', 'sinusoidal', 'relative')
-ABSOLUTE_POSITION_EMBEDDINGS = ('learned', 'sinusoidal')
+# Fixed sinusoids, each half of the features spanning timescales 1 to 10^4 geometrically:
+# 'sinusoidal' over half - 1 steps (tensor2tensor, fairseq), 'sinusoidal_vaswani' over
+# half steps, the paper's 10000^(2i/d) (Marian).
+SINUSOIDAL_POSITION_EMBEDDINGS = ('sinusoidal', 'sinusoidal_vaswani')
+# Absolute positions added to the embeddings (learned, sinusoidal), or 'relative': Shaw's
+# tables in self-attention instead (TransformerConfig says on which side).
+ABSOLUTE_POSITION_EMBEDDINGS = ('learned', *SINUSOIDAL_POSITION_EMBEDDINGS)
+POSITION_EMBEDDINGS = (*ABSOLUTE_POSITION_EMBEDDINGS, 'relative')
 
 
 def relative_position_ids(q_positions: Array, kv_positions: Array, max_distance: int) -> Array:
@@ -380,13 +385,15 @@ def relative_position_ids(q_positions: Array, kv_positions: Array, max_distance:
   return jnp.clip(distance, -max_distance, max_distance).astype(jnp.int32) + max_distance
 
 
-def sinusoidal_table(max_length: int, features: int, max_scale: float = 10000.0) -> np.ndarray:
-  """Fixed [max_length, features] table of Vaswani et al. as tensor2tensor and fairseq lay
-  it out: sin in the first half, cos after, timescales spread geometrically from 1 to
-  `max_scale` over the half."""
+def sinusoidal_table(max_length: int, features: int, kind: str = 'sinusoidal',
+                     max_scale: float = 10000.0) -> np.ndarray:
+  """Fixed [max_length, features] table laid out as tensor2tensor, fairseq and Marian do:
+  sin in the first half, cos after, timescales as `kind` (SINUSOIDAL_POSITION_EMBEDDINGS)
+  spreads them."""
   half = features // 2
+  steps = max(half - 1, 1) if kind == 'sinusoidal' else half
   position = np.arange(max_length, dtype=np.float64)[:, None]
-  inv_timescale = np.exp(-np.log(max_scale) * np.arange(half, dtype=np.float64) / max(half - 1, 1))
+  inv_timescale = np.exp(-np.log(max_scale) * np.arange(half, dtype=np.float64) / steps)
   angles = position * inv_timescale[None, :]
   table = np.zeros((max_length, features), np.float32)
   table[:, :half] = np.sin(angles)
@@ -416,11 +423,11 @@ class PositionEmbedding(nn.Module):
           parameter_layout.POSITION_TABLE,
           nn.with_logical_partitioning(nn.initializers.normal(stddev=0.02), (None, 'embed')),
           (self.max_length + self.offset, features), self.param_dtype)
-    elif self.kind == 'sinusoidal':
-      table = jnp.asarray(sinusoidal_table(self.max_length + self.offset, features))
+    elif self.kind in SINUSOIDAL_POSITION_EMBEDDINGS:
+      table = jnp.asarray(sinusoidal_table(self.max_length + self.offset, features, self.kind))
     else:
-      raise ValueError(f"unknown position embedding {self.kind!r}; valid: 'learned', "
-                       "'sinusoidal'")
+      raise ValueError(f'unknown position embedding {self.kind!r}; valid: '
+                       f'{", ".join(ABSOLUTE_POSITION_EMBEDDINGS)}')
 
     if decode:
       is_initialized = self.has_variable('cache', 'cache_index')

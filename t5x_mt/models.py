@@ -123,6 +123,9 @@ class TranslationModel:
     kwargs = dict(enable_dropout=dropout_rng is not None,
                   rngs={} if dropout_rng is None else {'dropout': dropout_rng})
     targets = batch['decoder_target_tokens']
+    if loss_chunk_length and self.config.logits_bias:
+      raise UserError('loss_chunk_length: the chunked loss has no logits bias; train a model '
+                      'with network.TransformerConfig.logits_bias without it')
     if loss_chunk_length:
       hidden = self.module.apply({'params': params}, **model_kwargs(batch),
                                  return_hidden=True, **kwargs)

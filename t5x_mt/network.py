@@ -66,7 +66,7 @@ class TransformerConfig:
   attention_dropout_rate: float = 0.0
   share_encoder_embedding: bool = True  # The decoder's input and output are always shared.
   layer_norm: str = 'pre'  # A key of LAYER_NORMS.
-  position_embedding: str = 'learned'  # Or 'sinusoidal' or 'relative'.
+  position_embedding: str = 'learned'  # A key of layers.POSITION_EMBEDDINGS.
   relative_max_distance: int = 16  # Shaw's k, with position_embedding='relative'.
   relative_values: bool = True  # False: relative key tables only.
   relative_in_decoder: bool = False  # Relative decoder self-attention instead of sinusoids.
@@ -91,6 +91,7 @@ class TransformerConfig:
   position_offset: int = 0
   decoder_start_token: int = 0
   layer_norm_epsilon: float = 1e-6
+  logits_bias: bool = False  # A bias on the logits (Marian's final_logits_bias).
 
   def __post_init__(self):
     # gin may give lists; the config is hashed as a Flax module attribute.
@@ -155,7 +156,7 @@ class TransformerConfig:
     """The absolute positions added to `stack`'s embeddings, None with relative ones."""
     if self.position_embedding in layers.ABSOLUTE_POSITION_EMBEDDINGS:
       return self.position_embedding
-    return None if self.relative_distance_of(stack) else 'sinusoidal'
+    return None if self.relative_distance_of(stack) else 'sinusoidal'  # The decoder's.
 
   def init_scale_of(self, stack: str) -> float:
     """What B2T multiplies `stack`'s initial layer weights by: depth^-1/2, else 1."""
@@ -433,6 +434,11 @@ class Decoder(nn.Module):
     else:
       logits = layers.DenseGeneral((cfg.vocab_size,), ('embed', 'vocab'), use_bias=False,
                                    dtype=cfg.dtype, name=parameter_layout.OUTPUT_PROJECTION)(x)
+    if cfg.logits_bias:
+      logits = logits + self.param(
+          parameter_layout.LOGITS_BIAS,
+          nn.with_logical_partitioning(nn.initializers.zeros, ('vocab',)),
+          (cfg.vocab_size,), jnp.float32).astype(cfg.dtype)
     logits = nn.with_logical_constraint(logits, ('batch', 'length', 'vocab'))
     return logits.astype(jnp.float32)
 

@@ -13,6 +13,7 @@ Layout of a parameter tree (unrolled):
   {encoder,decoder}/posembed        learned absolute positions (`pos_embedding`)
   {encoder,decoder}/<final norm>    pre-LN only: `FINAL_NORMS`
   decoder/logits_dense/kernel       the output projection when it is not tied
+  decoder/logits_bias               a bias on the logits (`logits_bias`)
 Scanned stacks (`TransformerConfig.scan_layers`) hold the layers as [layers, ...] arrays
 under {encoder,decoder}/layers/layer (and layers/adapters_stacked); `to_scanned` and
 `to_unrolled` convert between the two. A language model (`TransformerConfig.decoder_only`)
@@ -37,6 +38,7 @@ DECODER_EMBEDDING = 'shared_embedding'
 ENCODER_EMBEDDING = 'encoder_embedding'
 POSITION_EMBEDDING = 'posembed'
 OUTPUT_PROJECTION = 'logits_dense'
+LOGITS_BIAS = 'logits_bias'  # decoder/logits_bias [vocab], where the model has one.
 FINAL_NORMS = {'encoder': 'encoder_norm', 'decoder': 'decoder_norm'}
 # The sublayers of a layer of each stack, in order, and their attention modules.
 SUBLAYERS = {'encoder': ('attention', 'mlp'),

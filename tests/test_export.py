@@ -57,6 +57,12 @@ ARCHITECTURES = {
                             'network.TransformerConfig.position_offset': '2',
                             'network.TransformerConfig.decoder_start_token': '300',
                             'network.TransformerConfig.layer_norm_epsilon': '1e-5'},
+    # Marian's (OPUS-MT's): post-LN, the paper's sinusoids, swish, a bias on the logits.
+    'marian_conventions': {'LAYER_NORM': "'post'", 'POSITION_EMBEDDING': "'sinusoidal_vaswani'",
+                           'network.TransformerConfig.mlp_activation': "'swish'",
+                           'network.TransformerConfig.logits_bias': 'True',
+                           'network.TransformerConfig.scale_embeddings': 'True',
+                           'network.TransformerConfig.logits_via_embedding': 'False'},
     # Our default relative configuration: tables in the encoder, sinusoids in the decoder.
     'relative_encoder': {'POSITION_EMBEDDING': "'relative'",
                          'network.TransformerConfig.relative_max_distance': '3'},
@@ -211,7 +217,8 @@ def _apply(config: network.TransformerConfig):
 
 
 # Post-LN and relative positions in the fast loop; the command test exports pre-LN.
-FAST_ARCHITECTURES = ('fairseq_conventions', 'post_ln', 'relative_encoder')
+FAST_ARCHITECTURES = ('fairseq_conventions', 'marian_conventions', 'post_ln',
+                      'relative_encoder')
 
 
 @pytest.mark.parametrize('architecture', [

@@ -306,7 +306,8 @@ def test_unloadable_sentencepiece_model_is_one_line_naming_the_file(trained_run,
     ('--gin.TRAIN_STEPS=0',
      'error: TRAIN_STEPS (train_loop.train.train_steps): must be >= 1, got 0'),
     ("--gin.network.TransformerConfig.mlp_activation='gelu2'",
-     "error: network.TransformerConfig.mlp_activation: 'gelu2' is not one of 'gelu', 'relu'"),
+     "error: network.TransformerConfig.mlp_activation: 'gelu2' is not one of 'gelu', 'relu', "
+     "'swish'"),
 ])
 def test_bad_training_setting_is_one_line_and_creates_no_model_dir(workdir, binding,
                                                                    error_line):

@@ -46,6 +46,7 @@ def test_dense_general_contracts_trailing_axes_with_bias():
 @pytest.mark.parametrize('activation,fn', [
     ('relu', lambda h: np.maximum(h, 0.0)),
     ('gelu', lambda h: np.asarray(jax.nn.gelu(h, approximate=False))),
+    ('swish', lambda h: h / (1.0 + np.exp(-h))),
 ])
 def test_mlp_block_applies_selected_activation(activation, fn):
   x = jax.random.normal(jax.random.key(1), (2, 3, 4))
@@ -58,8 +59,8 @@ def test_mlp_block_applies_selected_activation(activation, fn):
 
 
 def test_mlp_block_rejects_unknown_activation():
-  with pytest.raises(ValueError, match="'swish'"):
-    layers.MlpBlock(8, 'swish').init(jax.random.key(0), jnp.ones((1, 1, 4)))
+  with pytest.raises(ValueError, match="'mish'"):
+    layers.MlpBlock(8, 'mish').init(jax.random.key(0), jnp.ones((1, 1, 4)))
 
 
 def test_embed_lookup_and_attend_share_one_table():
@@ -81,6 +82,19 @@ def test_sinusoidal_table_values():
   np.testing.assert_allclose(table[0], [0, 0, 1, 1], atol=1e-7)
   np.testing.assert_allclose(table[2], [np.sin(2), np.sin(2e-4), np.cos(2), np.cos(2e-4)],
                              rtol=1e-6)
+
+
+def test_sinusoidal_vaswani_table_has_the_papers_frequencies():
+  table = layers.sinusoidal_table(max_length=3, features=4, kind='sinusoidal_vaswani')
+  # PE(pos, 2i) = sin(pos / 10000^(2i/d)), i = 0, 1 with d = 4: timescales 1 and 1/100.
+  np.testing.assert_allclose(table[2], [np.sin(2), np.sin(2e-2), np.cos(2), np.cos(2e-2)],
+                             rtol=1e-6)
+
+
+def test_position_offset_reads_the_table_from_that_row():
+  module = layers.PositionEmbedding(max_length=4, kind='sinusoidal', offset=2)
+  _, y = init_and_apply(module, jnp.zeros((1, 3, 4)))
+  np.testing.assert_allclose(y[0], layers.sinusoidal_table(6, 4)[2:5], atol=1e-6)
 
 
 def test_position_embedding_uses_given_positions_then_cache_index():

@@ -206,9 +206,10 @@ def test_decode_cache_layout_is_batch_leading_or_scalar():
 
 @pytest.mark.parametrize('field, value, message', [
     ('position_embedding', 'rope', "network.TransformerConfig.position_embedding: 'rope' is "
-                                   "not one of 'learned', 'relative', 'sinusoidal'"),
+                                   "not one of 'learned', 'relative', 'sinusoidal', "
+                                   "'sinusoidal_vaswani'"),
     ('mlp_activation', 'gelu2', "network.TransformerConfig.mlp_activation: 'gelu2' is not one "
-                                "of 'gelu', 'relu'"),
+                                "of 'gelu', 'relu', 'swish'"),
     ('attention_implementation', 'flash', "network.TransformerConfig.attention_implementation: "
                                           "'flash' is not one of 'auto', 'cudnn', 'pallas', 'pallas_tpu', 'xla'"),
     ('remat_policy', 'some', "network.TransformerConfig.remat_policy: 'some' is not one of "

@@ -158,12 +158,13 @@ def test_unknown_mixture_is_named(tmp_path):
     ('TRAIN_STEPS', '-5', 'TRAIN_STEPS .*: must be >= 1, got -5'),
     ('LOG_EVERY_STEPS', '0', 'LOG_EVERY_STEPS .*: must be >= 1'),
     ('network.TransformerConfig.mlp_activation', "'gelu2'",
-     "mlp_activation: 'gelu2' is not one of 'gelu', 'relu'"),
+     "mlp_activation: 'gelu2' is not one of 'gelu', 'relu', 'swish'"),
     ('network.TransformerConfig.attention_implementation', "'flash'",
      "attention_implementation: 'flash' is not one of 'auto', 'cudnn', 'pallas', "
      "'pallas_tpu', 'xla'"),
     ('network.TransformerConfig.position_embedding', "'rope'",
-     "position_embedding: 'rope' is not one of 'learned', 'relative', 'sinusoidal'"),
+     "position_embedding: 'rope' is not one of 'learned', 'relative', 'sinusoidal', "
+     "'sinusoidal_vaswani'"),
     ('LEARNING_RATE', "'fast'", r"peak_learning_rate \(LEARNING_RATE\): must be a number, "
      "got 'fast'"),
 ])

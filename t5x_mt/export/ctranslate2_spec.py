@@ -17,7 +17,7 @@ CTranslate2 runs encoder-decoder Transformers on CPUs, in float32 or with int8 w
   (`relative_values=False`) get a zero value table, which adds nothing.
 - a separate encoder embedding, a head width of its own (`head_dim`), and the output
   projection: the tied embedding with `logit_scale` (CTranslate2's `scale_outputs`) or
-  `logits_dense`.
+  `logits_dense`, and the logits' bias where the model has one.
 The vocabulary is the SentencePiece model's pieces: embedding rows past it
 (`run_vocabulary.padded_vocab_size`) are left out, as the search never generates them.
 
@@ -39,7 +39,8 @@ from t5x_mt import parameter_layout as layout
 from t5x_mt.data import vocab
 from t5x_mt.errors import UserError
 
-ACTIVATIONS = {'relu': common_spec.Activation.RELU, 'gelu': common_spec.Activation.GELU}
+ACTIVATIONS = {'relu': common_spec.Activation.RELU, 'gelu': common_spec.Activation.GELU,
+               'swish': common_spec.Activation.SWISH}
 # Each of our sublayers in CTranslate2's layer spec.
 SUBLAYER_SPECS = {'attention': 'self_attention', 'self_attention': 'self_attention',
                   'cross_attention': 'attention', 'mlp': 'ffn'}
@@ -154,9 +155,9 @@ def _fill_inputs(stack_spec, config: network.TransformerConfig, params: Mapping,
   if positions == 'learned':
     stack_spec.position_encodings.encodings = (
         params[stack][layout.POSITION_EMBEDDING][layout.POSITION_TABLE][first:])
-  elif positions == 'sinusoidal':
+  elif positions in layers.SINUSOIDAL_POSITION_EMBEDDINGS:
     stack_spec.position_encodings.encodings = layers.sinusoidal_table(
-        config.max_length + first, config.emb_dim)[first:]
+        config.max_length + first, config.emb_dim, positions)[first:]
   if layout.has_final_norm(config.layer_norm):
     _norm(stack_spec.layer_norm, params[stack][layout.FINAL_NORMS[stack]])
 
@@ -193,6 +194,8 @@ def transformer_spec_of(config: network.TransformerConfig, params: Any,
       projection[:rows] if vocab_major else projection.T[:rows])
   if layout.logit_scale(config) != 1.0:
     spec.decoder.scale_outputs = np.float32(layout.logit_scale(config))
+  if config.logits_bias:
+    spec.decoder.projection.bias = params['decoder'][layout.LOGITS_BIAS][:rows]
   _check_all_read(tree, params.read)
   _set_vocabulary(spec, pieces, pieces[config.decoder_start_token])
   spec.config.layer_norm_epsilon = config.layer_norm_epsilon
