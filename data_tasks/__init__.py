@@ -131,10 +131,10 @@ def subword_sampling(direction: str) -> SubwordSampling:
                          _SETTINGS.sampling_nbest_size)
 
 
-def _subword_sampler(sampling: SubwordSampling):
-  """A TF SentencePiece tokenizer that samples as `sampling` says."""
+def _subword_sampler(sampling: SubwordSampling, vocabulary: 'SharedVocabulary'):
+  """A TF SentencePiece tokenizer of `vocabulary` that samples as `sampling` says."""
   return tf_text.SentencepieceTokenizer(
-      model=VOCABULARY.sentencepiece.sp_model, out_type=tf.int32,
+      model=vocabulary.sentencepiece.sp_model, out_type=tf.int32,
       nbest_size=sampling.nbest_size, alpha=sampling.alpha)
 
 
@@ -143,16 +143,20 @@ class SharedVocabulary(seqio.Vocabulary):
 
   Tasks are registered at import, before a program says which vocabulary it uses, so
   they share this one object: it reads the settings' `vocabulary_path` (chosen with
-  `use_vocabulary` or `configure`). seqio's interface is answered by that file's
-  `seqio.SentencePieceVocabulary`.
+  `use_vocabulary` or `configure`), or for the `source` side their
+  `source_vocabulary_path` where they have one. seqio's interface is answered by that
+  file's `seqio.SentencePieceVocabulary`.
   """
 
-  def __init__(self):
+  def __init__(self, source: bool = False):
     super().__init__(extra_ids=0)
+    self._source = source
     self._loaded: seqio.SentencePieceVocabulary | None = None
 
   @property
   def sentencepiece_model_file(self) -> str:
+    if self._source and _SETTINGS.source_vocabulary_path:
+      return _SETTINGS.source_vocabulary_path
     return _SETTINGS.vocabulary_path
 
   @property
@@ -196,6 +200,9 @@ class SharedVocabulary(seqio.Vocabulary):
 
 
 VOCABULARY = SharedVocabulary()
+# The inputs': VOCABULARY's file unless the settings segment sources with a model of their
+# own (imported Marian models), which numbers its pieces as VOCABULARY's does.
+SOURCE_VOCABULARY = SharedVocabulary(source=True)
 
 
 def use_vocabulary(path: str | os.PathLike[str]) -> None:
@@ -214,7 +221,7 @@ def use_vocabulary(path: str | os.PathLike[str]) -> None:
 def output_features() -> dict[str, seqio.Feature]:
   """Shared-vocabulary inputs and targets ending in EOS, and the targets' direction ids."""
   return {
-      'inputs': seqio.Feature(vocabulary=VOCABULARY, add_eos=True, required=True),
+      'inputs': seqio.Feature(vocabulary=SOURCE_VOCABULARY, add_eos=True, required=True),
       'targets': seqio.Feature(vocabulary=VOCABULARY, add_eos=True),
       'targets_direction': seqio.Feature(vocabulary=seqio.PassThroughVocabulary(size=0),
                                          add_eos=False, required=False),
@@ -258,17 +265,21 @@ def _tokenize(dataset: tf.data.Dataset, direction: str) -> tf.data.Dataset:
   """Text to ids (keeping the text as `<feature>_pretokenized`, as seqio does); the sides
   `subword_sampling` names are sampled in training examples."""
   sampling = subword_sampling(direction)
-  sampler = _subword_sampler(sampling) if sampling.source or sampling.target else None
+  sides = (('inputs', sampling.source, SOURCE_VOCABULARY),
+           ('targets', sampling.target, VOCABULARY))
+  samplers = {feature: _subword_sampler(sampling, vocabulary)
+              for feature, sample, vocabulary in sides if sample}
 
   def tokenize(example):
     tokenized = {}
-    for feature, sample in (('inputs', sampling.source), ('targets', sampling.target)):
+    for feature, sample, vocabulary in sides:
       text = example[feature]
       tokenized[f'{feature}_pretokenized'] = text
-      best = VOCABULARY.encode_tf(text)
+      best = vocabulary.encode_tf(text)
       if sample:
         tokenized[feature] = tf.cond(example['is_training'],
-                                     lambda text=text: sampler.tokenize(text),
+                                     lambda text=text, sampler=samplers[feature]:
+                                     sampler.tokenize(text),
                                      lambda best=best: best)
       else:
         tokenized[feature] = best

@@ -64,6 +64,11 @@ def _vocabulary_path(path: str = settings.DEFAULT_VOCABULARY_PATH) -> str:
   return files.expand(path)
 
 
+@gin.configurable('source_vocabulary_path', module='data_tasks')
+def _source_vocabulary_path(path: str | None = None) -> str | None:
+  return None if path is None else files.expand(path)
+
+
 @gin.configurable('tag_strategy', module='data_tasks')
 def _tag_strategy(strategy: str = tags.DEFAULT_TAG_STRATEGY) -> str:
   return strategy
@@ -159,7 +164,8 @@ def axis_rules() -> tuple[tuple[str, str | None], ...]:
 def data_settings() -> settings.DataSettings:
   """The bound data settings (`data_tasks.tag_strategy.strategy`, ...), checked."""
   return settings.DataSettings(
-      vocabulary_path=_vocabulary_path(), tag_strategy=_tag_strategy(),
+      vocabulary_path=_vocabulary_path(), source_vocabulary_path=_source_vocabulary_path(),
+      tag_strategy=_tag_strategy(),
       temperature=_temperature(), **_subword_sampling(), **_wmt22_corpora(),
       extra_pair_groups=_pair_groups(), reverse_target=_reverse_target())
 

@@ -14,9 +14,10 @@ from t5x_mt import run_layout
 from t5x_mt.errors import UserError
 
 
-def initial_params(init_from: str, vocabulary: bytes, target: Any) -> Any:
-  """The latest parameters of run `init_from`, which must share this run's vocabulary,
-  shaped, laid out and placed as `target`."""
+def initial_params(init_from: str, vocabulary: bytes, target: Any,
+                   source_vocabulary_path: str | None = None) -> Any:
+  """The latest parameters of run `init_from`, which must share this run's vocabulary (and
+  source vocabulary, where either has one), shaped, laid out and placed as `target`."""
   parent = files.path(init_from)
   parent_vocabulary = run_layout.RunLayout(parent).vocabulary
   if not parent_vocabulary.is_file():
@@ -24,6 +25,8 @@ def initial_params(init_from: str, vocabulary: bytes, target: Any) -> Any:
   if parent_vocabulary.read_bytes() != vocabulary:
     raise UserError(f'train.init_from: {parent_vocabulary} differs from this run\'s '
                     'vocabulary; set VOCABULARY_PATH to it')
+  _check_source_vocabulary(run_layout.RunLayout(parent).source_vocabulary,
+                           source_vocabulary_path)
   parent_checkpoints = checkpoints.RunCheckpoints(str(parent), read_only=True)
   try:
     step = parent_checkpoints.latest_step()
@@ -36,6 +39,18 @@ def initial_params(init_from: str, vocabulary: bytes, target: Any) -> Any:
     raise UserError(f'train.init_from: {error}') from None
   finally:
     parent_checkpoints.close()
+
+
+def _check_source_vocabulary(parent: files.AnyPath, own: str | None) -> None:
+  """A UserError unless the parent and this run segment sources alike: both with their
+  vocabulary, or both with the same source vocabulary."""
+  theirs = parent.read_bytes() if parent.is_file() else None
+  ours = files.path(own).read_bytes() if own else None
+  if theirs != ours:
+    where = f'its {parent}' if theirs is not None else 'its vocabulary'
+    raise UserError(f'train.init_from: the parent segments sources with {where}, this run '
+                    f'with {own or "its vocabulary"}; set data_tasks.source_vocabulary_path '
+                    f'to {parent if theirs is not None else "None"}')
 
 
 def _check_architecture(parent: files.AnyPath, saved: Mapping[tuple[str, ...], tuple],

@@ -139,12 +139,17 @@ class Translator:
                mesh: jax.sharding.Mesh | None = None,
                rules: partitioning.LogicalRules | None = None,
                target_languages: Collection[str] | None = None,
-               reverse_target: bool = False):
+               reverse_target: bool = False,
+               source_vocabulary_file: str | None = None):
     self.model = model
     self.params = params  # In the model's layout (scanned layers stay stacked).
     self.settings = settings
     self.vocabulary_file = str(vocabulary_file)
     self.tokenizer = vocab.sentencepiece_processor(self.vocabulary_file)
+    # What segments sources: the vocabulary, or a model of their own that numbers its
+    # pieces alike (an imported Marian model's).
+    self.source_tokenizer = (vocab.sentencepiece_processor(str(source_vocabulary_file))
+                             if source_vocabulary_file else self.tokenizer)
     self.tag_strategy = tags.check_tag_strategy(tag_strategy)
     # Tags and control pieces mark data, never text: the search never generates one after
     # the forced tag, however much a model prefers it (a weak model repeats the forced tag,
@@ -176,15 +181,17 @@ class Translator:
     return self.max_input_length - 2
 
   def encode_source(self, sentence: str, direction_tags: tags.Tags) -> list[int]:
-    """Encoder token ids: the encoder tag, the sentence's pieces, EOS (cut to fit)."""
-    pieces = self.tokenizer.encode(sentence)[:self.max_source_pieces]
-    return [self._tag_id(direction_tags.encoder_tag)] + pieces + [vocab.EOS_ID]
+    """Encoder token ids: the encoder tag (if the tag strategy has one), the sentence's
+    pieces, EOS (cut to fit)."""
+    pieces = self.source_tokenizer.encode(sentence)[:self.max_source_pieces]
+    tag = [self._tag_id(direction_tags.encoder_tag)] if direction_tags.encoder_tag else []
+    return tag + pieces + [vocab.EOS_ID]
 
   def overlong(self, sentences: Sequence[str], src_lang: str, tgt_lang: str) -> list[int]:
     """Indices of the sentences that do not fit the model's input: only their start is
     translated."""
     del src_lang, tgt_lang  # One model reads every direction.
-    return [i for i, pieces in enumerate(self.tokenizer.encode(list(sentences)))
+    return [i for i, pieces in enumerate(self.source_tokenizer.encode(list(sentences)))
             if len(pieces) > self.max_source_pieces]
 
   def check_target(self, tgt_lang: str) -> None:

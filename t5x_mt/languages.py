@@ -96,6 +96,16 @@ M2M100_TO_FLORES: dict[str, str] = dict(pair.split(':') for pair in """
 # FLORES-200 first gave the language, sat_Beng, since renamed after its script, Ol Chiki.
 NLLB_TO_FLORES: dict[str, str] = {'sat_Beng': 'sat_Olck'}
 
+def marian_to_flores(code: str) -> str | None:
+  """The FLORES-200 code of a Marian target-language token's code (`>>hau<<`,
+  `>>zho_Hans<<`): the code itself where it is one, else the one FLORES-200 code of that
+  ISO 639-3 language; None where FLORES-200 has none or several (`>>zho<<`)."""
+  if code in FLORES200_CODES:
+    return code
+  matches = [flores for flores in FLORES200_CODES if flores.split('_')[0] == code]
+  return matches[0] if len(matches) == 1 else None
+
+
 _INDEX: dict[str, int] = {code: i for i, code in enumerate(FLORES200_CODES)}
 
 

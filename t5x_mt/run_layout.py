@@ -5,6 +5,8 @@ averaging, plots) and what a resumed run picks up again:
 
   config.gin        the operative gin config
   vocab.model       a copy of the run's SentencePiece model
+  source_vocab.model  the model that segments sources, where the run has one of its own
+                    (imported Marian models; `DataSettings.source_vocabulary_path`)
   directions.json   the directions it trained on (with those of the run it started from)
   metrics.jsonl     one record per logged step; tensorboard/ the same as event files
   best.json         early stopping's best step, evaluations since, every evaluation
@@ -48,6 +50,10 @@ class RunLayout:
   @property
   def vocabulary(self) -> files.AnyPath:
     return self.root / 'vocab.model'
+
+  @property
+  def source_vocabulary(self) -> files.AnyPath:
+    return self.root / 'source_vocab.model'
 
   @property
   def directions(self) -> files.AnyPath:

@@ -150,7 +150,8 @@ def load_translator(checkpoint_dir: str, step: int | None = None, *,
                               str(run.vocabulary_file), data_settings.tag_strategy,
                               configurables.decode_settings(**translator_overrides),
                               mesh=run.mesh, rules=run.rules, target_languages=target_languages,
-                              reverse_target=data_settings.reverse_target)
+                              reverse_target=data_settings.reverse_target,
+                              source_vocabulary_file=run.source_vocabulary_file)
 
 
 def load_ensemble(members: Sequence[tuple[str, float]], combination: str, *,
@@ -170,10 +171,11 @@ def load_ensemble(members: Sequence[tuple[str, float]], combination: str, *,
     checkpoint_step(directory, flag='--ensemble')
     vocabularies.append(_run_file(directory, run_layout.RunLayout(directory).vocabulary,
                                   'a copy of its SentencePiece model', '--ensemble'))
-    if vocabularies[-1].read_bytes() != vocabularies[0].read_bytes():
+    if vocabularies[-1].read_bytes() != vocabularies[0].read_bytes() or (
+        _source_bytes(directory) != _source_bytes(members[0][0])):
       raise UserError(f'--ensemble: {directory} has another vocabulary than '
-                      f'{members[0][0]} ({vocabularies[-1]} differs from '
-                      f'{vocabularies[0]}); an ensemble\'s runs share one')
+                      f'{members[0][0]} ({vocabularies[-1]} or its source_vocab.model differs '
+                      f'from {vocabularies[0]}\'s); an ensemble\'s runs share one')
   loaded, params, target_languages = [], [], []
   for directory, _ in members:
     run = _load_run(directory, mesh_shape)
@@ -196,7 +198,13 @@ def load_ensemble(members: Sequence[tuple[str, float]], combination: str, *,
       model, tuple(params), str(first.vocabulary_file), first.data_settings.tag_strategy,
       configurables.decode_settings(**translator_overrides), mesh=first.mesh,
       rules=first.rules, target_languages=target_languages,
-      reverse_target=first.data_settings.reverse_target)
+      reverse_target=first.data_settings.reverse_target,
+      source_vocabulary_file=first.source_vocabulary_file)
+
+
+def _source_bytes(run_dir: str) -> bytes | None:
+  path = source_vocabulary_file(run_dir)
+  return None if path is None else files.path(path).read_bytes()
 
 
 def _check_same_targets(first: '_Run', other: '_Run') -> None:
@@ -260,6 +268,7 @@ class _Run:
   """A run's files and its model, with the abstract (shape-only) parameters to restore."""
   run_dir: files.AnyPath
   vocabulary_file: files.AnyPath
+  source_vocabulary_file: str | None  # Where the run segments sources with a model of its own.
   config: network.TransformerConfig
   data_settings: settings.DataSettings
   mesh: jax.sharding.Mesh
@@ -275,8 +284,15 @@ def _load_run(checkpoint_dir: str, mesh_shape: Sequence[int]) -> _Run:
   config = model_config_of(vocabulary_file)
   mesh = partitioning.create_mesh(mesh_shape)
   rules = configurables.axis_rules()
-  return _Run(run_dir, vocabulary_file, config, configurables.data_settings(), mesh, rules,
-              abstract_params(config, mesh, rules))
+  return _Run(run_dir, vocabulary_file, source_vocabulary_file(run_dir), config,
+              configurables.data_settings(), mesh, rules, abstract_params(config, mesh, rules))
+
+
+def source_vocabulary_file(run_dir: str | files.AnyPath) -> str | None:
+  """The run's own model for segmenting sources (`run_layout.RunLayout.source_vocabulary`),
+  None where its vocabulary segments both sides."""
+  path = run_layout.RunLayout(run_dir).source_vocabulary
+  return str(path) if path.is_file() else None
 
 
 def average_checkpoints(checkpoint_dir: str, steps: Sequence[int], output_dir: str) -> int:
@@ -307,8 +323,8 @@ def average_checkpoints(checkpoint_dir: str, steps: Sequence[int], output_dir: s
 
 
 def copy_run_files(source: run_layout.RunLayout, target: run_layout.RunLayout) -> None:
-  """What a run's readers need besides its checkpoints: config, vocabulary, directions."""
-  for name in ('config', 'vocabulary', 'directions'):
+  """What a run's readers need besides its checkpoints: config, vocabularies, directions."""
+  for name in ('config', 'vocabulary', 'source_vocabulary', 'directions'):
     if getattr(source, name).is_file():
       files.write_bytes_atomically(getattr(target, name), getattr(source, name).read_bytes())
 

@@ -15,7 +15,7 @@ it, and a run resumes exactly on any number of processes that reads the same sha
 
 from collections.abc import Callable, Sequence
 import json
-from typing import Any, Protocol
+from typing import Protocol
 
 import jax
 import numpy as np

@@ -52,6 +52,9 @@ def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, voc
   layout.write_directions([*direction_names, *inherited])
   if not layout.vocabulary.exists() or layout.vocabulary.read_bytes() != vocabulary:
     files.write_bytes_atomically(layout.vocabulary, vocabulary)
+  if spec.data.source_vocabulary_path:
+    files.write_bytes_atomically(layout.source_vocabulary,
+                                 files.path(spec.data.source_vocabulary_path).read_bytes())
   if robust:
     files.write_text_atomically(layout.dro_groups, json.dumps(
         robust.groups_record(), indent=2, sort_keys=True) + '\n')
@@ -152,7 +155,8 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
                              partitioning.batch_shards(mesh))
   optimizer = config.make_optimizer()
   mixtures.check_train_examples(config.mixture_or_task_name)
-  mixtures.check_vocabulary(config.mixture_or_task_name, spec.data.vocabulary_path)
+  mixtures.check_vocabulary(config.mixture_or_task_name, spec.data.vocabulary_path,
+                            spec.data.source_vocabulary_path)
   actions.check_evaluable(config.mixture_or_task_name, spec.evaluation,
                           [spec.evaluation.split] + ['test'] * config.evaluate_test_split)
   if spec.model.decoder_only and config.early_stopping_patience:
@@ -183,8 +187,8 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
       logging.info('Resuming from checkpoint at step %d', start_step)
       run_checkpoints.restore_host_states(start_step, host_states)
     elif config.init_from:
-      state = state.replace(params=fine_tuning.initial_params(config.init_from, vocabulary,
-                                                              state.params))
+      state = state.replace(params=fine_tuning.initial_params(
+          config.init_from, vocabulary, state.params, spec.data.source_vocabulary_path))
     if processes.is_primary():
       _write_run_files(layout, spec, vocabulary, direction_names, robust)
   train_step = trainer.jit_train_step(
@@ -198,7 +202,8 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   translator = inference.Translator(model, state.params, spec.data.vocabulary_path,
                                     spec.data.tag_strategy, spec.decode or inference.DecodeSettings(),
                                     mesh=mesh, rules=rules,
-                                    reverse_target=spec.data.reverse_target)
+                                    reverse_target=spec.data.reverse_target,
+                                    source_vocabulary_file=spec.data.source_vocabulary_path)
   run = run_lib.Run(config=config, layout=layout, model=model, mesh=mesh, rules=rules,
                     state=state, train_step=train_step,
                     schedule=config.learning_rate_schedule, batches=batches,

@@ -39,18 +39,20 @@ MAX_NEW_TOKENS = 8
 SEED = 0
 
 
-def _train_sentencepiece(directory: pathlib.Path) -> pathlib.Path:
+def _train_sentencepiece(directory: pathlib.Path, name: str = 'bpe',
+                         locales: tuple[str, ...] = ('en', 'fr', 'ha', 'sw', 'yo', 'zu', 'de'),
+                         model_type: str = 'bpe', vocab_size: int = 300) -> pathlib.Path:
   lines = []
-  for locale in ('en', 'fr', 'ha', 'sw', 'yo', 'zu', 'de'):
+  for locale in locales:
     names = babel.Locale.parse(locale)
     lines += list(names.territories.values()) + list(names.languages.values())
-  text = directory / 'text.txt'
+  text = directory / 'text.txt'  # Its name is kept in the model.
   text.write_text('\n'.join(lines), encoding='utf-8')
-  spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(directory / 'bpe'),
-                                 vocab_size=300, model_type='bpe', character_coverage=1.0,
-                                 normalization_rule_name='identity',
+  spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(directory / name),
+                                 vocab_size=vocab_size, model_type=model_type,
+                                 character_coverage=1.0, normalization_rule_name='identity',
                                  minloglevel=2)
-  return directory / 'bpe.model'
+  return directory / f'{name}.model'
 
 
 def _tiny_config(vocab_size: int) -> transformers.M2M100Config:
@@ -91,14 +93,15 @@ CHECKPOINTS = {
 }
 
 
-class _BanAfterFirst(transformers.LogitsProcessor):
-  """Bans `ids` after the forced first token, as t5x_mt's search does."""
+class _Ban(transformers.LogitsProcessor):
+  """Bans `ids` from the prediction `after` on (0 from the first; 1 after a forced language
+  token, whose own step the forcing decides), as t5x_mt's search does."""
 
-  def __init__(self, ids: list[int]):
-    self.ids = ids
+  def __init__(self, ids: list[int], after: int):
+    self.ids, self.after = ids, after
 
   def __call__(self, input_ids, scores):
-    if input_ids.shape[1] > 1:  # The decoder start and the forced token are in.
+    if input_ids.shape[1] > self.after:
       scores[:, self.ids] = -float('inf')
     return scores
 
@@ -141,18 +144,29 @@ def _write_checkpoint(name: str, spm_file: pathlib.Path, output: pathlib.Path) -
   tokenizer.save_pretrained(output)
 
   batch = tokenizer(SOURCES, text_target=TARGETS, padding=True, return_tensors='pt')
+  _write_expected(output, tokenizer, model, batch, start_id=2,
+                  forced_id=_lang_id(tokenizer, tgt_lang),
+                  reserved=_reserved_ids(tokenizer, vocab_size), src_lang=src_lang,
+                  tgt_lang=tgt_lang)
+
+
+def _write_expected(output: pathlib.Path, tokenizer, model, batch, *, start_id: int,
+                    forced_id: int | None, reserved: list[int], src_lang: str,
+                    tgt_lang: str) -> None:
+  """expected.json and expected_logits.npy: what the model computes for the batch."""
   labels = batch['labels']
-  decoder_input_ids = torch.cat([torch.full_like(labels[:, :1], 2), labels[:, :-1]], dim=1)
-  target_lang_id = _lang_id(tokenizer, tgt_lang)
+  decoder_input_ids = torch.cat([torch.full_like(labels[:, :1], start_id), labels[:, :-1]],
+                                dim=1)
+  forced = 1 if forced_id is not None else 0
   with torch.no_grad():
     logits = model(input_ids=batch['input_ids'], attention_mask=batch['attention_mask'],
                    decoder_input_ids=decoder_input_ids,
                    decoder_attention_mask=(labels != tokenizer.pad_token_id).long()).logits
     generated = model.generate(
         input_ids=batch['input_ids'], attention_mask=batch['attention_mask'],
-        forced_bos_token_id=target_lang_id, num_beams=1, do_sample=False,
-        max_new_tokens=MAX_NEW_TOKENS,
-        logits_processor=[_BanAfterFirst(_reserved_ids(tokenizer, vocab_size))])
+        forced_bos_token_id=forced_id, forced_eos_token_id=None, num_beams=1,
+        do_sample=False, max_new_tokens=MAX_NEW_TOKENS,
+        logits_processor=[_Ban(reserved, after=forced)])
   np.save(output / 'expected_logits.npy', logits.numpy().astype(np.float32))
   expected = {
       'src_lang': src_lang, 'tgt_lang': tgt_lang, 'sources': SOURCES, 'targets': TARGETS,
@@ -160,8 +174,9 @@ def _write_checkpoint(name: str, spm_file: pathlib.Path, output: pathlib.Path) -
       'input_tokens': [tokenizer.convert_ids_to_tokens(row) for row in batch['input_ids']],
       'decoder_input_ids': decoder_input_ids.tolist(),
       'greedy_ids': generated.tolist(),
-      # After the decoder start and the forced language token, which the search bans.
-      'greedy_texts': tokenizer.batch_decode(generated[:, 2:], skip_special_tokens=True),
+      # After the decoder start and any forced language token, which the search bans.
+      'greedy_texts': tokenizer.batch_decode(generated[:, 1 + forced:],
+                                             skip_special_tokens=True),
       'max_new_tokens': MAX_NEW_TOKENS,
       'transformers': transformers.__version__, 'torch': torch.__version__,
   }
@@ -176,6 +191,65 @@ def _lang_id(tokenizer, lang: str) -> int:
   return tokenizer.convert_tokens_to_ids(lang)
 
 
+# Marian (OPUS-MT) checkpoints: name -> the target-language tokens of a multilingual one.
+MARIAN_CHECKPOINTS = {'marian': (), 'marian_mul': ('>>hau<<', '>>yor<<')}
+
+
+def _marian_vocab(source_spm: pathlib.Path, target_spm: pathlib.Path,
+                  language_tokens: tuple[str, ...]) -> dict[str, int]:
+  """Marian's joint vocab.json: </s> and <unk> first, the pieces of both SentencePiece
+  models (in a seeded random order), the language tokens, and <pad> last."""
+  pieces = []
+  for path in (source_spm, target_spm):
+    processor = spm.SentencePieceProcessor(model_file=str(path))
+    pieces += [processor.id_to_piece(i) for i in range(processor.get_piece_size())
+               if not processor.is_control(i) and not processor.is_unknown(i)]
+  pieces = sorted(set(pieces))
+  np.random.default_rng(SEED).shuffle(pieces)
+  tokens = ['</s>', '<unk>', *pieces, *language_tokens, '<pad>']
+  return {token: index for index, token in enumerate(tokens)}
+
+
+def _write_marian(name: str, scratch: pathlib.Path, output: pathlib.Path) -> None:
+  """A post-LN Marian model with swish, the paper's sinusoids, a bias on the logits and a
+  SentencePiece model per side (English sources, Hausa and Yoruba targets)."""
+  language_tokens = MARIAN_CHECKPOINTS[name]
+  output.mkdir(parents=True, exist_ok=True)
+  source_spm = _train_sentencepiece(scratch, 'source', ('en',), 'unigram', 200)
+  target_spm = _train_sentencepiece(scratch, 'target', ('ha', 'yo'), 'unigram', 220)
+  vocab = _marian_vocab(source_spm, target_spm, language_tokens)
+  (scratch / 'vocab.json').write_text(json.dumps(vocab, ensure_ascii=False), encoding='utf-8')
+  tokenizer = transformers.MarianTokenizer(source_spm=str(source_spm),
+                                           target_spm=str(target_spm),
+                                           vocab=str(scratch / 'vocab.json'))
+  pad = vocab['<pad>']
+  torch.manual_seed(SEED)
+  model = transformers.MarianMTModel(transformers.MarianConfig(
+      vocab_size=len(vocab), d_model=16, encoder_layers=2, decoder_layers=2,
+      encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+      decoder_ffn_dim=32, max_position_embeddings=64, scale_embedding=True,
+      activation_function='swish', dropout=0.0, attention_dropout=0.0,
+      activation_dropout=0.0, init_std=0.3, pad_token_id=pad, eos_token_id=0,
+      decoder_start_token_id=pad, forced_eos_token_id=None)).eval()
+  with torch.no_grad():
+    for parameter_name, parameter in model.named_parameters():
+      if 'embed_positions' not in parameter_name:  # Fixed sinusoids.
+        parameter.add_(torch.randn_like(parameter) * 0.1)
+    model.final_logits_bias.add_(torch.randn_like(model.final_logits_bias) * 0.1)
+  model.save_pretrained(output)
+  tokenizer.save_pretrained(output)
+  prefix = f'{language_tokens[0]} ' if language_tokens else ''
+  batch = tokenizer([prefix + source for source in SOURCES], text_target=TARGETS,
+                    padding=True, return_tensors='pt')
+  target_pieces = set(_marian_vocab(target_spm, target_spm, ()))
+  # Never generated by t5x_mt: <pad>, <unk>, language tokens and the pieces of the source
+  # side's model alone, which the target side's never produces.
+  reserved = sorted(index for token, index in vocab.items()
+                    if token not in target_pieces or token in ('<pad>', '<unk>'))
+  _write_expected(output, tokenizer, model, batch, start_id=pad, forced_id=None,
+                  reserved=reserved, src_lang='eng_Latn', tgt_lang='hau_Latn')
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -185,6 +259,9 @@ def main() -> None:
     spm_file = _train_sentencepiece(pathlib.Path(scratch))
     for name in CHECKPOINTS:
       _write_checkpoint(name, spm_file, pathlib.Path(args.output_dir) / name)
+      print(f'{name}: {pathlib.Path(args.output_dir) / name}')
+    for name in MARIAN_CHECKPOINTS:
+      _write_marian(name, pathlib.Path(scratch), pathlib.Path(args.output_dir) / name)
       print(f'{name}: {pathlib.Path(args.output_dir) / name}')
 
 

@@ -123,18 +123,21 @@ def check_train_examples(mixture_or_task_name: str) -> int:
   return mixture.total_pairs()
 
 
-def check_vocabulary(mixture_or_task_name: str, vocabulary_path: str) -> None:
-  """A UserError unless every task of the mixture encodes its inputs and targets with the
-  SentencePiece model at `vocabulary_path`, the one a model of the run reads and writes."""
-  wanted = files.expand(vocabulary_path)
+def check_vocabulary(mixture_or_task_name: str, vocabulary_path: str,
+                     source_vocabulary_path: str | None = None) -> None:
+  """A UserError unless every task of the mixture encodes its targets (and inputs) with the
+  SentencePiece model at `vocabulary_path`, the one a model of the run reads and writes,
+  and its inputs with `source_vocabulary_path` where the run has one."""
+  wanted = {'inputs': files.expand(source_vocabulary_path or vocabulary_path),
+            'targets': files.expand(vocabulary_path)}
   provider = get_mixture_or_task(mixture_or_task_name)
   for task in provider.tasks if isinstance(provider, seqio.Mixture) else [provider]:
-    for feature in ('inputs', 'targets'):
+    for feature, path in wanted.items():
       used = getattr(task.output_features[feature].vocabulary, 'sentencepiece_model_file',
                      None)
-      if used is None or files.expand(used) != wanted:
+      if used is None or files.expand(used) != path:
         raise UserError(f'{task.name}: its {feature} are encoded with {used}, not with the '
-                        f"run's vocabulary {wanted}; set the task registry up with the "
+                        f"run's vocabulary {path}; set the task registry up with the "
                         "run's data settings first")
 
 

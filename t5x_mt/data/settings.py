@@ -29,7 +29,11 @@ class DataSettings:
   """A run's data choices; each error names the gin setting a recipe binds.
 
   vocabulary_path: the SentencePiece model file of every task (`vocabulary_path.path`).
-  tag_strategy: t_enc, s_enc_t_dec or t_enc_t_dec (`tag_strategy.strategy`,
+  source_vocabulary_path: a SentencePiece model that segments the source side instead,
+    numbering its pieces as `vocabulary_path` does (`source_vocabulary_path.path`): a
+    model imported from a toolkit that segments each side with a model of its own
+    (Marian); None, the usual case, segments both sides with `vocabulary_path`.
+  tag_strategy: t_enc, s_enc_t_dec, t_enc_t_dec or none (`tag_strategy.strategy`,
     docs/methods.md#language-tags).
   temperature: the sampling temperature tau of mixtures (`temperature_rate.temperature`).
   sampling_sides, sampling_alpha, sampling_nbest_size: subword regularisation
@@ -42,6 +46,7 @@ class DataSettings:
     REVERSE_TARGET; docs/methods.md#scoring-models-for-reranking).
   """
   vocabulary_path: str = DEFAULT_VOCABULARY_PATH
+  source_vocabulary_path: str | None = None
   tag_strategy: str = tags.DEFAULT_TAG_STRATEGY
   temperature: float = DEFAULT_TEMPERATURE
   sampling_sides: Mapping[str, str] = dataclasses.field(default_factory=dict)

@@ -7,6 +7,8 @@ training data (data_tasks) and inference (forced decoder prefix) can never disag
   T-ENC        encoder: <2tgt> x            decoder: y
   S-ENC-T-DEC  encoder: <2src> x            decoder: <2tgt> y   (Tencent, fairseq langtoks)
   T-ENC-T-DEC  encoder: <2tgt> x            decoder: <2tgt> y   (VolcTrans; the default)
+  none         encoder: x                   decoder: y          (a bilingual model, such as
+                                                                 an imported OPUS-MT one)
 
 When the decoder carries a tag, it is the first target token: the model learns to predict
 it during training and inference forces it as the first decoded token. A language model
@@ -33,7 +35,8 @@ from t5x_mt.errors import UserError
 T_ENC = 't_enc'
 S_ENC_T_DEC = 's_enc_t_dec'
 T_ENC_T_DEC = 't_enc_t_dec'
-TAG_STRATEGIES = (T_ENC, S_ENC_T_DEC, T_ENC_T_DEC)
+NO_TAGS = 'none'
+TAG_STRATEGIES = (T_ENC, S_ENC_T_DEC, T_ENC_T_DEC, NO_TAGS)
 DEFAULT_TAG_STRATEGY = T_ENC_T_DEC
 
 
@@ -55,6 +58,8 @@ def check_tag_strategy(strategy: str, where: str = 'tag_strategy') -> str:
 def tags_for(strategy: str, src_lang: str, tgt_lang: str) -> Tags:
   """The tags that `strategy` puts on the encoder and decoder for src_lang -> tgt_lang."""
   check_tag_strategy(strategy)
+  if strategy == NO_TAGS:
+    return Tags(encoder_tag=None, decoder_tag=None)
   target_tag = languages.language_tag(tgt_lang)
   if strategy == T_ENC:
     return Tags(encoder_tag=target_tag, decoder_tag=None)

@@ -4,7 +4,8 @@
       --output_dir=OUT
 
 OUT holds CTranslate2's model (model.bin, config.json, shared_vocabulary.json), the run's
-SentencePiece model (vocab.model: the tokenisation), its config.gin (tag strategy,
+SentencePiece model (vocab.model: the tokenisation; source_vocab.model too where sources
+have one of their own), its config.gin (tag strategy,
 decoding settings, pivots) and directions.json (the directions it trained on), and a
 README.md that says how to translate with it: through `launch/translate.py
 --ctranslate2=OUT`, which reads OUT as it reads a run, or through CTranslate2's own API.
@@ -129,6 +130,10 @@ def readme(exported: Export, checkpoint_dir: str, translator: inference.Translat
   direction_tags = tags.tags_for(translator.tag_strategy, src_lang, tgt_lang)
   settings = translator.settings
   prefix = f'[[{direction_tags.decoder_tag!r}]]' if direction_tags.decoder_tag else 'None'
+  source_tags = [direction_tags.encoder_tag] if direction_tags.encoder_tag else []
+  # Sources are segmented by a model of their own where the run has one (Marian's).
+  source_model = ('source_vocab.model' if translator.source_tokenizer is not translator.tokenizer
+                  else 'vocab.model')
   origin = _paragraphs(
       f'Exported by t5x_mt from run `{checkpoint_dir}`, checkpoint {exported.step}, with '
       f'{exported.quantization} weights: {exported.model}.')
@@ -173,13 +178,14 @@ from sentencepiece import sentencepiece_model_pb2
 
 folder = '{exported.output_dir}'
 tokenizer = sentencepiece.SentencePieceProcessor(model_file=f'{{folder}}/vocab.model')
+source_tokenizer = sentencepiece.SentencePieceProcessor(model_file=f'{{folder}}/{source_model}')
 vocabulary = sentencepiece_model_pb2.ModelProto.FromString(
     open(f'{{folder}}/vocab.model', 'rb').read())
 text = (vocabulary.SentencePiece.NORMAL, vocabulary.SentencePiece.BYTE)
 not_text = [p.piece for p in vocabulary.pieces if p.type not in text and p.piece != '</s>']
 translator = ctranslate2.Translator(folder, device='cpu')
-pieces = tokenizer.encode('Hello.', out_type=str)
-source = {[direction_tags.encoder_tag]} + pieces + ['</s>']
+pieces = source_tokenizer.encode('Hello.', out_type=str)
+source = {source_tags} + pieces + ['</s>']
 result = translator.translate_batch(
     [source], target_prefix={prefix}, beam_size={settings.beam_size},
     length_penalty={settings.alpha}, no_repeat_ngram_size={settings.no_repeat_ngram_size},

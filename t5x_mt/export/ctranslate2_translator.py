@@ -64,9 +64,11 @@ class CTranslate2Translator(inference.Translator):
 
   def __init__(self, model_dir: str, config: network.TransformerConfig,
                vocabulary_file: str, tag_strategy: str, settings: inference.DecodeSettings,
-               target_languages: set[str] | None = None):
+               target_languages: set[str] | None = None,
+               source_vocabulary_file: str | None = None):
     super().__init__(models.TranslationModel(config), None, vocabulary_file, tag_strategy,
-                     settings, target_languages=target_languages)
+                     settings, target_languages=target_languages,
+                     source_vocabulary_file=source_vocabulary_file)
     cores = os.cpu_count() or 1
     self.parallel_batches = settings.parallel_batches or cores
     self._engine = ctranslate2.Translator(
@@ -129,4 +131,5 @@ def load_translator(model_dir: str,
   return CTranslate2Translator(
       model_dir, run_loading.model_config_of(layout.vocabulary), str(layout.vocabulary),
       configurables.data_settings().tag_strategy, settings,
-      target_languages=run_loading.trained_target_languages(model_dir))
+      target_languages=run_loading.trained_target_languages(model_dir),
+      source_vocabulary_file=run_loading.source_vocabulary_file(model_dir))

@@ -1,5 +1,5 @@
-"""The tokenizer of a Hugging Face checkpoint of the fairseq family (M2M-100, NLLB-200) as a
-SentencePiece model t5x_mt reads like its own.
+"""The tokenizer of a Hugging Face checkpoint (M2M-100, NLLB-200, Marian) as SentencePiece
+models t5x_mt reads like its own.
 
 Those tokenizers are a SentencePiece model plus a table of ids: fairseq numbers its
 dictionary `<s> <pad> </s> <unk>` first and then the pieces (NLLB-200 in the SentencePiece
@@ -15,6 +15,13 @@ is how the embedding is reordered.
 
 fairseq's convention of tags is t5x_mt's S-ENC-T-DEC (`tags.S_ENC_T_DEC`): the source
 language's token before the source, the target language's token first in the target.
+
+Marian (OPUS-MT) numbers the pieces of two SentencePiece models, one per side, in one
+joint vocab.json (EOS first, padding last), and a multilingual model's target-language
+token (`>>hau<<`) starts the source: t5x_mt's T-ENC, or no tags at all for a bilingual
+model. Its tokens become two t5x_mt models numbered alike: the target side's, which the
+run's vocabulary is, and the source side's (`source_model`), which segments sources; in
+each, the pieces only the other side's model has are unused pieces, never produced.
 """
 
 import dataclasses
@@ -43,9 +50,11 @@ M2M100_LANGUAGE_CODES = {
 @dataclasses.dataclass(frozen=True)
 class ConvertedVocabulary:
   """`model`: the serialized SentencePiece model t5x_mt keeps as vocab.model;
-  `checkpoint_ids[i]`: the checkpoint's id (embedding row) of t5x_mt's token i;
+  `source_model`: the one that segments sources where they have one of their own (Marian),
+  else None; `checkpoint_ids[i]`: the checkpoint's id (embedding row) of t5x_mt's token i;
   `languages`: FLORES-200 codes of the languages the checkpoint has a token for."""
   model: bytes
+  source_model: bytes | None
   checkpoint_ids: np.ndarray
   languages: tuple[str, ...]
 
@@ -69,12 +78,11 @@ def tokenizer_family(directory: pathlib.Path) -> str:
   config = _read_json(_required(directory, 'tokenizer_config.json',
                                 'its tokenizer_config.json (save_pretrained writes it)'))
   name = str(config.get('tokenizer_class', ''))
-  if name.startswith('Nllb'):
-    return 'nllb'
-  if name.startswith('M2M100'):
-    return 'm2m100'
-  raise UserError(f'{directory / "tokenizer_config.json"}: tokenizer_class {name!r} is '
-                  'neither NLLB\'s nor M2M-100\'s; t5x_mt imports those two')
+  for family, prefix in (('nllb', 'Nllb'), ('m2m100', 'M2M100'), ('marian', 'Marian')):
+    if name.startswith(prefix):
+      return family
+  raise UserError(f'{directory / "tokenizer_config.json"}: tokenizer_class {name!r} is not '
+                  'NLLB\'s, M2M-100\'s or Marian\'s, the tokenizers t5x_mt imports')
 
 
 def _nllb_ids(directory: pathlib.Path) -> tuple[dict[str, int], dict[str, str]]:
@@ -115,31 +123,63 @@ def _m2m100_ids(directory: pathlib.Path) -> tuple[dict[str, int], dict[str, str]
   return ids, language_tokens
 
 
-def convert(directory: pathlib.Path, special_ids: dict[str, int],
+def _marian_ids(directory: pathlib.Path) -> tuple[dict[str, int], dict[str, str]]:
+  """Marian: the joint vocab.json, whose `>>xxx<<` tokens name target languages."""
+  config = _read_json(directory / 'tokenizer_config.json')
+  if config.get('separate_vocabs'):
+    raise UserError(f'{directory / "tokenizer_config.json"}: separate_vocabs is true; a '
+                    't5x_mt model numbers the tokens of both sides alike')
+  ids = dict(_read_json(_required(directory, 'vocab.json', 'Marian\'s vocab.json')))
+  language_tokens = {}
+  for token in ids:
+    code = languages.marian_to_flores(token[2:-2]) if (
+        token.startswith('>>') and token.endswith('<<')) else None
+    if code:
+      language_tokens[token] = code
+  return ids, language_tokens
+
+
+_IDS = {'nllb': _nllb_ids, 'm2m100': _m2m100_ids, 'marian': _marian_ids}
+# Each family's SentencePiece files: (the one the vocabulary segments with, the sources').
+_SENTENCEPIECE_FILES = {'nllb': (SENTENCEPIECE_FILE, None), 'm2m100': (SENTENCEPIECE_FILE, None),
+                        'marian': ('target.spm', 'source.spm')}
+
+
+def convert(directory: pathlib.Path, special_ids: dict[str, int | None],
             embedding_rows: int) -> ConvertedVocabulary:
-  """The checkpoint's tokenizer in `directory` as a t5x_mt SentencePiece model.
+  """The checkpoint's tokenizer in `directory` as t5x_mt SentencePiece models.
 
   `special_ids` are config.json's token ids by role ('pad', 'eos', 'bos'; 'unk' is the
-  tokenizer's `<unk>` unless given); `embedding_rows` its vocab_size. A UserError where the tokenizer and the
-  model disagree or the SentencePiece model cannot number the tokens as the model does.
+  tokenizer's `<unk>` unless given); `embedding_rows` its vocab_size. A UserError where
+  the tokenizer and the model disagree or a SentencePiece model cannot number the tokens
+  as the model does.
   """
   family = tokenizer_family(directory)
-  ids, language_tokens = (_nllb_ids if family == 'nllb' else _m2m100_ids)(directory)
+  ids, language_tokens = _IDS[family](directory)
   special_ids = {'unk': ids.get('<unk>'), **special_ids}
-  spm_path = _required(directory, SENTENCEPIECE_FILE,
-                       'the SentencePiece model its tokenizer segments text with')
-  original = model_pb2.ModelProto.FromString(spm_path.read_bytes())
   names = {token_id: token for token, token_id in ids.items()}
   _check_ids(directory, ids, names, special_ids, embedding_rows)
   first = [special_ids['pad'], special_ids['eos'], special_ids['unk']]
   order = first + sorted(set(names) - set(first))
-  proto = _reordered(original, [names[token_id] for token_id in order], language_tokens,
-                     spm_path)
-  bos = special_ids.get('bos')
-  proto.trainer_spec.pad_id, proto.trainer_spec.eos_id, proto.trainer_spec.unk_id = 0, 1, 2
-  proto.trainer_spec.bos_id = order.index(bos) if bos in order else -1
-  return ConvertedVocabulary(proto.SerializeToString(), np.asarray(order, np.int64),
-                             tuple(sorted(language_tokens.values())))
+  tokens = [names[token_id] for token_id in order]
+  bos = order.index(special_ids['bos']) if special_ids.get('bos') in order else -1
+  target_file, source_file = _SENTENCEPIECE_FILES[family]
+  originals = {name: _sentencepiece(directory, name) for name in (target_file, source_file)
+               if name}
+  models = {name: _reordered(original, tokens, language_tokens, directory / name, bos,
+                             [other for key, other in originals.items() if key != name])
+            for name, original in originals.items()}
+  return ConvertedVocabulary(models[target_file],
+                             models[source_file] if source_file else None,
+                             np.asarray(order, np.int64), tuple(sorted(language_tokens.values())))
+
+
+def _sentencepiece(directory: pathlib.Path, name: str) -> Any:
+  path = _required(directory, name, 'the SentencePiece model its tokenizer segments text with')
+  try:
+    return model_pb2.ModelProto.FromString(path.read_bytes())
+  except Exception as error:  # protobuf's DecodeError and its kin.
+    raise UserError(f'{path}: not a SentencePiece model ({error})') from None
 
 
 def _check_ids(directory: pathlib.Path, ids: dict[str, int], names: dict[int, str],
@@ -157,9 +197,11 @@ def _check_ids(directory: pathlib.Path, ids: dict[str, int], names: dict[int, st
 
 
 def _reordered(original: Any, tokens: list[str], language_tokens: dict[str, str],
-               spm_path: pathlib.Path) -> Any:
-  """A copy of `original` whose pieces are `tokens` in order: pieces keep their score and
-  type, language tokens become user-defined tags, other added tokens control pieces."""
+               spm_path: pathlib.Path, bos: int, others: list[Any]) -> bytes:
+  """`original` with `tokens` as its pieces, in order, and padding, EOS, unknown and BOS
+  (-1: none) at 0, 1, 2 and `bos`: pieces keep their score and type, language tokens
+  become user-defined tags, the pieces of `others` alone (the other side's models) unused
+  pieces, and other added tokens control pieces."""
   pieces = {piece.piece: piece for piece in original.pieces}
   tokens_set = set(tokens)
   untokenized = [piece.piece for piece in original.pieces
@@ -168,6 +210,8 @@ def _reordered(original: Any, tokens: list[str], language_tokens: dict[str, str]
     raise UserError(f'{spm_path}: {len(untokenized)} pieces (such as {untokenized[0]!r}) '
                     'have no id in the tokenizer, which reads them as <unk>; a SentencePiece '
                     'vocabulary cannot')
+  elsewhere = {piece.piece for other in others for piece in other.pieces
+               if piece.type == _PIECE.NORMAL}
   proto = model_pb2.ModelProto()
   proto.CopyFrom(original)
   del proto.pieces[:]
@@ -178,7 +222,10 @@ def _reordered(original: Any, tokens: list[str], language_tokens: dict[str, str]
       piece.type = _PIECE.USER_DEFINED
     elif token in pieces and pieces[token].type == _PIECE.NORMAL:
       piece.CopyFrom(pieces[token])
-    else:  # <pad>, <s>, </s>, <unk>, <mask>, made-up words, unnamed languages.
-      piece.piece = token
-      piece.type = _PIECE.UNKNOWN if index == 2 else _PIECE.CONTROL
-  return proto
+    else:  # <pad>, <s>, </s>, <unk>, <mask>, made-up words, unnamed languages, and pieces
+      piece.piece = token  # the other side's model alone produces.
+      piece.type = (_PIECE.UNKNOWN if index == 2 else
+                    _PIECE.UNUSED if token in elsewhere else _PIECE.CONTROL)
+  spec = proto.trainer_spec
+  spec.pad_id, spec.eos_id, spec.unk_id, spec.bos_id = 0, 1, 2, bos
+  return proto.SerializeToString()

@@ -1,23 +1,23 @@
-"""A Hugging Face checkpoint folder of M2M-100 or NLLB-200 as a t5x_mt run folder.
+"""A Hugging Face checkpoint folder of NLLB-200, M2M-100 or Marian as a t5x_mt run folder.
 
 The folder is what `save_pretrained` writes and what the Hugging Face hub holds for
-`facebook/m2m100_*` and `facebook/nllb-200-*`: config.json, model.safetensors (or its
-shards with model.safetensors.index.json) and the tokenizer's files. Both families are one
-architecture (transformers' M2M100ForConditionalGeneration), which t5x_mt's Transformer
-expresses exactly with fairseq's conventions switched on:
-- pre-LN layers, a final LayerNorm after each stack, LayerNorm epsilon 1e-5;
-- sinusoidal positions (tensor2tensor's layout) whose first token reads row
-  pad_token_id + 1 of the table;
-- one token embedding shared by both stacks and the output, scaled by sqrt(d_model) on
-  the way in (`scale_embedding`), logits not scaled;
-- the decoder starting from EOS, then the target language's token, which t5x_mt forces
-  as its S-ENC-T-DEC decoder tag.
+`facebook/nllb-200-*`, `facebook/m2m100_*` and `Helsinki-NLP/opus-mt-*`: config.json,
+model.safetensors (or its shards with model.safetensors.index.json) and the tokenizer's
+files. t5x_mt's Transformer expresses each architecture exactly:
+- M2M-100 and NLLB-200 (transformers' M2M100ForConditionalGeneration): pre-LN layers and a
+  final LayerNorm per stack; sinusoids laid out as tensor2tensor does, the first token at
+  row pad_token_id + 1; the decoder starting from EOS, then the target language's token,
+  which t5x_mt forces as its S-ENC-T-DEC decoder tag;
+- Marian (MarianMTModel): post-LN layers; the paper's sinusoids from row 0; swish; a bias
+  on the logits; the decoder starting from padding; a SentencePiece model per side.
+Both: PyTorch's LayerNorm epsilon 1e-5 and one token embedding for both stacks and the
+output, scaled by sqrt(d_model) on the way in (`scale_embedding`), logits not scaled.
 
-The import writes a run folder every command reads: vocab.model (`hf_vocabulary`),
-config.gin (the architecture, tag strategy and vocabulary, which a fine-tuning run takes
-as its last --gin_file) and a parameters-only checkpoint at step 0. What the architecture
-cannot express (another model type, untied output weights, an activation t5x_mt lacks) is
-a UserError naming the setting.
+The import writes a run folder every command reads: vocab.model (and source_vocab.model
+for Marian: `hf_vocabulary`), config.gin (the architecture, tag strategy and vocabularies,
+which a fine-tuning run takes as its last --gin_file) and a parameters-only checkpoint at
+step 0. What the architecture cannot express (another model type, untied output weights,
+an activation t5x_mt lacks, a weight it has no place for) is a UserError naming it.
 """
 
 import dataclasses
@@ -32,6 +32,7 @@ import safetensors.numpy
 
 from t5x_mt import checkpoints
 from t5x_mt import files
+from t5x_mt import layers
 from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import parameter_layout as layout
@@ -41,17 +42,12 @@ from t5x_mt.data import tags
 from t5x_mt.errors import UserError
 from t5x_mt.pretrained import hf_vocabulary
 
-MODEL_TYPES = ('m2m_100',)
+MODEL_TYPES = ('m2m_100', 'marian')
 # Model types t5x_mt cannot import, and why.
-UNSUPPORTED = {
-    'marian': ('Marian (OPUS-MT) models segment the source and the target with '
-               'SentencePiece models of their own (source.spm, target.spm), and a t5x_mt '
-               'run has one vocabulary for both sides'),
-    'nllb-moe': ('NLLB-MoE\'s mixture-of-experts layers have no t5x_mt form'),
-}
+UNSUPPORTED = {'nllb-moe': 'NLLB-MoE\'s mixture-of-experts layers have no t5x_mt form'}
 # transformers' activation names whose function t5x_mt's MLP computes (its 'gelu' is
 # erf's, as transformers' is).
-ACTIVATIONS = {'relu': 'relu', 'gelu': 'gelu'}
+ACTIVATIONS = {'relu': 'relu', 'gelu': 'gelu', 'swish': 'swish', 'silu': 'swish'}
 LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's, which the checkpoints trained with.
 # t5x_mt's sublayer of each of transformers' attention modules, per stack.
 _ATTENTION = {'encoder': {'self_attn': 'attention'},
@@ -76,7 +72,7 @@ def read_config(directory: pathlib.Path) -> dict[str, Any]:
                     f'{UNSUPPORTED[model_type]}')
   if model_type not in MODEL_TYPES:
     raise UserError(f'{path}: model_type {model_type!r} is not one t5x_mt imports '
-                    f'({", ".join(MODEL_TYPES)}: M2M-100 and NLLB-200)')
+                    f'({", ".join(MODEL_TYPES)}: M2M-100 and NLLB-200, Marian)')
   return config
 
 
@@ -84,6 +80,10 @@ def _setting(config: dict[str, Any], name: str, path: pathlib.Path) -> Any:
   if name not in config:
     raise UserError(f'{path}: has no {name}')
   return config[name]
+
+
+def is_marian(config: dict[str, Any]) -> bool:
+  return config['model_type'] == 'marian'
 
 
 def model_settings(config: dict[str, Any], directory: pathlib.Path) -> dict[str, Any]:
@@ -101,20 +101,31 @@ def model_settings(config: dict[str, Any], directory: pathlib.Path) -> dict[str,
   if activation not in ACTIVATIONS:
     raise UserError(f'{path}: activation_function {activation!r} is not one t5x_mt computes '
                     f'({", ".join(ACTIVATIONS)})')
-  if not config.get('tie_word_embeddings', True):
-    raise UserError(f'{path}: tie_word_embeddings is false; t5x_mt ties the output '
-                    'projection to the shared embedding')
+  for shared in ('tie_word_embeddings', 'share_encoder_decoder_embeddings'):
+    if not config.get(shared, True):
+      raise UserError(f'{path}: {shared} is false; t5x_mt shares one token embedding '
+                      'between the stacks and the output')
+  marian = is_marian(config)
   return dict(
       emb_dim=get('d_model'), num_heads=heads, head_dim=get('d_model') // heads,
       mlp_dim=get('encoder_ffn_dim'), encoder_mlp_dim=get('encoder_ffn_dim'),
       decoder_mlp_dim=get('decoder_ffn_dim'), num_encoder_layers=get('encoder_layers'),
-      num_decoder_layers=get('decoder_layers'), layer_norm='pre',
-      position_embedding='sinusoidal', position_offset=get('pad_token_id') + 1,
+      num_decoder_layers=get('decoder_layers'), layer_norm='post' if marian else 'pre',
+      position_embedding='sinusoidal_vaswani' if marian else 'sinusoidal',
+      position_offset=0 if marian else get('pad_token_id') + 1,
       max_length=get('max_position_embeddings'), share_encoder_embedding=True,
-      logits_via_embedding=True, mlp_activation=ACTIVATIONS[activation],
+      logits_via_embedding=True, logits_bias=marian, mlp_activation=ACTIVATIONS[activation],
       scale_embeddings=bool(config.get('scale_embedding', False)),
       layer_norm_epsilon=LAYER_NORM_EPSILON,
       decoder_start_token=get('decoder_start_token_id'))
+
+
+def tag_strategy(config: dict[str, Any], vocabulary: hf_vocabulary.ConvertedVocabulary) -> str:
+  """fairseq's S-ENC-T-DEC; Marian's target tag before the source (T-ENC) where it has
+  language tokens, no tags in a bilingual model."""
+  if not is_marian(config):
+    return tags.S_ENC_T_DEC
+  return tags.T_ENC if vocabulary.languages else tags.NO_TAGS
 
 
 def read_weights(directory: pathlib.Path) -> dict[str, np.ndarray]:
@@ -165,51 +176,101 @@ def _norm(weights, prefix: str) -> dict[str, np.ndarray]:
   return {layout.NORM_SCALE: weights[f'{prefix}.weight'], layout.BIAS: weights[f'{prefix}.bias']}
 
 
-def _layer(weights, stack: str, index: int, heads: int, head_dim: int) -> dict[str, Any]:
+def _layer(weights, stack: str, index: int, config: network.TransformerConfig
+           ) -> dict[str, Any]:
   prefix = f'{stack}.layers.{index}'
   layer = {}
   for theirs, sublayer in _ATTENTION[stack].items():
-    layer[layout.SUBLAYER_MODULES[sublayer]] = _attention(weights, f'{prefix}.{theirs}', heads,
-                                                          head_dim)
-    layer[layout.layer_norm_name(sublayer, 'pre')] = _norm(weights,
-                                                           f'{prefix}.{_NORMS[theirs]}')
+    layer[layout.SUBLAYER_MODULES[sublayer]] = _attention(
+        weights, f'{prefix}.{theirs}', config.num_heads, config.head_dim)
+    layer[layout.layer_norm_name(sublayer, config.layer_norm)] = _norm(
+        weights, f'{prefix}.{_NORMS[theirs]}')
   layer[layout.MLP] = {layout.MLP_INPUT: _dense(weights, f'{prefix}.fc1'),
                        layout.MLP_OUTPUT: _dense(weights, f'{prefix}.fc2')}
-  layer[layout.layer_norm_name('mlp', 'pre')] = _norm(weights, f'{prefix}.{_NORMS["mlp"]}')
+  layer[layout.layer_norm_name('mlp', config.layer_norm)] = _norm(
+      weights, f'{prefix}.{_NORMS["mlp"]}')
   return layer
 
 
-def shared_embedding(weights: dict[str, np.ndarray], directory: pathlib.Path) -> np.ndarray:
+# Weights a checkpoint may hold that the model computes without: the tied copies of the
+# token embedding (checked equal) and the fixed sinusoids (checked to be the model's).
+_COPIES = ('encoder.embed_tokens.weight', 'decoder.embed_tokens.weight', 'lm_head.weight')
+_POSITION_TABLES = ('encoder.embed_positions.weight', 'decoder.embed_positions.weight')
+
+
+class _Weights(dict):
+  """The checkpoint's tensors by name, each name recorded when read."""
+
+  def __init__(self, tensors: dict[str, np.ndarray]):
+    super().__init__(tensors)
+    self.read = set()
+
+  def __getitem__(self, name: str) -> np.ndarray:
+    self.read.add(name)
+    return super().__getitem__(name)
+
+
+def shared_embedding(weights: _Weights, directory: pathlib.Path) -> np.ndarray:
   """The embedding every copy of the tied tables must equal (a UserError otherwise)."""
-  table = weights.get('shared.weight')
-  if table is None:
+  if 'shared.weight' not in weights:
     raise UserError(f'{directory}: the weights have no shared.weight (the token embedding)')
-  for name in ('encoder.embed_tokens.weight', 'decoder.embed_tokens.weight', 'lm_head.weight'):
+  table = weights['shared.weight']
+  for name in _COPIES:
     if name in weights and not np.array_equal(weights[name], table):
       raise UserError(f'{directory}: {name} differs from shared.weight; t5x_mt ties every '
                       'token table to one')
   return table
 
 
-def convert_params(weights: dict[str, np.ndarray], config: network.TransformerConfig,
+def _check_position_tables(weights: _Weights, config: network.TransformerConfig,
+                           directory: pathlib.Path) -> None:
+  """A UserError where a saved position table is not the sinusoids the model computes."""
+  for name in _POSITION_TABLES:
+    if name in weights:
+      saved = weights[name]
+      ours = layers.sinusoidal_table(len(saved), saved.shape[1], config.position_embedding)
+      if not np.allclose(saved, ours, atol=1e-5):
+        raise UserError(f'{directory}: {name} is not the {config.position_embedding} table '
+                        'of its config.json; t5x_mt computes the sinusoids')
+
+
+def convert_params(tensors: dict[str, np.ndarray], config: network.TransformerConfig,
                    checkpoint_ids: np.ndarray, directory: pathlib.Path) -> dict[str, Any]:
   """t5x_mt's parameter tree (unrolled layers) for `config`: each checkpoint tensor moved
-  to its place, embedding rows in t5x_mt's token order, rows past the vocabulary zero."""
-  table = shared_embedding(weights, directory)
-  embedding = np.zeros((config.vocab_size, table.shape[1]), np.float32)
-  embedding[:len(checkpoint_ids)] = table[checkpoint_ids]
-  params: dict[str, Any] = {layout.DECODER_EMBEDDING: {layout.EMBEDDING_TABLE: embedding}}
+  to its place, rows of the embedding (and the logits' bias) in t5x_mt's token order, rows
+  past the vocabulary zero. A UserError for a tensor missing, or one left over."""
+  weights = _Weights(tensors)
+  params: dict[str, Any] = {layout.DECODER_EMBEDDING: {
+      layout.EMBEDDING_TABLE: _rows(shared_embedding(weights, directory), checkpoint_ids,
+                                    config.vocab_size)}}
+  _check_position_tables(weights, config, directory)
   try:
     for stack in layout.STACKS:
-      side = {layout.layer_name(i): _layer(weights, stack, i, config.num_heads, config.head_dim)
+      side = {layout.layer_name(i): _layer(weights, stack, i, config)
               for i in range(getattr(config, f'num_{stack}_layers'))}
-      side[layout.FINAL_NORMS[stack]] = _norm(weights, f'{stack}.layer_norm')
+      if layout.has_final_norm(config.layer_norm):
+        side[layout.FINAL_NORMS[stack]] = _norm(weights, f'{stack}.layer_norm')
       params[stack] = side
+    if config.logits_bias:
+      params['decoder'][layout.LOGITS_BIAS] = _rows(
+          weights['final_logits_bias'].reshape(-1), checkpoint_ids, config.vocab_size)
   except KeyError as error:
-    raise UserError(f'{directory}: the weights have no {error.args[0]}, which an '
-                    'M2M-100 model of its config.json holds') from None
+    raise UserError(f'{directory}: the weights have no {error.args[0]}, which a model of '
+                    'its config.json holds') from None
+  left = sorted(set(weights) - weights.read)
+  if left:
+    raise UserError(f'{directory}: the weights hold {", ".join(left[:3])}' +
+                    (' ...' if len(left) > 3 else '') + ', which t5x_mt\'s model has no '
+                    'place for')
   _check_shapes(params, config, directory)
   return params
+
+
+def _rows(table: np.ndarray, checkpoint_ids: np.ndarray, rows: int) -> np.ndarray:
+  """`table`'s rows in t5x_mt's token order, zero past the vocabulary up to `rows`."""
+  ordered = np.zeros((rows, *table.shape[1:]), np.float32)
+  ordered[:len(checkpoint_ids)] = table[checkpoint_ids]
+  return ordered
 
 
 def _check_shapes(params: dict[str, Any], config: network.TransformerConfig,
@@ -242,8 +303,9 @@ def vocabulary_of(directory: pathlib.Path,
                                _setting(config, 'vocab_size', directory / 'config.json'))
 
 
-def gin_config(settings: dict[str, Any], vocabulary_path: str) -> str:
-  """config.gin of an imported run: its architecture, tag strategy and vocabulary, and
+def gin_config(settings: dict[str, Any], strategy: str, vocabulary_path: str,
+               source_vocabulary_path: str | None) -> str:
+  """config.gin of an imported run: its architecture, tag strategy and vocabularies, and
   nothing of training, so that it can close a fine-tuning run's --gin_file list."""
   lines = ['# The architecture, vocabulary and tags of a checkpoint imported by',
            '# launch/import_checkpoint.py. A run that starts from it gives this file as its',
@@ -251,10 +313,11 @@ def gin_config(settings: dict[str, Any], vocabulary_path: str) -> str:
            'import data_tasks', 'import t5x_mt.configurables', '',
            f'LAYER_NORM = {settings["layer_norm"]!r}',
            f'POSITION_EMBEDDING = {settings["position_embedding"]!r}',
-           f'TAG_STRATEGY = {tags.S_ENC_T_DEC!r}',
+           f'TAG_STRATEGY = {strategy!r}',
            f'VOCABULARY_PATH = {vocabulary_path!r}',
            'data_tasks.tag_strategy.strategy = %TAG_STRATEGY',
            'data_tasks.vocabulary_path.path = %VOCABULARY_PATH',
+           f'data_tasks.source_vocabulary_path.path = {source_vocabulary_path!r}',
            'network.TransformerConfig.layer_norm = %LAYER_NORM',
            'network.TransformerConfig.position_embedding = %POSITION_EMBEDDING']
   for name, value in sorted(settings.items()):
@@ -291,11 +354,15 @@ def import_checkpoint(path: str, output_dir: str) -> ImportedRun:
       vocab_size=run_vocabulary.padded_vocab_size(len(checkpoint_ids)), **settings)
   params = convert_params(read_weights(directory), config, vocabulary.checkpoint_ids,
                           directory)
+  final = run_layout.RunLayout(output)
   with files.staged_folder(output) as staging:
     run = run_layout.RunLayout(staging)
     files.write_bytes_atomically(run.vocabulary, vocabulary.model)
-    vocabulary_path = str(run_layout.RunLayout(output).vocabulary)
-    files.write_text_atomically(run.config, gin_config(settings, vocabulary_path))
+    if vocabulary.source_model:
+      files.write_bytes_atomically(run.source_vocabulary, vocabulary.source_model)
+    files.write_text_atomically(run.config, gin_config(
+        settings, tag_strategy(hf_config, vocabulary), str(final.vocabulary),
+        str(final.source_vocabulary) if vocabulary.source_model else None))
     saver = checkpoints.RunCheckpoints(str(staging), keep=1)
     try:
       saver.save_params(0, params)
