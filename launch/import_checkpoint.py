@@ -1,12 +1,13 @@
-"""Turns a pretrained Hugging Face checkpoint (NLLB-200, M2M-100) into a t5x_mt run folder.
+"""Turns a pretrained Hugging Face checkpoint (NLLB-200, M2M-100, OPUS-MT) into a run folder.
 
   python launch/import_checkpoint.py --format=huggingface \\
       --path=/data/nllb-200-distilled-600M --output_dir=/tmp/t5x_mt/nllb
 
 --path is a checkpoint folder as the Hugging Face hub holds it or `save_pretrained` writes
 it: config.json, model.safetensors (or shards with their index) and the tokenizer's files
-(sentencepiece.bpe.model with NLLB's tokenizer.json or M2M-100's vocab.json). Nothing is
-downloaded: bring the folder. The output holds vocab.model, config.gin and a parameters-
+(sentencepiece.bpe.model with NLLB's tokenizer.json or M2M-100's vocab.json; OPUS-MT's
+source.spm, target.spm and vocab.json). Nothing is downloaded: bring the folder. The
+output holds vocab.model (and OPUS-MT's source_vocab.model), config.gin and a parameters-
 only checkpoint at step 0, so that translate.py, evaluate.py, average_checkpoints.py and a
 fine-tuning run (train.init_from, with the output's config.gin as its last --gin_file) read
 it like any run. Languages are FLORES-200 codes as everywhere: --src_lang=eng_Latn
