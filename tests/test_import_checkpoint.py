@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 import seqio
+from sentencepiece import sentencepiece_model_pb2
 
 from conftest import saved_params
 from conftest import tiny_run_bindings
@@ -28,6 +29,7 @@ from t5x_mt.data import corpus_types
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
 from t5x_mt.export import ctranslate2_export
+from t5x_mt.pretrained import hf_vocabulary
 from t5x_mt.pretrained import huggingface
 from test_launch_translate_evaluate import run_in_process
 
@@ -314,3 +316,26 @@ def test_training_examples_are_segmented_as_the_checkpoints_tokenizer(imported, 
                                         strict=True):
     assert example['inputs'].tolist() == [ours[i] for i in input_ids if i != pad]
     assert example['targets'].tolist() == [ours[i] for i in labels if i != pad]
+
+
+def test_marian_language_codes_map_to_one_flores_code_each():
+  assert languages.marian_to_flores('hau') == 'hau_Latn'
+  assert languages.marian_to_flores('zho_Hant') == 'zho_Hant'
+  assert languages.marian_to_flores('zho') is None  # Two scripts in FLORES-200.
+  assert languages.marian_to_flores('xyz') is None
+
+
+def test_a_language_named_by_two_tokens_gets_one_tag(tmp_path):
+  folder = tmp_path / 'marian_mul'
+  shutil.copytree(CHECKPOINTS / 'marian_mul', folder)
+  tokens = json.loads((folder / 'vocab.json').read_text(encoding='utf-8'))
+  tokens['>>hau_Latn<<'] = len(tokens)  # After >>hau<<: the earlier token keeps the tag.
+  (folder / 'vocab.json').write_text(json.dumps(tokens), encoding='utf-8')
+  converted = hf_vocabulary.convert(folder, {'pad': tokens['<pad>'], 'eos': 0, 'bos': None},
+                                    len(tokens))
+  model = sentencepiece_model_pb2.ModelProto.FromString(converted.model)
+  named = {piece.piece: piece.type for piece in model.pieces}
+  assert named['<2hau_Latn>'] == named['<2yor_Latn>'] == model.SentencePiece.USER_DEFINED
+  assert named['>>hau_Latn<<'] == model.SentencePiece.CONTROL
+  tag_row = [piece.piece for piece in model.pieces].index('<2hau_Latn>')
+  assert converted.checkpoint_ids[tag_row] == tokens['>>hau<<']

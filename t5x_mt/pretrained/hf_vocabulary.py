@@ -74,7 +74,7 @@ def _required(directory: pathlib.Path, name: str, what: str) -> pathlib.Path:
 
 
 def tokenizer_family(directory: pathlib.Path) -> str:
-  """'nllb' or 'm2m100', from tokenizer_config.json's tokenizer class."""
+  """'nllb', 'm2m100' or 'marian', from tokenizer_config.json's tokenizer class."""
   config = _read_json(_required(directory, 'tokenizer_config.json',
                                 'its tokenizer_config.json (save_pretrained writes it)'))
   name = str(config.get('tokenizer_class', ''))
@@ -88,9 +88,12 @@ def tokenizer_family(directory: pathlib.Path) -> str:
 def _nllb_ids(directory: pathlib.Path) -> tuple[dict[str, int], dict[str, str]]:
   """NLLB-200: every token's id from tokenizer.json, and {token: FLORES-200 code} of its
   language tokens (its added tokens named by FLORES-200 codes)."""
-  tokenizer = _read_json(_required(directory, 'tokenizer.json',
-                                   'NLLB\'s tokenizer.json (its ids of every token)'))
-  ids = dict(tokenizer['model']['vocab'])
+  path = _required(directory, 'tokenizer.json', 'NLLB\'s tokenizer.json (its ids of every token)')
+  tokenizer = _read_json(path)
+  vocab = tokenizer.get('model', {}).get('vocab')
+  if not isinstance(vocab, dict):
+    raise UserError(f'{path}: has no model.vocab of token ids')
+  ids = dict(vocab)
   language_tokens = {}
   for added in tokenizer.get('added_tokens', []):
     ids[added['content']] = added['id']
@@ -101,7 +104,7 @@ def _nllb_ids(directory: pathlib.Path) -> tuple[dict[str, int], dict[str, str]]:
 
 
 def _m2m100_ids(directory: pathlib.Path) -> tuple[dict[str, int], dict[str, str]]:
-  """M-100: the dictionary of vocab.json, then a token per language of the tokenizer's
+  """M2M-100: the dictionary of vocab.json, then a token per language of the tokenizer's
   `language_codes` list and `num_madeup_words` made-up words, as its tokenizer numbers
   them."""
   ids = dict(_read_json(_required(directory, 'vocab.json',
@@ -156,6 +159,7 @@ def convert(directory: pathlib.Path, special_ids: dict[str, int | None],
   """
   family = tokenizer_family(directory)
   ids, language_tokens = _IDS[family](directory)
+  language_tokens = _one_token_per_language(language_tokens, ids)
   special_ids = {'unk': ids.get('<unk>'), **special_ids}
   names = {token_id: token for token, token_id in ids.items()}
   _check_ids(directory, ids, names, special_ids, embedding_rows)
@@ -172,6 +176,16 @@ def convert(directory: pathlib.Path, special_ids: dict[str, int | None],
   return ConvertedVocabulary(models[target_file],
                              models[source_file] if source_file else None,
                              np.asarray(order, np.int64), tuple(sorted(language_tokens.values())))
+
+
+def _one_token_per_language(language_tokens: dict[str, str],
+                            ids: dict[str, int]) -> dict[str, str]:
+  """The first token (by id) of each language: a tag is one piece, and a tokenizer may name
+  a language twice (Marian's `>>por<<` and `>>por_Latn<<`); the others stay unnamed."""
+  first: dict[str, str] = {}
+  for token in sorted(language_tokens, key=ids.__getitem__):
+    first.setdefault(language_tokens[token], token)
+  return {token: code for code, token in first.items()}
 
 
 def _sentencepiece(directory: pathlib.Path, name: str) -> Any:
