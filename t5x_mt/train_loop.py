@@ -35,10 +35,12 @@ from t5x_mt import run_layout
 from t5x_mt import run_vocabulary
 from t5x_mt import sharded_input
 from t5x_mt import trainer
+from t5x_mt.data import directions
 from t5x_mt.data import group_sampler
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import mixtures
 from t5x_mt.data import streamed_pipeline
+from t5x_mt.data import tags
 from t5x_mt.errors import UserError
 
 def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, vocabulary: bytes,
@@ -75,6 +77,17 @@ def _shared_vocabulary(spec: run_config.RunSpec, layout: run_layout.RunLayout) -
     tf.io.gfile.makedirs(os.path.dirname(path))
     files.write_bytes_atomically(path, vocabulary)
   return vocabulary
+
+
+def _check_targets_are_tagged(strategy: str, direction_names: Sequence[str]) -> None:
+  """A UserError for a run that tags no language but translates into several: its model
+  could not tell which one a source asks for."""
+  targets = sorted({directions.Direction.parse(name, 'MIXTURE_OR_TASK_NAME').tgt_lang
+                    for name in direction_names})
+  if strategy == tags.NO_TAGS and len(targets) > 1:
+    raise UserError(f"TAG_STRATEGY (data_tasks.tag_strategy.strategy): 'none' tags no "
+                    f'language, and the mixture translates into {len(targets)} '
+                    f'({", ".join(targets)}); choose a strategy with a target tag')
 
 
 def _run_directions(config: run_config.TrainConfig,
@@ -164,6 +177,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
                     'validation chrF++, which a language model (network.TransformerConfig.'
                     'decoder_only) has none of')
   direction_ids, direction_names = _run_directions(config, spec.model)
+  _check_targets_are_tagged(spec.data.tag_strategy, direction_names)
   vocabulary = _shared_vocabulary(spec, layout)
   model = models.TranslationModel(dataclasses.replace(spec.model, vocab_size=(
       run_vocabulary.padded_vocab_size(run_vocabulary.num_pieces(vocabulary)))))

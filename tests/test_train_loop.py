@@ -167,6 +167,8 @@ def test_unknown_mixture_is_named(tmp_path):
      "'sinusoidal_vaswani'"),
     ('LEARNING_RATE', "'fast'", r"peak_learning_rate \(LEARNING_RATE\): must be a number, "
      "got 'fast'"),
+    ('TAG_STRATEGY', "'none'", r"TAG_STRATEGY .*: 'none' tags no language, and the mixture "
+     r'translates into 2 \(eng_Latn, fra_Latn\)'),
 ])
 def test_bad_settings_are_named_before_model_dir_exists(tiny_mixture, tmp_path, binding, value,
                                                          message):
