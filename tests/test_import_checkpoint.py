@@ -23,6 +23,7 @@ import data_tasks
 from t5x_mt import configurables
 from t5x_mt import gin_utils
 from t5x_mt import languages
+from t5x_mt import layers
 from t5x_mt import run_loading
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
@@ -154,7 +155,34 @@ def _model_type(model_type: str):
   return change
 
 
+def _with_tensor(name: str, tensor: np.ndarray):
+  def change(folder: pathlib.Path) -> None:
+    tensors = safetensors.numpy.load_file(folder / 'model.safetensors')
+    safetensors.numpy.save_file({**tensors, name: tensor}, folder / 'model.safetensors')
+  return change
+
+
+def _saved_sinusoids(scale: float) -> np.ndarray:
+  """NLLB's position table as transformers keeps it (row 1, padding's, zero), times
+  `scale`."""
+  table = layers.sinusoidal_table(66, 16)
+  table[1] = 0.0
+  return table * scale
+
+
+def test_a_saved_position_table_of_the_models_sinusoids_imports(tmp_path):
+  folder = _broken_copy(tmp_path, _with_tensor('model.encoder.embed_positions.weights',
+                                               _saved_sinusoids(1.0)))
+  huggingface.import_checkpoint(str(folder), str(tmp_path / 'run'))
+  assert (tmp_path / 'run' / 'vocab.model').is_file()
+
+
 @pytest.mark.parametrize('change, message', [
+    (_with_tensor('model.encoder.embed_positions.weights', _saved_sinusoids(1.1)),
+     'encoder.embed_positions.weights is not the sinusoidal table of its config.json'),
+    (_with_tensor('model.encoder.layers.0.self_attn.rotary.weight', np.ones(4, np.float32)),
+     "the weights hold encoder.layers.0.self_attn.rotary.weight, which t5x_mt's model has "
+     'no place for'),
     (_model_type('bart'), "model_type 'bart' is not one t5x_mt imports"),
     (_model_type('nllb-moe'), "model_type 'nllb-moe' cannot be imported: NLLB-MoE's "
      'mixture-of-experts layers have no t5x_mt form'),

@@ -193,9 +193,9 @@ def _layer(weights, stack: str, index: int, config: network.TransformerConfig
 
 
 # Weights a checkpoint may hold that the model computes without: the tied copies of the
-# token embedding (checked equal) and the fixed sinusoids (checked to be the model's).
+# token embedding (checked equal) and the fixed sinusoids under `{stack}.embed_positions.`
+# (checked to be the model's where they are a table).
 _COPIES = ('encoder.embed_tokens.weight', 'decoder.embed_tokens.weight', 'lm_head.weight')
-_POSITION_TABLES = ('encoder.embed_positions.weight', 'decoder.embed_positions.weight')
 
 
 class _Weights(dict):
@@ -224,14 +224,17 @@ def shared_embedding(weights: _Weights, directory: pathlib.Path) -> np.ndarray:
 
 def _check_position_tables(weights: _Weights, config: network.TransformerConfig,
                            directory: pathlib.Path) -> None:
-  """A UserError where a saved position table is not the sinusoids the model computes."""
-  for name in _POSITION_TABLES:
-    if name in weights:
-      saved = weights[name]
-      ours = layers.sinusoidal_table(len(saved), saved.shape[1], config.position_embedding)
-      if not np.allclose(saved, ours, atol=1e-5):
-        raise UserError(f'{directory}: {name} is not the {config.position_embedding} table '
-                        'of its config.json; t5x_mt computes the sinusoids')
+  """A UserError where a saved position table is not, in the rows the model reads (from
+  `position_offset` on), the sinusoids the model computes."""
+  for name in [name for name in weights if '.embed_positions.' in name]:
+    saved = weights[name]
+    if saved.ndim != 2:
+      continue  # fairseq's placeholder for the table's dtype and device.
+    ours = layers.sinusoidal_table(len(saved), saved.shape[1], config.position_embedding)
+    first = config.position_offset
+    if not np.allclose(saved[first:], ours[first:], atol=1e-5):
+      raise UserError(f'{directory}: {name} is not the {config.position_embedding} table '
+                      'of its config.json; t5x_mt computes the sinusoids')
 
 
 def convert_params(tensors: dict[str, np.ndarray], config: network.TransformerConfig,
