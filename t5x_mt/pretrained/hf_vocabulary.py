@@ -91,6 +91,8 @@ def _nllb_ids(directory: pathlib.Path) -> tuple[dict[str, int], dict[str, str]]:
   path = _required(directory, 'tokenizer.json', 'NLLB\'s tokenizer.json (its ids of every token)')
   tokenizer = _read_json(path)
   vocab = tokenizer.get('model', {}).get('vocab')
+  if isinstance(vocab, list):  # A unigram model's [piece, score] pairs, in id order.
+    vocab = {piece: index for index, (piece, _) in enumerate(vocab)}
   if not isinstance(vocab, dict):
     raise UserError(f'{path}: has no model.vocab of token ids')
   ids = dict(vocab)
