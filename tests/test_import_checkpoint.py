@@ -367,3 +367,15 @@ def test_a_language_named_by_two_tokens_gets_one_tag(tmp_path):
   assert named['>>hau_Latn<<'] == model.SentencePiece.CONTROL
   tag_row = [piece.piece for piece in model.pieces].index('<2hau_Latn>')
   assert converted.checkpoint_ids[tag_row] == tokens['>>hau<<']
+
+
+def test_a_unigram_tokenizer_json_lists_its_pieces_in_id_order(tmp_path):
+  folder = tmp_path / 'nllb'
+  shutil.copytree(CHECKPOINTS / 'nllb', folder)
+  tokenizer = json.loads((folder / 'tokenizer.json').read_text(encoding='utf-8'))
+  pieces = sorted(tokenizer['model']['vocab'].items(), key=lambda item: item[1])
+  tokenizer['model']['vocab'] = [[piece, 0.0] for piece, _ in pieces]
+  (folder / 'tokenizer.json').write_text(json.dumps(tokenizer), encoding='utf-8')
+  config = huggingface.read_config(folder)
+  np.testing.assert_array_equal(huggingface.vocabulary_of(folder, config).checkpoint_ids,
+                                _checkpoint_ids('nllb'))
