@@ -81,6 +81,11 @@ class TranslationModel:
   """
 
   def __init__(self, config: network.TransformerConfig):
+    # Checked here, where the vocabulary is known: gin binds the rest of the config first.
+    if config.decoder_start_token >= config.vocab_size:
+      raise UserError(f'network.TransformerConfig.decoder_start_token: '
+                      f'{config.decoder_start_token} is no token of the {config.vocab_size} '
+                      'the model embeds')
     self.config = config
     self.module = network.Transformer(config)
     self._decoding_module = self.module

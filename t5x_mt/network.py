@@ -129,9 +129,6 @@ class TransformerConfig:
     if self.decoder_only and self.num_encoder_layers:
       raise UserError(f"{name('decoder_only')}: a language model has no encoder; set "
                       f"{name('num_encoder_layers')} = 0, not {self.num_encoder_layers}")
-    if self.decoder_start_token >= self.vocab_size:
-      raise UserError(f"{name('decoder_start_token')}: {self.decoder_start_token} is no token "
-                      f'of the {self.vocab_size} the model embeds')
     if self.relative_in_decoder and not relative:
       raise UserError(f"{name('relative_in_decoder')}: needs position_embedding = "
                       f"'relative', not {self.position_embedding!r}")

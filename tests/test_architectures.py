@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from t5x_mt import layers
+from t5x_mt import models
 from t5x_mt import network
 from t5x_mt import parameter_layout
 from t5x_mt.errors import UserError
@@ -204,6 +205,14 @@ def test_beam_search_of_each_variant_scores_its_outputs_as_teacher_forcing(name,
                                                            dropout_rate=0.0), (2, 4, 8), seed)
 
 
+def test_a_decoder_start_past_the_vocabulary_is_refused_in_one_line():
+  with pytest.raises(UserError) as error:
+    models.TranslationModel(dataclasses.replace(TINY, decoder_start_token=TINY.vocab_size))
+  assert str(error.value) == (f'network.TransformerConfig.decoder_start_token: '
+                              f'{TINY.vocab_size} is no token of the {TINY.vocab_size} the '
+                              'model embeds')
+
+
 def test_fairseq_conventions_decode_as_they_teacher_force():
   # An imported model's decoder starts from EOS's embedding and reads position rows from 2
   # on: a cached step must find both where teacher forcing does.
@@ -222,9 +231,6 @@ def test_fairseq_conventions_decode_as_they_teacher_force():
      "tables; use 'auto' or 'xla', or set network.TransformerConfig.relative_values = False"),
     (dict(layer_norm='post_ln'),
      "network.TransformerConfig.layer_norm: 'post_ln' is not one of 'post', 'post_b2t', 'pre'"),
-    (dict(decoder_start_token=TINY.vocab_size),
-     f'network.TransformerConfig.decoder_start_token: {TINY.vocab_size} is no token of the '
-     f'{TINY.vocab_size} the model embeds'),
     (dict(layer_norm_epsilon=0.0),
      'network.TransformerConfig.layer_norm_epsilon: must be > 0.0, got 0.0'),
 ])
