@@ -11,7 +11,9 @@ output holds vocab.model (and OPUS-MT's source_vocab.model), config.gin and a pa
 only checkpoint at step 0, so that translate.py, evaluate.py, average_checkpoints.py and a
 fine-tuning run (train.init_from, with the output's config.gin as its last --gin_file) read
 it like any run. Languages are FLORES-200 codes as everywhere: --src_lang=eng_Latn
---tgt_lang=hau_Latn, whichever codes the checkpoint's tokenizer uses.
+--tgt_lang=hau_Latn, whichever codes the checkpoint's tokenizer uses. --directions records
+the directions a model translates (a bilingual OPUS-MT model's: its files do not say), so
+that commands refuse any other target.
 """
 
 import argparse
@@ -28,6 +30,10 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
                       help='the checkpoint\'s format')
   parser.add_argument('--path', required=True, help='the checkpoint folder')
   parser.add_argument('--output_dir', required=True, help='new run folder to write')
+  parser.add_argument('--directions', default='',
+                      help='comma-separated directions the model translates, e.g. '
+                           'eng_Latn-hau_Latn for a bilingual OPUS-MT model: recorded so that '
+                           'commands refuse other targets (default: none recorded)')
   args = parser.parse_args(argv)
   files.check_output(args.output_dir, '--output_dir', folder=True)
   return args
@@ -37,7 +43,9 @@ def main(argv: list[str]) -> int:
   args = parse_flags(argv)
   cli.start_tensorflow()
   from t5x_mt.pretrained import huggingface  # pylint: disable=g-import-not-at-top
-  imported = huggingface.import_checkpoint(args.path, args.output_dir)
+  imported = huggingface.import_checkpoint(
+      args.path, args.output_dir,
+      [name for name in args.directions.split(',') if name.strip()])
   config = imported.config
   print(f'imported {args.path} into {args.output_dir}: {config.num_encoder_layers}+'
         f'{config.num_decoder_layers} layers, d {config.emb_dim}, {imported.num_tokens} '

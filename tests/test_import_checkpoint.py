@@ -379,3 +379,30 @@ def test_a_unigram_tokenizer_json_lists_its_pieces_in_id_order(tmp_path):
   config = huggingface.read_config(folder)
   np.testing.assert_array_equal(huggingface.vocabulary_of(folder, config).checkpoint_ids,
                                 _checkpoint_ids('nllb'))
+
+
+def test_recorded_directions_refuse_other_targets(tmp_path, monkeypatch, capsys):
+  run = tmp_path / 'run'
+  code, _, err = run_in_process('import_checkpoint.py', [
+      f'--path={CHECKPOINTS / "marian"}', f'--output_dir={run}',
+      '--directions=eng_Latn-hau_Latn'], monkeypatch, capsys)
+  assert code == 0, err
+  source = tmp_path / 'source.txt'
+  source.write_text('Kenya\n', encoding='utf-8')
+  code, _, err = run_in_process('translate.py', [
+      f'--checkpoint_dir={run}', '--src_lang=eng_Latn', '--tgt_lang=yor_Latn',
+      f'--input={source}'], monkeypatch, capsys)
+  assert code == 2
+  assert err.strip() == ('error: yor_Latn: the model was never trained to translate into it; '
+                         'it translates into hau_Latn')
+
+
+def test_a_direction_in_a_language_the_checkpoint_lacks_is_refused(tmp_path, monkeypatch,
+                                                                   capsys):
+  code, _, err = run_in_process('import_checkpoint.py', [
+      f'--path={CHECKPOINTS / "m2m100"}', f'--output_dir={tmp_path / "run"}',
+      '--directions=eng_Latn-kin_Latn'], monkeypatch, capsys)
+  assert code == 2
+  assert err.strip() == ('error: --directions: eng_Latn-kin_Latn: the checkpoint has no token '
+                         'for kin_Latn')
+  assert not (tmp_path / 'run').exists()

@@ -20,6 +20,7 @@ step 0. What the architecture cannot express (another model type, untied output 
 an activation t5x_mt lacks, a weight it has no place for) is a UserError naming it.
 """
 
+from collections.abc import Sequence
 import dataclasses
 import json
 import logging
@@ -39,6 +40,7 @@ from t5x_mt import parameter_layout as layout
 from t5x_mt import run_layout
 from t5x_mt import run_vocabulary
 from t5x_mt.data import tags
+from t5x_mt.data.directions import Direction
 from t5x_mt.errors import UserError
 from t5x_mt.pretrained import hf_vocabulary
 
@@ -338,9 +340,25 @@ class ImportedRun:
   languages: tuple[str, ...]
 
 
-def import_checkpoint(path: str, output_dir: str) -> ImportedRun:
+def _checked_directions(names: Sequence[str], vocabulary: hf_vocabulary.ConvertedVocabulary
+                        ) -> list[str]:
+  """`names` ('eng_Latn-hau_Latn') parsed; where the checkpoint has language tokens, each
+  language must have one."""
+  parsed = [Direction.parse(name, '--directions') for name in names]
+  for direction in parsed:
+    for lang in (direction.src_lang, direction.tgt_lang):
+      if vocabulary.languages and lang not in vocabulary.languages:
+        raise UserError(f'--directions: {direction.name}: the checkpoint has no token for '
+                        f'{lang}')
+  return [direction.name for direction in parsed]
+
+
+def import_checkpoint(path: str, output_dir: str, directions: Sequence[str] = ()
+                      ) -> ImportedRun:
   """Writes the checkpoint folder `path` as a run folder at `output_dir` (whole or not at
-  all)."""
+  all). `directions` ('eng_Latn-hau_Latn'), if any, are recorded as the run's
+  (directions.json), so that commands refuse any other target: a bilingual OPUS-MT model's
+  direction is in its name on the hub, not in its files."""
   directory = pathlib.Path(path).expanduser()
   if not directory.is_dir():
     raise UserError(f'--path: {path} is not a directory')
@@ -350,6 +368,7 @@ def import_checkpoint(path: str, output_dir: str) -> ImportedRun:
   hf_config = read_config(directory)
   settings = model_settings(hf_config, directory)
   vocabulary = vocabulary_of(directory, hf_config)
+  directions = _checked_directions(directions, vocabulary)
   checkpoint_ids = list(vocabulary.checkpoint_ids)
   settings['decoder_start_token'] = checkpoint_ids.index(settings['decoder_start_token'])
   _warn_training_only(hf_config)
@@ -363,6 +382,8 @@ def import_checkpoint(path: str, output_dir: str) -> ImportedRun:
     files.write_bytes_atomically(run.vocabulary, vocabulary.model)
     if vocabulary.source_model:
       files.write_bytes_atomically(run.source_vocabulary, vocabulary.source_model)
+    if directions:
+      run.write_directions(directions)
     files.write_text_atomically(run.config, gin_config(
         settings, tag_strategy(hf_config, vocabulary), str(final.vocabulary),
         str(final.source_vocabulary) if vocabulary.source_model else None))
