@@ -389,6 +389,15 @@ class StopEarly(Action):
     if new_best or self.stop_requested():
       run.save(step)
 
+  def count_last(self, run: Run, summary: dict[str, Any]) -> None:
+    """Counts the evaluation of the step the run ends at, which `Evaluate` leaves to the
+    final evaluations, so that a last step better than every earlier one is the best
+    (the step the test split scores); a run that stopped early ends at a counted step."""
+    evaluations = self.record.evaluations
+    if not evaluations or evaluations[-1][0] != summary['step']:
+      self.record.update(summary['step'], summary)
+      run.checkpoints.protect(self.record.best_step)
+
   def report(self, summary: dict[str, Any]) -> None:
     """Names the best validation step beside the last one in the final summary and log."""
     summary['best'] = {'step': self.record.best_step, 'chrf': self.record.best_chrf}

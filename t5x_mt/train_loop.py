@@ -249,13 +249,13 @@ def _final_evaluations(run: run_lib.Run, step: int, evaluate: actions.Evaluate,
   the test split's, scored at the step validation selected."""
   run.translator.params = run.state.params
   summary = evaluate.evaluate(run, step)
-  best_step = stop_early and stop_early.record.best_step
-  if best_step is not None:
+  if stop_early:
+    stop_early.count_last(run, summary)
     stop_early.report(summary)
   evaluate.write(run, summary, test=False)
   if not run.config.evaluate_test_split:
     return
-  selected = step if best_step is None else best_step
+  selected = stop_early.record.best_step if stop_early else step
   if selected != step:
     run.translator.params = run.checkpoints.restore_params(selected, run.state.params)
   evaluate.write(run, evaluate.evaluate(run, selected, split='test'), test=True)
