@@ -1,8 +1,9 @@
 """Writes the tiny Hugging Face checkpoints that the import tests read, with what
 `transformers` computes from them.
 
-  pip install -r bench/requirements.txt   # torch and transformers, in an environment of
-                                          # their own: t5x_mt never needs them
+  # torch and transformers, in an environment of their own: t5x_mt never needs them.
+  python3 -m venv /tmp/hf && . /tmp/hf/bin/activate
+  pip install -r bench/requirements.txt sentencepiece protobuf babel==2.18.0
   python tools/make_hf_checkpoints.py --output_dir=tests/checkpoints/huggingface
 
 Each checkpoint is a real `transformers` model of a random tiny configuration (seeded),
@@ -11,8 +12,11 @@ saved by `save_pretrained` beside the tokenizer files its family ships:
   and tokenizer.json, FLORES-200 language codes), two embedding rows past the tokenizer as
   NLLB-200's own configuration has;
 - `m2m100`: the same architecture with M2M-100's tokenizer (vocab.json in an order of its
-  own, not the SentencePiece model's, `__xx__` language tokens and made-up words).
-The SentencePiece model is a small BPE model trained here on CLDR text from `babel`.
+  own, not the SentencePiece model's, `__xx__` language tokens and made-up words);
+- `marian`, `marian_mul`: MarianMTModel (post-LN, swish, a bias on the logits) with
+  OPUS-MT's tokenizer: a SentencePiece model per side and a joint vocab.json, with
+  target-language tokens (`>>hau<<`, `>>yor<<`) in `marian_mul`.
+The SentencePiece models are small ones trained here on CLDR text from `babel`.
 
 Beside them, `expected.json` holds fixed source and target sentences, the ids the
 checkpoint's tokenizer gives them, the greedy outputs of `generate` (ids and text) and
