@@ -8,6 +8,7 @@ import shutil
 
 import ctranslate2
 import gin
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -94,8 +95,9 @@ def test_imported_logits_equal_transformers(imported, name):
   to_ours = np.vectorize(lambda checkpoint_id: ours[int(checkpoint_id)])
   inputs, targets = to_ours(np.array(expected['input_ids'])), to_ours(np.array(expected['labels']))
   decoder_inputs = np.pad(targets[:, :-1], ((0, 0), (1, 0)))  # t5x_mt's start is token 0.
-  logits = translator.model.module.apply({'params': translator.params}, jnp.asarray(inputs),
-                                         jnp.asarray(decoder_inputs), jnp.asarray(targets))
+  logits = jax.jit(translator.model.module.apply)(
+      {'params': translator.params}, jnp.asarray(inputs), jnp.asarray(decoder_inputs),
+      jnp.asarray(targets))
   theirs = np.load(CHECKPOINTS / name / 'expected_logits.npy')[..., checkpoint_ids]
   real = targets > 0
   # Two float32 computations of a random post-LN model: a logit near 0.33 may differ in
