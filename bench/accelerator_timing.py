@@ -12,7 +12,7 @@ beam search (`prediction.predict_batch`) over `--decode_batch` random source row
 randomly initialised parameters and to the full `--length`, since an untrained model's
 outputs run on. The two attention settings alternate in `--rounds` blocks; each side's
 median is reported with the ratio, XLA's time over the kernels'. Reads the model file
-without the data pipeline (`t5x_mt.gin_model`), so it needs no TensorFlow.
+without the data pipeline (`t5x_mt.config.gin_model`), so it needs no TensorFlow.
 """
 
 import argparse
@@ -31,11 +31,11 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import train_throughput  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from t5x_mt import gin_model  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5x_mt import gin_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.config import gin_model  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.config import gin_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt import kernels  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5x_mt import models  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5x_mt import prediction  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.model import models  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.decoding import prediction  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 SETTINGS = ('xla', 'auto')
 

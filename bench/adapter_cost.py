@@ -8,7 +8,7 @@ The tiny demo model (3+3 layers, d 256) with the demo's 7 target-language adapte
 rows that mix two directions. Times the gradient of the loss (forward and backward) of
 three models, interleaved in one process so machine noise hits all alike:
   base          no adapters
-  adapters      t5x_mt.adapters as shipped: one normalisation of each layer's output,
+  adapters      t5x_mt.model.adapters as shipped: one normalisation of each layer's output,
                 shared by the adapters' LayerNorms (each its own scale and bias)
   adapters_ln   the same adapters, each normalising the layer output itself
 The FLOPs of their bottleneck matmuls are the cost to expect (bench/README.md compares).
@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5x_mt import adapters
-from t5x_mt import network
-from t5x_mt.data.directions import Direction
+from t5x_mt.model import adapters
+from t5x_mt.model import network
+from t5x_mt.core.directions import Direction
 
 KEYS = ('eng_Latn', 'fra_Latn', 'hau_Latn', 'swh_Latn', 'zul_Latn', 'amh_Ethi', 'yor_Latn')
 BOTTLENECKS = (256, 256, 256, 256, 128, 128, 64)

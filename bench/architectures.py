@@ -31,12 +31,12 @@ import subprocess
 import sys
 from typing import Any
 
-from t5x_mt import charts
-from t5x_mt import cli
-from t5x_mt import files
-from t5x_mt import run_layout
-from t5x_mt import training_curve
-from t5x_mt.errors import UserError
+from t5x_mt.core import charts
+from t5x_mt.core import cli
+from t5x_mt.core import files
+from t5x_mt.runs import run_layout
+from t5x_mt.runs import training_curve
+from t5x_mt.core.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DEMO = 'gin/runs/demo.gin'
@@ -49,7 +49,7 @@ DEEP_NARROW = (f'{_CONFIG}.num_encoder_layers=12', f'{_CONFIG}.num_decoder_layer
                f'{_CONFIG}.emb_dim=64', f'{_CONFIG}.num_heads=2', f'{_CONFIG}.head_dim=32',
                f'{_CONFIG}.mlp_dim=256', f'{_CONFIG}.scan_layers=True', '--gin.TRAIN_STEPS=150',
                '--gin.WARMUP_STEPS=50', '--gin.LOG_EVERY_STEPS=10',
-               '--gin.inference.Translator.beam_size=1')
+               '--gin.decoding.DecodeSettings.beam_size=1')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,9 +87,9 @@ def scores(layout: run_layout.RunLayout, step: int, split: str) -> dict[str, Any
 def validation_loss(layout: run_layout.RunLayout, step: int) -> float:
   """Label-smoothed cross-entropy per target token over the validation split."""
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top  (after the flags)
-  from t5x_mt import baselines  # pylint: disable=g-import-not-at-top
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
-  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt.training import baselines  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   translator = run_loading.load_translator(str(layout.root), step)
   from_gin.configure_data(translator.vocabulary_file)
   run = configurables.train_config()  # The run's settings, from its config.gin.

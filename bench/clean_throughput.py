@@ -26,7 +26,7 @@ import collections
 import math
 import time
 
-from t5x_mt import configurables
+from t5x_mt.config import configurables
 from t5x_mt.data import corpora
 from t5x_mt.data import readers
 from t5x_mt.data.cleaning import dedup
@@ -37,7 +37,7 @@ from t5x_mt.data.cleaning import pipeline
 from t5x_mt.data.cleaning.io import Record
 from t5x_mt.data.cleaning.steps import Pair
 from t5x_mt.data.cleaning.steps import STEPS
-from t5x_mt.gin_utils import parse_gin
+from t5x_mt.config.gin_utils import parse_gin
 
 MODEL_FILTERS = ('language_id', 'mdl_repeat', 'decontaminate', 'mined_scores')
 NORMALISATION = ('html_unescape', 'moses_punctuation', 'whitespace')

@@ -30,13 +30,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from t5x_mt import cli
-from t5x_mt import gin_utils
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import trainer
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.config import gin_utils
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.training import trainer
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 import train_throughput  # bench/: synthetic packed rows and the directions they use.
 
@@ -143,7 +143,7 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--max_host_gib', type=float, default=16.0)
   parser.add_argument('--only', default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(rest)
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top  (TF after cli setup)
   gin_utils.parse_gin([args.model], bindings)
   base = configurables.model_config(args.vocab_size)
   if args.only:  # The child process: one variant, one JSON line.

@@ -18,9 +18,9 @@ import time
 
 import gin
 
-from t5x_mt import cli
-from t5x_mt import gin_utils
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.config import gin_utils
+from t5x_mt.core.errors import UserError
 
 GIB = 2**30
 
@@ -50,8 +50,8 @@ VARIANTS = {
 
 def measure(variant: Variant, vocab_size: int, batch_size: int, length: int) -> dict:
   """The dry run's report of `variant`, with the seconds its compilation took."""
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top  (after TF starts)
-  from t5x_mt import dry_run  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top  (after TF starts)
+  from t5x_mt.training import dry_run  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   gin_utils.parse_gin(['gin/runs/demo.gin', f'gin/models/{variant.model}.gin'], [
       f'MESH_SHAPE = {variant.mesh_shape}', f'BATCH_SIZE = {batch_size}',

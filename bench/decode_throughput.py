@@ -28,13 +28,13 @@ from collections.abc import Callable
 import ctranslate2
 import jax
 
-from t5x_mt import cli
-from t5x_mt import evaluation
+from t5x_mt.core import cli
+from t5x_mt.evaluation import scoring
 from t5x_mt import export
-from t5x_mt import models
-from t5x_mt import run_layout
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.model import models
+from t5x_mt.runs import run_layout
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 # A pause before each timed run: thread pools spin-wait for work a while after a call
 # (OpenMP's in CTranslate2, XLA's), which would slow whichever side runs next.
@@ -111,7 +111,7 @@ def read_sources(args: argparse.Namespace) -> tuple[dict[str, list[str]], dict[s
 def main(argv: list[str]) -> int:
   args = parse_flags(argv)
   cli.start_tensorflow()
-  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top  (TF after cli setup)
   from t5x_mt.export import ctranslate2_export  # pylint: disable=g-import-not-at-top
   from t5x_mt.export import ctranslate2_translator  # pylint: disable=g-import-not-at-top
   overrides = {'beam_size': args.beam_size, 'batch_size': args.batch_size}
@@ -147,7 +147,7 @@ def report(tokenizer, seconds: dict[str, float], outputs: dict[str, Outputs],
 
   tokens_per_second = {name: sum(len(tokenizer.encode(line)) for line in flat(name)) /
                        seconds[name] for name in outputs}
-  chrf = {name: sum(evaluation.score_direction(outputs[name][direction],
+  chrf = {name: sum(scoring.score_direction(outputs[name][direction],
                                                references[direction])['chrf']
                     for direction in references) / len(references) for name in outputs}
   for name in outputs:

@@ -26,9 +26,9 @@ max(FLOPs / peak FLOP/s, bytes / peak bandwidth) at the chip's published peak.
 On a GPU or TPU the same script times each implementation natively (median of --repeats
 runs after warm-up), checks its gradients against XLA's, and times the real train step
 of a gin model file (`bench/train_throughput.py`'s, on synthetic packed rows in --dtype
-compute) for its MFU: the model FLOPs of `t5x_mt.flops` per second over the chip's peak.
+compute) for its MFU: the model FLOPs of `t5x_mt.model.flops` per second over the chip's peak.
 Neither part needs TensorFlow or seqio (the model file is read through
-`t5x_mt.gin_model`); only the TPU compiles do, through `t5x_mt.dry_run`.
+`t5x_mt.config.gin_model`); only the TPU compiles do, through `t5x_mt.training.dry_run`.
 """
 
 import argparse
@@ -44,14 +44,14 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from t5x_mt import cli
-from t5x_mt import files
-from t5x_mt import flops
-from t5x_mt import gin_model
-from t5x_mt import gin_utils
+from t5x_mt.core import cli
+from t5x_mt.core import files
+from t5x_mt.model import flops
+from t5x_mt.config import gin_model
+from t5x_mt.config import gin_utils
 from t5x_mt import kernels
-from t5x_mt import network
-from t5x_mt.errors import UserError
+from t5x_mt.model import network
+from t5x_mt.core.errors import UserError
 from t5x_mt.kernels import flash
 from t5x_mt.kernels import tpu_flash
 import train_throughput
@@ -230,9 +230,9 @@ def compile_target(chip_key: str) -> tuple[str, Any, str]:
     return 'lowered', None, ("lowered only: XLA's counts are of the HLO before the GPU "
                              'compiler fuses it, so they overstate the bytes XLA moves')
   try:
-    from t5x_mt import dry_run  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
+    from t5x_mt.training import dry_run  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
   except ImportError as error:
-    raise UnavailableChip(f't5x_mt.dry_run cannot be imported ({error})') from None
+    raise UnavailableChip(f't5x_mt.training.dry_run cannot be imported ({error})') from None
   if dry_run.libtpu_library() is None:
     raise UnavailableChip(f'libtpu is not installed in {dry_run.LIBTPU_DIR} '
                           '(docs/dry_run.md)')

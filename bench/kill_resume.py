@@ -70,10 +70,10 @@ def train_command(model_dir: pathlib.Path, args: argparse.Namespace) -> list[str
           f'--gin.BATCH_SIZE={args.batch_size}',
           f'--gin.CHECKPOINT_EVERY_STEPS={args.checkpoint_every_steps}',
           f'--gin.LOG_EVERY_STEPS={args.log_every_steps}',
-          '--gin.train_loop.train.evaluate_test_split=False',
-          '--gin.train_loop.train.progress_bar=False',
-          '--gin.train_loop.evaluate_directions.max_sentences=1',
-          '--gin.inference.Translator.beam_size=1']
+          '--gin.training.TrainConfig.evaluate_test_split=False',
+          '--gin.training.TrainConfig.progress_bar=False',
+          '--gin.training.EvalConfig.max_sentences=1',
+          '--gin.decoding.DecodeSettings.beam_size=1']
 
 
 @dataclasses.dataclass(frozen=True)

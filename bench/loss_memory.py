@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5x_mt import losses
-from t5x_mt.kernels import fused_loss
+from t5x_mt.model import losses
+from t5x_mt.model import fused_loss
 
 LABEL_SMOOTHING = 0.1
 

@@ -21,7 +21,7 @@ figure weights every shape by how often the step runs it. Ends with the figure l
 bench/README.md: `ratio` is the fraction of PyTorch's product throughput XLA reaches.
 
 Both sides use every core the process may run on; `taskset -c 0` gives one core's
-figures, as decoding runs (a batch per core, `inference.Translator.parallel_batches`).
+figures, as decoding runs (a batch per core, `decoding.DecodeSettings.parallel_batches`).
 """
 
 import argparse
@@ -34,10 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5x_mt import cli
-from t5x_mt import gin_utils
-from t5x_mt import network
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.config import gin_utils
+from t5x_mt.model import network
+from t5x_mt.core.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +179,7 @@ def report(figure: str, counts: dict[Product, int],
 
 def model_config(gin_file: str, vocab_size: int) -> network.TransformerConfig:
   """The TransformerConfig a gin model file sets, with `vocab_size` embedding rows."""
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top  (TF after cli setup)
   gin.clear_config()
   gin_utils.parse_gin([gin_file], [])
   return configurables.model_config(vocab_size)

@@ -40,10 +40,10 @@ def _train(num_processes: int, devices: int, steps: int, workdir: pathlib.Path,
            f'--gin.TRAIN_STEPS={steps}', f'--gin.LOG_EVERY_STEPS={max(steps // 6, 1)}',
            f"--gin.VOCABULARY_PATH='{workdir / 'vocab.model'}'", '--gin.INPUT_SHARDS=2',
            f'--gin.CHECKPOINT_EVERY_STEPS={steps}',
-           '--gin.train_loop.train.evaluate_test_split=False',
-           '--gin.train_loop.train.progress_bar=False',
-           '--gin.train_loop.evaluate_directions.max_sentences=1',
-           '--gin.inference.Translator.beam_size=1']
+           '--gin.training.TrainConfig.evaluate_test_split=False',
+           '--gin.training.TrainConfig.progress_bar=False',
+           '--gin.training.EvalConfig.max_sentences=1',
+           '--gin.decoding.DecodeSettings.beam_size=1']
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count='
              f'{devices // num_processes}')
   port = _free_port()

@@ -7,7 +7,7 @@ against the optax chain it replaces and against PyTorch's AdamW.
 The update is memory-bound: it reads every parameter, gradient and both moments and writes
 three of them back, so its time is a fixed cost of every training step whatever the batch.
 Timed, each on the model's real parameter shapes, interleaved, best of --repeats:
-  ours         t5x_mt.optimizers.clipped_adamw then optax.apply_updates, jitted, the
+  ours         t5x_mt.training.optimizers.clipped_adamw then optax.apply_updates, jitted, the
                parameters and state donated (as the train step does)
   optax_chain  optax.chain(clip_by_global_norm, adamw(mask=...)), jitted the same way
   torch_*      torch.nn.utils.clip_grad_norm_ then torch.optim.AdamW, 'fused=True' (one
@@ -24,10 +24,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from t5x_mt import cli
-from t5x_mt import gin_utils
-from t5x_mt import models
-from t5x_mt import optimizers
+from t5x_mt.core import cli
+from t5x_mt.config import gin_utils
+from t5x_mt.model import models
+from t5x_mt.training import optimizers
 
 SETTINGS = dict(b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.1,
                 mask=lambda params: jax.tree.map(lambda p: p.ndim > 1, params))
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--vocab_size', type=int, default=32128)
   parser.add_argument('--repeats', type=int, default=10)
   args = parser.parse_args(rest)
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top  (TF after cli setup)
   gin_utils.parse_gin([args.model], bindings)
   config = configurables.model_config(args.vocab_size)
   abstract = nn.meta.unbox(models.abstract_variables(config)['params'])

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from t5x_mt import cli
-from t5x_mt import evaluation
-from t5x_mt import nbest
-from t5x_mt import reranking
+from t5x_mt.core import cli
+from t5x_mt.evaluation import scoring
+from t5x_mt.decoding import nbest
+from t5x_mt.decoding import reranking
 
 NBEST_FEATURES = (nbest.FORWARD, nbest.FORWARD_NORMALIZED, nbest.LENGTH)
 RUN_FEATURES = (reranking.BACKWARD, reranking.RIGHT_TO_LEFT, reranking.LANGUAGE_MODEL)
@@ -66,8 +66,8 @@ def split_pairs(mixture: str, split: str, sentences: int | None
                 ) -> dict[str, tuple[Any, list[str], list[str]]]:
   """{direction name: (direction, sources, references)} of `split`, as the run's
   evaluations read them (under the run's config.gin, loaded with its model)."""
-  from t5x_mt import actions  # pylint: disable=g-import-not-at-top
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
+  from t5x_mt.training import actions  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
   config = dataclasses.replace(configurables.eval_config(), max_sentences=sentences)
   return {direction.name: (direction, *map(list, zip(*pairs)))
           for direction, pairs in actions.evaluation_pairs(mixture, config, split)}
@@ -125,7 +125,7 @@ def halves(lists: Lists) -> tuple[Lists, Lists]:
 
 def mean_scores(lists: Lists, choices: dict[str, list[int]]) -> dict[str, float]:
   """Mean over directions of corpus chrF++ and BLEU of `choices`."""
-  per_direction = [evaluation.score_direction(candidates.chosen(choices[name]), references)
+  per_direction = [scoring.score_direction(candidates.chosen(choices[name]), references)
                    for name, (candidates, references) in lists.items()]
   return {metric: float(np.mean([scores[metric] for scores in per_direction]))
           for metric in ('chrf', 'bleu')}
@@ -134,7 +134,7 @@ def mean_scores(lists: Lists, choices: dict[str, list[int]]) -> dict[str, float]
 def load_scorers(translator, args: argparse.Namespace) -> dict[str, Any]:
   """The scorer of each feature whose run exists, the forward run itself as backward by
   default (it translates both ways)."""
-  from t5x_mt import sequence_scoring  # pylint: disable=g-import-not-at-top
+  from t5x_mt.decoding import sequence_scoring  # pylint: disable=g-import-not-at-top
   scorers = {reranking.BACKWARD: (sequence_scoring.RunScorer(translator) if args.backward is None
                                   else sequence_scoring.RunScorer.load(args.backward))}
   for feature, run_dir in ((reranking.RIGHT_TO_LEFT, args.right_to_left),
@@ -151,7 +151,7 @@ def load_scorers(translator, args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
   args = parse_flags()
   cli.start_tensorflow()
-  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   translator = run_loading.load_translator(args.run, beam_size=args.beam_size)
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
   from_gin.configure_data()

@@ -53,9 +53,9 @@ def _pair(n: int) -> str:
 def measure(files: list[str], vocabulary: str, batches: int, in_memory: bool) -> dict:
   """In this process: the pipeline's pairs per second and this process's peak RSS."""
   import data_tasks  # pylint: disable=g-import-not-at-top  (after TF's log level is set)
-  from t5x_mt import partitioning  # pylint: disable=g-import-not-at-top
-  from t5x_mt import run_config  # pylint: disable=g-import-not-at-top
-  from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top
+  from t5x_mt.core import partitioning  # pylint: disable=g-import-not-at-top
+  from t5x_mt.training import run_config  # pylint: disable=g-import-not-at-top
+  from t5x_mt.training import train_loop  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import mixtures  # pylint: disable=g-import-not-at-top
   data_tasks.use_vocabulary(vocabulary)

@@ -14,7 +14,7 @@ encoder-decoder, ReLU, tied embeddings: the same layer shapes and parameter coun
 the extra embedding LayerNorms) at the same rows x length, one full row per sentence,
 trained the same way: label-smoothed cross entropy, AdamW, gradient clipping, dropout 0.1.
 The two alternate in `--rounds` blocks of `--steps` steps, each side's median step taken.
-Model FLOPs come from `t5x_mt.flops` for both; the peak is the best of NumPy, PyTorch and
+Model FLOPs come from `t5x_mt.model.flops` for both; the peak is the best of NumPy, PyTorch and
 jitted JAX, with and without XLA's oneDNN option (a subprocess each), on a 4096 x 4096
 float32 matmul. XLA_FLAGS in the environment apply to our model and the in-process JAX
 matmul. Ends with the figure lines bench/README.md describes.
@@ -31,15 +31,15 @@ import jax
 import numpy as np
 import tqdm
 
-from t5x_mt import cli
-from t5x_mt import flops
-from t5x_mt import gin_utils
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import partitioning
-from t5x_mt import trainer
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.model import flops
+from t5x_mt.config import gin_utils
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.core import partitioning
+from t5x_mt.training import trainer
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 # Directions of the synthetic sentence pairs (only their ids matter to the step's cost).
 DIRECTIONS = (('eng_Latn', 'hau_Latn'), ('fra_Latn', 'swh_Latn'), ('eng_Latn', 'yor_Latn'))
@@ -281,7 +281,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv: list[str]) -> int:
   args, bindings = parse_args(argv)
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top  (TF after cli setup)
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top  (TF after cli setup)
   gin_utils.parse_gin([args.model], bindings)
   config = configurables.model_config(args.vocab_size)
   if args.length > config.max_length:

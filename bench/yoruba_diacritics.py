@@ -22,10 +22,10 @@ import argparse
 import dataclasses
 import time
 
-from t5x_mt import cli
-from t5x_mt import diacritic_accuracy
-from t5x_mt.data import yoruba_marks
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.evaluation import diacritic_accuracy
+from t5x_mt.data.yoruba import yoruba_marks
+from t5x_mt.core.errors import UserError
 
 
 def parse_flags(argv: list[str]) -> argparse.Namespace:
@@ -70,7 +70,7 @@ def compare_settings(restorer, validation: list[str], dictionary) -> None:
   """Both accuracies on the run's validation lines for each of SETTINGS, beside the
   dictionary's."""
   # pylint: disable-next=g-import-not-at-top  (JAX after cli setup)
-  from t5x_mt import diacritics
+  from t5x_mt.decoding import diacritics
   stripped = [yoruba_marks.strip_marks(line) for line in validation]
   score = diacritic_accuracy.accuracy(dictionary.restore_lines(stripped), validation)
   print(f'{len(validation)} validation lines: dictionary {score.char_accuracy:.2%} '
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
   args = parse_flags(argv)
   cli.start_tensorflow()
   # pylint: disable=g-import-not-at-top  (TF after cli setup)
-  from t5x_mt import diacritics
+  from t5x_mt.decoding import diacritics
   from t5x_mt.data import corpora
   # pylint: enable=g-import-not-at-top
   references = corpora.get_corpus('flores200').sentences('validation', yoruba_marks.LANGUAGE)

@@ -35,9 +35,9 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from data_tasks import metrics
-from t5x_mt import files
-from t5x_mt import languages
-from t5x_mt import validation
+from t5x_mt.core import files
+from t5x_mt.core import languages
+from t5x_mt.core import validation
 from t5x_mt.data import cldr
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
@@ -46,11 +46,11 @@ from t5x_mt.data import streamed
 from t5x_mt.data import streamed_pipeline
 from t5x_mt.data import tags
 from t5x_mt.data import wmt22
-from t5x_mt.data.directions import Direction
+from t5x_mt.core.directions import Direction
 from t5x_mt.data.mixtures import MixtureView
 from t5x_mt.data.mixtures import TaskSource
 from t5x_mt.data.settings import DataSettings
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 # The directions of the embedded CLDR demo: English-centric both ways, French-centric
 # and non-English pairs, so every evaluation category (X-ENG, ENG-X, X-FRA, FRA-X, X-X)

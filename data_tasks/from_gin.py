@@ -11,8 +11,8 @@ gin.
 import dataclasses
 
 import data_tasks
-from t5x_mt import configurables
-from t5x_mt import run_config
+from t5x_mt.config import configurables
+from t5x_mt.training import run_config
 from t5x_mt.data.settings import DataSettings
 
 

@@ -6,7 +6,7 @@ pieces that mark data, not text: the forced decoder tag (`<2hau_Latn>`), a synth
 tag (`<BT>`, `<DA>`), a spare `TBD<i>` or the unknown piece (which SentencePiece spells
 `⁇`) a model let through. `postprocess_translation` drops them, as t5x_mt's own
 translator does, so that the metric scores the text a user would read. References are the Tasks' raw target text (`targets_pretokenized`) and are
-left as they are. The metric is the project's own sacreBLEU scoring (`t5x_mt.evaluation`:
+left as they are. The metric is the project's own sacreBLEU scoring (`t5x_mt.evaluation.scoring`:
 BLEU with 13a tokenisation, chrF++), so T5X's evaluator reports what t5x_mt's does.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import re
 from typing import Any
 
-from t5x_mt import evaluation
+from t5x_mt.evaluation import scoring
 from t5x_mt.data import tags
 
 # SentencePiece's text for the unknown piece.
@@ -44,5 +44,5 @@ def translation_metrics(targets: Sequence[str], predictions: Sequence[str]
                         ) -> dict[str, float]:
   """{'bleu': sacreBLEU BLEU, 'chrf': chrF++} of `predictions` against one reference each
   (a seqio metric_fn)."""
-  scores = evaluation.score_direction(predictions, targets)
+  scores = scoring.score_direction(predictions, targets)
   return {'bleu': scores['bleu'], 'chrf': scores['chrf']}

@@ -12,9 +12,9 @@ most of the gain; a run keeps as many checkpoints as `train.keep_checkpoints` (g
 
 import argparse
 
-from t5x_mt import cli
-from t5x_mt import files
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.core import files
+from t5x_mt.core.errors import UserError
 
 
 def parse_flags(argv: list[str]) -> argparse.Namespace:
@@ -41,7 +41,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
   args = parse_flags(argv)
   cli.start_tensorflow()
-  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   available = run_loading.saved_steps(args.checkpoint_dir)
   steps = args.steps
   if steps is None:

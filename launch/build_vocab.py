@@ -3,7 +3,7 @@
   python launch/build_vocab.py --gin_file=gin/runs/demo.gin [--gin.VOCAB_SIZE=8000 ...]
       [--output=PATH]
 
-Languages are sampled with p ∝ n^alpha (gin `train_loop.build_vocabulary.alpha`, 0.3) before
+Languages are sampled with p ∝ n^alpha (gin `runs.VocabularyConfig.alpha`, 0.3) before
 SentencePiece sees them. The model goes to the run's VOCABULARY_PATH (or --output); the
 command prints its number of pieces and, per language, its share of the sampled text and
 its pieces per word on the training text.
@@ -11,10 +11,10 @@ its pieces per word on the training text.
 
 import gin
 
-from t5x_mt import cli
-from t5x_mt import files
-from t5x_mt import gin_utils
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.core import files
+from t5x_mt.config import gin_utils
+from t5x_mt.core.errors import UserError
 
 
 def main(argv: list[str]) -> int:
@@ -31,8 +31,8 @@ def main(argv: list[str]) -> int:
   # pylint: disable=g-import-not-at-top  (gin needs the configurables)
   import data_tasks
   from data_tasks import from_gin
-  from t5x_mt import configurables
-  from t5x_mt import run_vocabulary
+  from t5x_mt.config import configurables
+  from t5x_mt.runs import run_vocabulary
   from t5x_mt.data import mixtures
   from t5x_mt.data import vocab
   # pylint: enable=g-import-not-at-top

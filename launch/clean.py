@@ -15,15 +15,15 @@ dropped/<src>-<tgt>.tsv, under a temporary name renamed to D once complete.
 import argparse
 import json
 
-from t5x_mt import cli
-from t5x_mt import files
-from t5x_mt import gin_utils
+from t5x_mt.core import cli
+from t5x_mt.core import files
+from t5x_mt.config import gin_utils
 from t5x_mt.data.cleaning import io as cleaning_io
 from t5x_mt.data.cleaning import pipeline
 from t5x_mt.data.cleaning import steps as cleaning_steps
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
-from t5x_mt.languages import check_language
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
+from t5x_mt.core.languages import check_language
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -98,7 +98,7 @@ def _score_columns(spec: str) -> tuple[tuple[str, int], ...]:
 
 
 def _step_names(args, bindings: list[str]) -> list[str]:
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top  (gin names)
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top  (gin names)
   if bool(args.preset) == bool(args.filters):
     raise UserError('give exactly one of --preset and --filters')
   gin_files = [str(pipeline.preset_file(args.preset))] if args.preset else []
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
   if args.chunk_lines < 1:
     raise UserError(f'--chunk_lines: must be >= 1, got {args.chunk_lines}')
   cli.start_tensorflow()
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
   specs = configurables.cleaning_specs(_step_names(args, bindings))
   sources = _sources(args)
   options = dict(write_dropped=args.dropped, overwrite=args.overwrite,

@@ -12,9 +12,9 @@ per-token loss and the token count, and the run and step it came from. A DRO run
 
 import json
 
-from t5x_mt import cli
-from t5x_mt import files
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.core import files
+from t5x_mt.core.errors import UserError
 
 
 def main(argv: list[str]) -> int:
@@ -36,9 +36,9 @@ def main(argv: list[str]) -> int:
   cli.start_tensorflow()
   import data_tasks  # pylint: disable=g-import-not-at-top
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
-  from t5x_mt import baselines  # pylint: disable=g-import-not-at-top
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
-  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt.training import baselines  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import mixtures  # pylint: disable=g-import-not-at-top
   step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
   translator = run_loading.load_translator(args.checkpoint_dir, step)

@@ -16,15 +16,16 @@ teacher (docs/decoding.md#ensembles).
 
 import argparse
 
-from t5x_mt import cli
-from t5x_mt import files
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.config import decoding_flags
+from t5x_mt.core import files
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 
 def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser = cli.argument_parser(__doc__)
-  cli.add_decoding_flags(parser)
+  decoding_flags.add_decoding_flags(parser)
   cli.add_distributed_flags(parser)
   parser.add_argument('--corpus', required=True, help='registered corpus to distil')
   parser.add_argument('--directions', required=True,
@@ -47,13 +48,13 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
   args = parse_flags(argv)
-  decoding = cli.decoding_overrides(args)
+  decoding = decoding_flags.decoding_overrides(args)
   cli.start_jax(args)
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
-  from t5x_mt import back_translation  # pylint: disable=g-import-not-at-top
-  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt.decoding import back_translation  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
-  model = cli.model_choice(args)
+  model = decoding_flags.model_choice(args)
   run_loading.load_run_config(args.checkpoint_dir or model['ensemble_members'][0][0])
   from_gin.configure_data()  # --corpus may be the teacher run's.
   corpus = corpora.get_corpus(args.corpus)

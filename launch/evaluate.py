@@ -27,17 +27,18 @@ import dataclasses
 import json
 from typing import Any
 
-from t5x_mt import cli
-from t5x_mt import files
-from t5x_mt import languages
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.config import decoding_flags
+from t5x_mt.core import files
+from t5x_mt.core import languages
+from t5x_mt.core.errors import UserError
 
 SINGLE_DIRECTION_FLAGS = ('src_lang', 'tgt_lang', 'src_file', 'ref_file')
 
 
 def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser = cli.argument_parser(__doc__)
-  cli.add_decoding_flags(parser, family_models=True)
+  decoding_flags.add_decoding_flags(parser, family_models=True)
   cli.add_distributed_flags(parser)
   parser.add_argument('--src_lang', help='FLORES-200 code of --src_file, e.g. eng_Latn')
   parser.add_argument('--tgt_lang', help='FLORES-200 code of --ref_file, e.g. hau_Latn')
@@ -60,7 +61,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser.add_argument('--max_sentences', type=int, default=None,
                       help="sentences per direction of --tasks (default: the run's setting)")
   args = parser.parse_args(argv)
-  cli.decoding_overrides(args)  # Fails on bad decoding flags before anything loads.
+  decoding_flags.decoding_overrides(args)  # Fails on bad decoding flags before anything loads.
   if args.max_sentences is not None and args.max_sentences < 1:
     raise UserError(f'--max_sentences: must be >= 1, got {args.max_sentences}')
   given = [f'--{name}' for name in SINGLE_DIRECTION_FLAGS if getattr(args, name) is not None]
@@ -79,9 +80,9 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
 
 def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[str, Any]:
   """Scores the translations of --src_file against --ref_file."""
-  from t5x_mt import evaluation  # pylint: disable=g-import-not-at-top
-  from t5x_mt import run_layout  # pylint: disable=g-import-not-at-top
-  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt.evaluation import scoring  # pylint: disable=g-import-not-at-top
+  from t5x_mt.runs import run_layout  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import readers  # pylint: disable=g-import-not-at-top
   sources = readers.read_lines(args.src_file)
   references = readers.read_lines(args.ref_file)
@@ -90,13 +91,13 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
                     f'{len(references)}: --src_file and --ref_file must be line-aligned')
   if not sources:
     raise UserError(f'{args.src_file} and {args.ref_file} are empty: no sentences to score')
-  translator = cli.load_model(args, args.step, decoding)
+  translator = decoding_flags.load_model(args, args.step, decoding)
   if args.checkpoint_dir is not None:
     run_layout.RunLayout(args.checkpoint_dir).warn_untrained(
         translator.legs(args.src_lang, args.tgt_lang))
   hypotheses = run_loading.translate_lines(translator, sources, args.src_lang, args.tgt_lang,
                                            progress_bar=True, source_name=args.src_file)
-  return evaluation.score_translations(sources, hypotheses, references,
+  return scoring.score_translations(sources, hypotheses, references,
                                       spm_model_path=args.spm_model, baseline=args.baseline)
 
 
@@ -122,11 +123,11 @@ def _check_split(names: list[str], split: str, corpus: str | None) -> None:
 
 def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[str, Any]:
   """Scores every direction of the --tasks and writes the run's eval/step_<N>.json."""
-  from t5x_mt import evaluation  # pylint: disable=g-import-not-at-top
-  from t5x_mt import processes  # pylint: disable=g-import-not-at-top
-  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
-  from t5x_mt import actions  # pylint: disable=g-import-not-at-top
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
+  from t5x_mt.evaluation import scoring  # pylint: disable=g-import-not-at-top
+  from t5x_mt.core import processes  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt.training import actions  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
   names = [name.strip() for name in args.tasks.split(',') if name.strip()]
   if not names:
@@ -134,7 +135,7 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   step = None
   if args.checkpoint_dir is not None:
     step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
-  translator = cli.load_model(args, step, decoding)
+  translator = decoding_flags.load_model(args, step, decoding)
   # After loading: the run's config.gin may import or name its own corpora and mixtures.
   import data_tasks  # pylint: disable=g-import-not-at-top
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
@@ -164,27 +165,27 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   for name in names:
     summary = actions.evaluate_directions(translator, name, step, settings, progress_bar=True)
     direction_scores.update(summary['directions'])
-  summary = evaluation.summarize(step, direction_scores)
+  summary = scoring.summarize(step, direction_scores)
   summary.update(split=args.split, task=', '.join(names))
   # Family models' scores belong to no one run; with --output_json the scores go there
   # alone, so an evaluation under other settings never replaces the run's own record.
   if args.checkpoint_dir is not None and args.output_json is None and processes.is_primary():
-    evaluation.write_eval_json(args.checkpoint_dir, summary, args.split)
+    scoring.write_eval_json(args.checkpoint_dir, summary, args.split)
   return summary
 
 
 def main(argv: list[str]) -> int:
   args = parse_flags(argv)
-  decoding = cli.decoding_overrides(args)
+  decoding = decoding_flags.decoding_overrides(args)
   cli.start_jax(args)
-  from t5x_mt import processes  # pylint: disable=g-import-not-at-top
+  from t5x_mt.core import processes  # pylint: disable=g-import-not-at-top
   if args.tasks is None:
     result = evaluate_files(args, decoding)
     print(json.dumps(result, sort_keys=True), flush=True)
   else:
     result = evaluate_tasks(args, decoding)
-    from t5x_mt import evaluation  # pylint: disable=g-import-not-at-top
-    print(evaluation.format_table(result), flush=True)
+    from t5x_mt.evaluation import scoring  # pylint: disable=g-import-not-at-top
+    print(scoring.format_table(result), flush=True)
   if args.output_json is not None and processes.is_primary():
     files.write_text_atomically(args.output_json,
                                 json.dumps(result, indent=2, sort_keys=True) + '\n')

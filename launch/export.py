@@ -16,9 +16,9 @@ line and nothing is written. An earlier export in --output_dir is replaced; any 
 non-empty folder is refused. docs/serving.md has the details.
 """
 
-from t5x_mt import cli
+from t5x_mt.core import cli
 from t5x_mt import export
-from t5x_mt import files
+from t5x_mt.core import files
 
 FORMATS = ('ctranslate2',)
 

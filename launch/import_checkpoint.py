@@ -9,7 +9,7 @@ it: config.json, model.safetensors (or shards with their index) and the tokenize
 source.spm, target.spm and vocab.json). Nothing is downloaded: bring the folder. The
 output holds vocab.model (and OPUS-MT's source_vocab.model), config.gin and a parameters-
 only checkpoint at step 0, so that translate.py, evaluate.py, average_checkpoints.py and a
-fine-tuning run (train.init_from, with the output's config.gin as its last --gin_file) read
+fine-tuning run (TrainConfig.init_from, with the output's config.gin as its last --gin_file) read
 it like any run. Languages are FLORES-200 codes as everywhere: --src_lang=eng_Latn
 --tgt_lang=hau_Latn, whichever codes the checkpoint's tokenizer uses. --directions records
 the directions a model translates (a bilingual OPUS-MT model's: its files do not say), so
@@ -18,8 +18,8 @@ that commands refuse any other target.
 
 import argparse
 
-from t5x_mt import cli
-from t5x_mt import files
+from t5x_mt.core import cli
+from t5x_mt.core import files
 
 FORMATS = ('huggingface',)
 

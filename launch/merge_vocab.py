@@ -12,8 +12,8 @@ and after the merge.
 
 import sentencepiece as spm
 
-from t5x_mt import cli
-from t5x_mt import files
+from t5x_mt.core import cli
+from t5x_mt.core import files
 from t5x_mt.data import readers
 from t5x_mt.data import vocab
 from t5x_mt.data import vocab_merge

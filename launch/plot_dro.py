@@ -9,11 +9,11 @@ lists, per group, p_g, q_g at the end, and the lowest and highest q_g seen.
 
 import json
 
-from t5x_mt import cli
-from t5x_mt import dro
-from t5x_mt import files
-from t5x_mt import run_layout
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.training import dro
+from t5x_mt.core import files
+from t5x_mt.runs import run_layout
+from t5x_mt.core.errors import UserError
 
 
 def main(argv: list[str]) -> int:

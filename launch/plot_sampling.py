@@ -8,10 +8,10 @@ Prints the table the chart draws. --temperature overrides the run's tau
 corpora it registers (register_from_config, wmt22_corpora) can be plotted.
 """
 
-from t5x_mt import cli
-from t5x_mt import files
-from t5x_mt import gin_utils
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.core import files
+from t5x_mt.config import gin_utils
+from t5x_mt.core.errors import UserError
 
 
 def main(argv: list[str]) -> int:

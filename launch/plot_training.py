@@ -11,11 +11,11 @@ the epochs trained. A run started before per-direction tokens were logged has no
 table.
 """
 
-from t5x_mt import cli
-from t5x_mt import files
-from t5x_mt import run_layout
-from t5x_mt import training_curve
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.core import files
+from t5x_mt.runs import run_layout
+from t5x_mt.runs import training_curve
+from t5x_mt.core.errors import UserError
 
 
 def corpus_tokens(layout: run_layout.RunLayout) -> dict[str, float]:
@@ -25,8 +25,8 @@ def corpus_tokens(layout: run_layout.RunLayout) -> dict[str, float]:
   import sentencepiece  # pylint: disable=g-import-not-at-top  (TensorFlow, JAX: after the flags)
   import data_tasks  # pylint: disable=g-import-not-at-top
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
-  from t5x_mt import configurables  # pylint: disable=g-import-not-at-top
-  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
   run_loading.load_run_config(str(layout.root))
   from_gin.configure_data()  # The run's data settings, corpora and mixtures.

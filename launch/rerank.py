@@ -25,14 +25,14 @@ Each hypothesis's features are those of its n-best line plus one per run given: 
 import argparse
 import json
 
-from t5x_mt import cli
-from t5x_mt import evaluation
-from t5x_mt import files
-from t5x_mt import languages
-from t5x_mt import nbest
-from t5x_mt import reranking
+from t5x_mt.core import cli
+from t5x_mt.evaluation import scoring
+from t5x_mt.core import files
+from t5x_mt.core import languages
+from t5x_mt.decoding import nbest
+from t5x_mt.decoding import reranking
 from t5x_mt.data import readers
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 RUN_FLAGS = ('backward', 'right_to_left', 'language_model')
 
@@ -156,7 +156,7 @@ def _add_run_features(candidates: reranking.Candidates, sources: list[str] | Non
   if not runs:
     return candidates
   cli.start_tensorflow()
-  from t5x_mt import sequence_scoring  # pylint: disable=g-import-not-at-top
+  from t5x_mt.decoding import sequence_scoring  # pylint: disable=g-import-not-at-top
   for flag, run_dir in runs.items():
     scorer = sequence_scoring.RunScorer.load(run_dir, batch_size=args.batch_size)
     if scorer.kind != reranking.RUN_FEATURES[flag]:
@@ -175,7 +175,7 @@ def _scores(candidates: reranking.Candidates, choices: list[int], references: li
   """BLEU and chrF++ of the decoder's first choices and of `choices`."""
   scores = {}
   for name, chosen in (('first_best', [0] * candidates.sentences), ('chosen', choices)):
-    direction_scores = evaluation.score_direction(candidates.chosen(chosen), references)
+    direction_scores = scoring.score_direction(candidates.chosen(chosen), references)
     scores[name] = {metric: direction_scores[metric] for metric in ('bleu', 'chrf')}
   return {'n': candidates.sentences, **scores}
 

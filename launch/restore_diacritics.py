@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 import contextlib
 import itertools
 
-from t5x_mt import cli
-from t5x_mt import files
+from t5x_mt.core import cli
+from t5x_mt.core import files
 from t5x_mt.data import readers
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 STDIN = '/dev/stdin'
 # Lines restored at once, in batches of --batch_size: enough for batches of similar
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
   if args.output is not None:
     files.check_output(args.output, '--output')
   cli.start_tensorflow()
-  from t5x_mt import diacritics  # pylint: disable=g-import-not-at-top  (imports JAX)
+  from t5x_mt.decoding import diacritics  # pylint: disable=g-import-not-at-top  (imports JAX)
   weight = {} if args.lexicon_weight is None else {'lexicon_weight': args.lexicon_weight}
   restorer = diacritics.load_restorer(args.checkpoint_dir, args.step, args.batch_size,
                                       unknown_words=args.unknown_words, **weight)

@@ -22,9 +22,9 @@ language identification covers the language) is refused.
 
 import argparse
 
-from t5x_mt import cli
-from t5x_mt import files
-from t5x_mt.data import selection_pipeline
+from t5x_mt.core import cli
+from t5x_mt.core import files
+from t5x_mt.data.selection import selection_pipeline
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -10,9 +10,9 @@ TPU VMs and Slurm).
 
 import json
 
-from t5x_mt import cli
-from t5x_mt import gin_utils
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.config import gin_utils
+from t5x_mt.core.errors import UserError
 
 
 def main(argv: list[str]) -> int:
@@ -36,9 +36,9 @@ def main(argv: list[str]) -> int:
   cli.start_jax(args)
   # pylint: disable=g-import-not-at-top  (gin needs the configurables)
   from data_tasks import from_gin
-  from t5x_mt import configurables
-  from t5x_mt import dry_run
-  from t5x_mt import train_loop
+  from t5x_mt.config import configurables
+  from t5x_mt.training import dry_run
+  from t5x_mt.training import train_loop
   # pylint: enable=g-import-not-at-top
   gin_utils.parse_gin(args.gin_file, args.gin_bindings + bindings)
   if args.dry_run:

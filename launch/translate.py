@@ -27,19 +27,20 @@ import argparse
 import contextlib
 import os
 
-from t5x_mt import cli
-from t5x_mt import files
-from t5x_mt import languages
-from t5x_mt import run_layout
+from t5x_mt.core import cli
+from t5x_mt.config import decoding_flags
+from t5x_mt.core import files
+from t5x_mt.core import languages
+from t5x_mt.runs import run_layout
 from t5x_mt.data import readers
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 STDIN = '/dev/stdin'
 
 
 def main(argv: list[str]) -> int:
   parser = cli.argument_parser(__doc__)
-  cli.add_decoding_flags(parser, family_models=True)
+  decoding_flags.add_decoding_flags(parser, family_models=True)
   cli.add_distributed_flags(parser)
   parser.add_argument('--src_lang', required=True, help='FLORES-200 code, e.g. eng_Latn')
   parser.add_argument('--tgt_lang', required=True, help='FLORES-200 code, e.g. hau_Latn')
@@ -60,17 +61,17 @@ def main(argv: list[str]) -> int:
     files.check_output(args.output, '--output')
   total = _line_count(args.input)
   cli.start_jax(args)
-  from t5x_mt import run_loading  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   if args.ctranslate2 is not None:
     # pylint: disable=g-import-not-at-top
-    from t5x_mt import diacritics
+    from t5x_mt.decoding import diacritics
     from t5x_mt.export import ctranslate2_translator
     # pylint: enable=g-import-not-at-top
     translator = diacritics.with_restored_marks(
         lambda: ctranslate2_translator.load_translator(args.ctranslate2, overrides),
         args.ctranslate2, overrides, '--ctranslate2')
   else:
-    translator = cli.load_model(args, args.step, overrides)
+    translator = decoding_flags.load_model(args, args.step, overrides)
   model_dir = args.checkpoint_dir or args.ctranslate2
   if model_dir is not None:
     run_layout.RunLayout(model_dir).warn_untrained(translator.legs(src_lang, tgt_lang))
@@ -106,7 +107,7 @@ def _nbest_lines(lists: list, first_index: int) -> str:
   """Moses n-best lines of consecutive sentences' hypotheses, the first sentence's
   index `first_index`: the summed log-probability, the beam's length-normalised score
   (also the total) and the generated pieces, EOS included."""
-  from t5x_mt import nbest  # pylint: disable=g-import-not-at-top
+  from t5x_mt.decoding import nbest  # pylint: disable=g-import-not-at-top
   return ''.join(
       nbest.format_entry(first_index + offset, hypothesis.text,
                          nbest.search_features(hypothesis.log_prob, hypothesis.score,
@@ -115,13 +116,13 @@ def _nbest_lines(lists: list, first_index: int) -> str:
 
 
 def _decoding_overrides(args: argparse.Namespace) -> dict:
-  """`cli.decoding_overrides`; an exported folder (--ctranslate2) names the model instead
+  """`decoding_flags.decoding_overrides`; an exported folder (--ctranslate2) names the model instead
   of the run flags, and holds one checkpoint."""
   if args.ctranslate2 is not None:
     for flag in ('checkpoint_dir', 'family_models', 'ensemble', 'step'):
       if getattr(args, flag) is not None:
         raise UserError(f'--{flag}: not with --ctranslate2, whose folder is the model')
-  return cli.decoding_overrides(args)
+  return decoding_flags.decoding_overrides(args)
 
 
 def _line_count(input_file: str | None) -> int | None:
@@ -138,7 +139,7 @@ def _output(output_file: str | None) -> Iterator[Callable[[str], None]]:
   """What writes each chunk of translations: to stdout, flushed at once, or to
   --output, which appears whole when the last chunk is written. Process 0 alone writes
   (the others translate alike)."""
-  from t5x_mt import processes  # pylint: disable=g-import-not-at-top
+  from t5x_mt.core import processes  # pylint: disable=g-import-not-at-top
   if output_file is None:
     yield lambda text: print(text, end='', flush=True)
   elif not processes.is_primary():

@@ -32,7 +32,7 @@ os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
 
 import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from t5x_mt import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.core import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # TensorFlow's native start-up lines, which an xdist controller would print (it does not
 # capture what its conftest writes), held back as the launch commands hold them back.
@@ -46,9 +46,9 @@ import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 import data_tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 import filelock  # pylint: disable=g-import-not-at-top,wrong-import-position
 from data_tasks import from_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5x_mt import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5x_mt import gin_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.runs import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.config import gin_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.training import train_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt.data import corpus_types  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -72,12 +72,12 @@ def tiny_run_bindings(model_dir: pathlib.Path, vocabulary: pathlib.Path, mixture
       'VOCAB_SIZE': '700',  # Tags, bytes and characters alone take ~560 pieces.
       'VOCABULARY_PATH': repr(str(vocabulary)), 'MODEL_DIR': repr(str(model_dir)),
       'WARMUP_STEPS': '5', 'LOG_EVERY_STEPS': '1',
-      'train_loop.train.evaluate_test_split': 'False',
-      'train_loop.train.progress_bar': 'False',
-      'train_loop.evaluate_directions.max_sentences': '4',
-      'inference.Translator.beam_size': '1',
-      'inference.Translator.batch_size': '8',
-      'inference.Translator.max_decode_length': '8',
+      'training.TrainConfig.evaluate_test_split': 'False',
+      'training.TrainConfig.progress_bar': 'False',
+      'training.EvalConfig.max_sentences': '4',
+      'decoding.DecodeSettings.beam_size': '1',
+      'decoding.DecodeSettings.batch_size': '8',
+      'decoding.DecodeSettings.max_decode_length': '8',
       **overrides}
   return [f'{name} = {value}' for name, value in bindings.items()]
 

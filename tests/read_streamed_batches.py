@@ -16,10 +16,10 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import data_tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5x_mt import partitioning  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5x_mt import processes  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5x_mt import run_config  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5x_mt import train_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.core import partitioning  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.core import processes  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.training import run_config  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.training import train_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 CORPUS = 'epoch_web'
 TASK = f'{CORPUS}_eng_Latn.hau_Latn'

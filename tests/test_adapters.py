@@ -10,12 +10,12 @@ from conftest import saved_params
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 
-from t5x_mt import adapters
-from t5x_mt import checkpoints
-from t5x_mt import network
-from t5x_mt import parameter_layout
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.model import adapters
+from t5x_mt.runs import checkpoints
+from t5x_mt.model import network
+from t5x_mt.model import parameter_layout
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 TASK = 'cldr_eng_Latn.hau_Latn'
 TINY = dict(vocab_size=64, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
@@ -106,7 +106,7 @@ def test_bad_adapter_settings_are_named():
 
 def _configure_adapters(trained_run, model_dir, keys: str, trainable: str = "'adapters'"):
   configure_tiny_run(model_dir, trained_run / 'vocab.model', TASK, 2, **{
-      'train_loop.train.init_from': repr(str(trained_run)),
+      'training.TrainConfig.init_from': repr(str(trained_run)),
       'network.TransformerConfig.adapter_keys': keys,
       'network.TransformerConfig.adapter_bottlenecks': '(8,)',
       'trainer.make_optimizer.trainable': trainable,

@@ -14,18 +14,18 @@ import numpy as np
 import optax
 import pytest
 
-from t5x_mt import adapters
-from t5x_mt import checkpoints
-from t5x_mt import configurables
-from t5x_mt import dry_run as dry_runs
-from t5x_mt import fine_tuning
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import parameter_layout
-from t5x_mt import partitioning
-from t5x_mt import trainer
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.model import adapters
+from t5x_mt.runs import checkpoints
+from t5x_mt.config import configurables
+from t5x_mt.training import dry_run as dry_runs
+from t5x_mt.training import fine_tuning
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.model import parameter_layout
+from t5x_mt.core import partitioning
+from t5x_mt.training import trainer
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 from test_dry_run import compiled_report, needs_libtpu
 from test_network import random_params
@@ -181,7 +181,7 @@ VOCABULARY = b'the bytes of a SentencePiece model'
 
 
 def _parent(folder: pathlib.Path, params) -> str:
-  """A run folder whose only checkpoint holds `params` (what train.init_from reads)."""
+  """A run folder whose only checkpoint holds `params` (what TrainConfig.init_from reads)."""
   folder.mkdir()
   (folder / 'vocab.model').write_bytes(VOCABULARY)
   saved = checkpoints.RunCheckpoints(str(folder))

@@ -10,11 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x_mt import layers
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import parameter_layout
-from t5x_mt.errors import UserError
+from t5x_mt.model import layers
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.model import parameter_layout
+from t5x_mt.core.errors import UserError
 
 from test_network import TINY, check_beam_scores_are_teacher_forced
 from test_network import check_packed_and_padded_equal_each_sequence_alone, random_params

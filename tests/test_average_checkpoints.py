@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x_mt import averaging
-from t5x_mt import checkpoints
-from t5x_mt import run_loading
+from t5x_mt.runs import averaging
+from t5x_mt.runs import checkpoints
+from t5x_mt.config import run_loading
 from conftest import saved_params
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process

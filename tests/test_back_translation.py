@@ -1,4 +1,4 @@
-"""Tests for t5x_mt.back_translation, t5x_mt.data.monolingual and launch/back_translate.py.
+"""Tests for t5x_mt.decoding.back_translation, t5x_mt.data.monolingual and launch/back_translate.py.
 
 The resumable writer is tested with a deterministic stand-in for the model's chunked
 translation (each sentence upper-cased), so that a kill can be placed after any chunk;
@@ -11,13 +11,13 @@ import pytest
 import seqio
 
 import data_tasks
-from t5x_mt import back_translation
-from t5x_mt import run_loading
+from t5x_mt.decoding import back_translation
+from t5x_mt.config import run_loading
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
 from t5x_mt.data import monolingual
 from t5x_mt.data import tags
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 
@@ -228,8 +228,8 @@ def test_command_refuses_an_empty_monolingual_line_and_writes_nothing(trained_ru
 
 
 def test_direction_trained_on_genuine_and_synthetic_pairs_is_evaluated_once(trained_run):
-  from t5x_mt import actions  # pylint: disable=g-import-not-at-top
-  from t5x_mt import run_config  # pylint: disable=g-import-not-at-top
+  from t5x_mt.training import actions  # pylint: disable=g-import-not-at-top
+  from t5x_mt.training import run_config  # pylint: disable=g-import-not-at-top
   translator = run_loading.load_translator(str(trained_run), beam_size=1, batch_size=4)
   name = 'test_bt_eval'
   corpora.register_corpus(name, lambda: corpus_types.SyntheticCorpus(

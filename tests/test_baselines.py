@@ -1,4 +1,4 @@
-"""Tests for DRO baselines (t5x_mt.baselines, launch/compute_baselines.py) on the session's
+"""Tests for DRO baselines (t5x_mt.training.baselines, launch/compute_baselines.py) on the session's
 tiny eng->hau run."""
 
 import json
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import data_tasks
-from t5x_mt import losses
-from t5x_mt import models
-from t5x_mt import run_loading
+from t5x_mt.model import losses
+from t5x_mt.model import models
+from t5x_mt.config import run_loading
 from t5x_mt.data import input_pipeline
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
@@ -36,7 +36,7 @@ def test_group_losses_per_direction_and_per_target(trained_run):
   data_tasks.use_vocabulary(translator.vocabulary_file)
   data_tasks.register_corpora_and_mixtures(mixtures={'test_baselines': TASKS})
   by_direction = {task: _first_batch_loss(translator, task) for task in TASKS}
-  from t5x_mt import baselines  # pylint: disable=g-import-not-at-top
+  from t5x_mt.training import baselines  # pylint: disable=g-import-not-at-top
   result = baselines.group_losses(translator, 'test_baselines', batch_size=8, inputs_length=32,
                                   targets_length=32, max_batches_per_task=1)
   assert result['losses'] == pytest.approx({

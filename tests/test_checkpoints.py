@@ -6,12 +6,12 @@ import jax
 import numpy as np
 import pytest
 
-from t5x_mt import checkpoints
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import partitioning
-from t5x_mt import trainer
-from t5x_mt.errors import UserError
+from t5x_mt.runs import checkpoints
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.core import partitioning
+from t5x_mt.training import trainer
+from t5x_mt.core.errors import UserError
 
 CONFIG = network.TransformerConfig(vocab_size=128, emb_dim=16, num_heads=2, head_dim=8,
                                    mlp_dim=32, num_encoder_layers=1, num_decoder_layers=1)

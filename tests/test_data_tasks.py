@@ -13,11 +13,11 @@ import tensorflow as tf
 import data_tasks
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
-from t5x_mt.data.directions import Direction
+from t5x_mt.core.directions import Direction
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import mixtures
 from t5x_mt.data import vocab
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 CORPUS = 'test_data_tasks'
 MIXTURE = 'test_data_tasks_mix'

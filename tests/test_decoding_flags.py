@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from t5x_mt import cli
-from t5x_mt import run_loading
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.config import decoding_flags
+from t5x_mt.config import run_loading
+from t5x_mt.core.errors import UserError
 from test_launch_translate_evaluate import LAUNCH
 
 # Decoding settings of the run under test, none of them a flag's old fixed default.
@@ -24,9 +25,9 @@ def fixture_run_with_decoding_settings(trained_run, tmp_path) -> pathlib.Path:
   run = tmp_path / 'run'
   shutil.copytree(trained_run, run)
   with open(run / 'config.gin', 'a', encoding='utf-8') as config:
-    config.write(f'\ninference.Translator.beam_size = {RUN_BEAM_SIZE}\n'
-                 f'inference.Translator.alpha = {RUN_ALPHA}\n'
-                 f'inference.Translator.batch_size = {RUN_BATCH_SIZE}\n')
+    config.write(f'\ndecoding.DecodeSettings.beam_size = {RUN_BEAM_SIZE}\n'
+                 f'decoding.DecodeSettings.alpha = {RUN_ALPHA}\n'
+                 f'decoding.DecodeSettings.batch_size = {RUN_BATCH_SIZE}\n')
   return run
 
 
@@ -36,7 +37,7 @@ def evaluate_flags(argv: list[str]) -> tuple[argparse.Namespace, dict[str, Any]]
   evaluate = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(evaluate)
   args = evaluate.parse_flags([*argv, '--tasks=cldr_eng_Latn.hau_Latn'])
-  return args, cli.decoding_overrides(args)
+  return args, decoding_flags.decoding_overrides(args)
 
 
 def decode_settings(translator) -> tuple[int, float, int]:
@@ -47,12 +48,12 @@ def decode_settings(translator) -> tuple[int, float, int]:
 def test_a_run_decodes_with_its_own_settings_unless_a_flag_is_given(run_with_decoding_settings):
   run = str(run_with_decoding_settings)
   args, overrides = evaluate_flags([f'--checkpoint_dir={run}'])
-  translator = run_loading.load_model(run, cli.family_models(args), args.step, overrides)
+  translator = run_loading.load_model(run, decoding_flags.family_models(args), args.step, overrides)
   assert decode_settings(translator) == (RUN_BEAM_SIZE, RUN_ALPHA, RUN_BATCH_SIZE)
 
   args, overrides = evaluate_flags([f'--checkpoint_dir={run}', '--beam_size=2',
                                     '--alpha=0.8', '--batch_size=4'])
-  translator = run_loading.load_model(run, cli.family_models(args), args.step, overrides)
+  translator = run_loading.load_model(run, decoding_flags.family_models(args), args.step, overrides)
   assert decode_settings(translator) == (2, 0.8, 4)
 
 
@@ -61,7 +62,7 @@ def test_family_models_read_lines_in_batches_of_the_runs_size_unless_given(
   run = str(run_with_decoding_settings)
   for flags, batch_size in (([], RUN_BATCH_SIZE), (['--batch_size=4'], 4)):
     args, overrides = evaluate_flags([f'--family_models=4={run}', *flags])
-    router = run_loading.load_model(None, cli.family_models(args), None, overrides)
+    router = run_loading.load_model(None, decoding_flags.family_models(args), None, overrides)
     assert router.batch_size == batch_size
 
 

@@ -1,11 +1,11 @@
-"""Tests for t5x_mt.diacritic_accuracy: letter and word accuracy of restored Yoruba, and the
+"""Tests for t5x_mt.evaluation.diacritic_accuracy: letter and word accuracy of restored Yoruba, and the
 identity and dictionary baselines, on an example counted by hand."""
 
 import pytest
 
-from t5x_mt import diacritic_accuracy
-from t5x_mt.data import yoruba_marks
-from t5x_mt.errors import UserError
+from t5x_mt.evaluation import diacritic_accuracy
+from t5x_mt.data.yoruba import yoruba_marks
+from t5x_mt.core.errors import UserError
 
 # 'Ọmọ' twice dotted and once bare, 'náà' once, 'wa' bare once.
 TRAINING = ['Ọmọ náà lọ', 'ọmọ rẹ̀', 'Omo wa']

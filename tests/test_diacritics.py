@@ -1,4 +1,4 @@
-"""Tests for t5x_mt.diacritics and launch/restore_diacritics.py against a tiny restoration run
+"""Tests for t5x_mt.decoding.diacritics and launch/restore_diacritics.py against a tiny restoration run
 on a few marked Yoruba lines, and on the same model with random parameters: the
 constrained search must keep every letter of its input, whatever the model prefers."""
 
@@ -13,16 +13,16 @@ import pytest
 
 from conftest import configure_tiny_run
 from data_tasks import from_gin
-from t5x_mt import diacritics
-from t5x_mt import inference
-from t5x_mt import models
-from t5x_mt import run_loading
-from t5x_mt import train_loop
+from t5x_mt.decoding import diacritics
+from t5x_mt.decoding import inference
+from t5x_mt.model import models
+from t5x_mt.config import run_loading
+from t5x_mt.training import train_loop
 from t5x_mt.data import corpora
-from t5x_mt.data import marking_corpus
-from t5x_mt.data import marking_lexicon
-from t5x_mt.data import yoruba_marks
-from t5x_mt.errors import UserError
+from t5x_mt.data.yoruba import marking_corpus
+from t5x_mt.data.yoruba import marking_lexicon
+from t5x_mt.data.yoruba import yoruba_marks
+from t5x_mt.core.errors import UserError
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 
@@ -49,8 +49,8 @@ def run(tmp_path_factory) -> pathlib.Path:
         CORPUS, TRAIN_LINES, VALIDATION_LINES))
   root = tmp_path_factory.mktemp('restoration')
   configure_tiny_run(root / 'run', root / 'chars.model', f'{CORPUS}_yor_Latn.yor_Latn', 2, **{
-      'train_loop.build_vocabulary.model_type': "'char'", 'INPUTS_LENGTH': '12',
-      'TARGETS_LENGTH': '12', 'inference.Translator.max_input_length': str(MAX_CHUNK + 2)})
+      'runs.VocabularyConfig.model_type': "'char'", 'INPUTS_LENGTH': '12',
+      'TARGETS_LENGTH': '12', 'decoding.DecodeSettings.max_input_length': str(MAX_CHUNK + 2)})
   try:
     started, _ = train_loop.build_run(from_gin.run_spec())
     started.save(0)
@@ -211,7 +211,7 @@ def switched_run(run, knowing_run, tmp_path_factory) -> pathlib.Path:
   copy = tmp_path_factory.mktemp('switched') / 'run'
   shutil.copytree(run, copy)
   with open(copy / 'config.gin', 'a', encoding='utf-8') as config:
-    config.write(f"\ninference.Translator.yoruba_diacritics = '{knowing_run}'\n")
+    config.write(f"\ndecoding.DecodeSettings.yoruba_diacritics = '{knowing_run}'\n")
   return copy
 
 
@@ -233,7 +233,7 @@ def test_translation_into_yoruba_restores_unmarked_outputs_by_flag_and_by_gin_sw
   [[best]] = by_flag.translate_nbest(LINES_INTO_YORUBA[:1], 'yor_Latn', 'yor_Latn', 1)
   assert best.text == expected[0]
   # The translation run's gin config is the process's once the model has loaded.
-  assert gin.query_parameter('inference.Translator.yoruba_diacritics') == str(knowing_run)
+  assert gin.query_parameter('decoding.DecodeSettings.yoruba_diacritics') == str(knowing_run)
 
 
 def test_outputs_into_other_languages_are_left_as_decoded(trained_run, restorer):

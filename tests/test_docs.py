@@ -12,11 +12,11 @@ import textwrap
 
 import gin
 
-from t5x_mt import cli
-from t5x_mt import configurables  # pylint: disable=unused-import  (gin names the commands bind)
-from t5x_mt import gin_utils
+from t5x_mt.core import cli
+from t5x_mt.config import configurables  # pylint: disable=unused-import  (gin names the commands bind)
+from t5x_mt.config import gin_utils
 from t5x_mt.data.cleaning import pipeline
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 METHODS = REPO / 'docs' / 'methods.md'

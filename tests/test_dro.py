@@ -1,13 +1,13 @@
-"""Tests for t5x_mt.dro: worst-case weights against hand-worked examples."""
+"""Tests for t5x_mt.training.dro: worst-case weights against hand-worked examples."""
 
 import json
 
 import numpy as np
 import pytest
 
-from t5x_mt import dro
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.training import dro
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 
 def test_weights_inside_the_floor_match_the_closed_form():

@@ -15,16 +15,16 @@ from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 
 import data_tasks
-from t5x_mt import actions
-from t5x_mt import dro
-from t5x_mt import gin_utils
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import run_vocabulary
-from t5x_mt import trainer
+from t5x_mt.training import actions
+from t5x_mt.training import dro
+from t5x_mt.config import gin_utils
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.runs import run_vocabulary
+from t5x_mt.training import trainer
 from t5x_mt.data import group_sampler
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 GROUPS = ['eng_Latn-fra_Latn', 'hau_Latn-eng_Latn']
 

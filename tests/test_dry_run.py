@@ -13,15 +13,15 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from t5x_mt import configurables
-from t5x_mt import dry_run as dry_runs
-from t5x_mt import gin_utils
+from t5x_mt.config import configurables
+from t5x_mt.training import dry_run as dry_runs
+from t5x_mt.config import gin_utils
 from t5x_mt import kernels
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import partitioning
-from t5x_mt import run_vocabulary
-from t5x_mt.errors import UserError
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.core import partitioning
+from t5x_mt.runs import run_vocabulary
+from t5x_mt.core.errors import UserError
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 

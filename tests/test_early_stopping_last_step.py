@@ -15,8 +15,8 @@ def test_a_run_that_ends_before_its_first_evaluation_names_its_last_step_best(
     trained_run, tmp_path):
   run_dir = tmp_path / 'ft'
   configure_tiny_run(run_dir, trained_run / 'vocab.model', TASK, 1, EVAL_EVERY_STEPS='1', **{
-      'train_loop.train.init_from': repr(str(trained_run)),
-      'train_loop.train.early_stopping_patience': '1'})
+      'training.TrainConfig.init_from': repr(str(trained_run)),
+      'training.TrainConfig.early_stopping_patience': '1'})
   train_configured()
   final = json.loads((run_dir / 'eval' / 'step_1.json').read_text())
   chrf = final['average']['chrf']

@@ -8,12 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x_mt import decoding
-from t5x_mt import ensemble
-from t5x_mt import models
-from t5x_mt import prediction
-from t5x_mt import run_loading
-from t5x_mt.errors import UserError
+from t5x_mt.decoding import search
+from t5x_mt.decoding import ensemble
+from t5x_mt.model import models
+from t5x_mt.decoding import prediction
+from t5x_mt.config import run_loading
+from t5x_mt.core.errors import UserError
 from test_network import PAIRS
 from test_network import TINY
 from test_network import jitted_forward
@@ -98,7 +98,7 @@ def test_each_hypothesis_scores_the_combined_teacher_forced_log_probs_of_two_arc
                              atol=1e-5)
   np.testing.assert_allclose(
       np.asarray(found.scores).reshape(-1),
-      np.asarray(want) / np.asarray(decoding.length_penalty(lengths, 1.0)), rtol=1e-5)
+      np.asarray(want) / np.asarray(search.length_penalty(lengths, 1.0)), rtol=1e-5)
   # The members disagree, so the combination is neither of them alone.
   assert not np.allclose(members[0], members[1], atol=1e-2)
 

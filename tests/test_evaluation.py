@@ -1,4 +1,4 @@
-"""Tests for t5x_mt.evaluation: scores against hand-worked values, categories, eval JSON."""
+"""Tests for t5x_mt.evaluation.scoring: scores against hand-worked values, categories, eval JSON."""
 
 import json
 import math
@@ -7,8 +7,8 @@ import pytest
 import sacrebleu
 import sentencepiece as spm
 
-from t5x_mt import evaluation
-from t5x_mt.errors import UserError
+from t5x_mt.evaluation import scoring
+from t5x_mt.core.errors import UserError
 
 SPM_TRAINING_TEXT = """\
 the cat sat on the mat and the dog sat on the log
@@ -34,7 +34,7 @@ def spm_model_path(tmp_path_factory):
 
 def test_identical_text_scores_100(spm_model_path):
   lines = ['the cat sat on the mat', 'a small dog is sitting']
-  scores = evaluation.score_direction(lines, lines, spm_model_path=spm_model_path)
+  scores = scoring.score_direction(lines, lines, spm_model_path=spm_model_path)
   assert scores == {'bleu': pytest.approx(100.0), 'chrf': pytest.approx(100.0),
                     'spbleu': pytest.approx(100.0), 'n': 2}
 
@@ -42,7 +42,7 @@ def test_identical_text_scores_100(spm_model_path):
 def test_bleu_matches_hand_counted_ngram_precisions():
   # hyp "the cat sat on the mat" / ref "the cat sat on a mat": clipped matches
   # 1-grams 5/6, 2-grams 3/5, 3-grams 2/4, 4-grams 1/3; equal lengths, so no brevity penalty.
-  scores = evaluation.score_direction(['the cat sat on the mat'], ['the cat sat on a mat'])
+  scores = scoring.score_direction(['the cat sat on the mat'], ['the cat sat on a mat'])
   want = 100 * (5 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** 0.25
   assert scores['bleu'] == pytest.approx(want, abs=1e-6)
   assert scores['spbleu'] is None
@@ -51,7 +51,7 @@ def test_bleu_matches_hand_counted_ngram_precisions():
 def test_bleu_applies_brevity_penalty():
   # hyp "the cat sat on the" (5 words) / ref of 6: precisions 4/5, 3/4, 2/3, 1/2 and
   # brevity penalty exp(1 - 6/5).
-  scores = evaluation.score_direction(['the cat sat on the'], ['the cat sat on a mat'])
+  scores = scoring.score_direction(['the cat sat on the'], ['the cat sat on a mat'])
   want = 100 * math.exp(1 - 6 / 5) * (4 / 5 * 3 / 4 * 2 / 3 * 1 / 2) ** 0.25
   assert scores['bleu'] == pytest.approx(want, abs=1e-6)
 
@@ -68,7 +68,7 @@ def test_chrf_plus_plus_matches_hand_computation():
   recall = sum(match / ref for _, ref, match in counts) / len(counts)
   assert precision == pytest.approx(13 / 16)
   want = 100 * 5 * precision * recall / (4 * precision + recall)
-  scores = evaluation.score_direction(['the cat'], ['the cats'])
+  scores = scoring.score_direction(['the cat'], ['the cats'])
   assert scores['chrf'] == pytest.approx(want, abs=1e-6)
   assert scores['chrf'] == pytest.approx(64.5006, abs=1e-3)
 
@@ -80,7 +80,7 @@ def test_spbleu_is_bleu_over_sentencepiece_pieces(spm_model_path):
   pieces = lambda lines: [' '.join(processor.encode(line, out_type=str)) for line in lines]
   want = sacrebleu.BLEU(tokenize='none').corpus_score(
       pieces(hypotheses), [pieces(references)]).score
-  scores = evaluation.score_direction(hypotheses, references, spm_model_path=spm_model_path)
+  scores = scoring.score_direction(hypotheses, references, spm_model_path=spm_model_path)
   assert scores['spbleu'] == pytest.approx(want)
   # Subwords give partial credit for "cats" against "cat", which word BLEU does not.
   assert scores['spbleu'] > scores['bleu']
@@ -88,9 +88,9 @@ def test_spbleu_is_bleu_over_sentencepiece_pieces(spm_model_path):
 
 def test_mismatched_lengths_and_missing_spm_are_user_errors(tmp_path):
   with pytest.raises(UserError, match='2 hypotheses but 1 references'):
-    evaluation.score_direction(['a', 'b'], ['a'])
+    scoring.score_direction(['a', 'b'], ['a'])
   with pytest.raises(UserError, match='missing.model'):
-    evaluation.score_direction(['a'], ['a'], spm_model_path=str(tmp_path / 'missing.model'))
+    scoring.score_direction(['a'], ['a'], spm_model_path=str(tmp_path / 'missing.model'))
 
 
 @pytest.mark.parametrize('direction, want', [
@@ -103,12 +103,12 @@ def test_mismatched_lengths_and_missing_spm_are_user_errors(tmp_path):
     ('fra_Latn-eng_Latn', ('X-ENG', 'FRA-X', 'ALL')),
 ])
 def test_category_of(direction, want):
-  assert evaluation.category_of(direction) == want
+  assert scoring.category_of(direction) == want
 
 
 def test_category_of_rejects_malformed_direction():
   with pytest.raises(UserError, match="evaluated direction: 'eng_Latn' is not <src>-<tgt>"):
-    evaluation.category_of('eng_Latn')
+    scoring.category_of('eng_Latn')
 
 
 def _scores(bleu, chrf, spbleu=None, n=10):
@@ -116,7 +116,7 @@ def _scores(bleu, chrf, spbleu=None, n=10):
 
 
 def test_summarize_averages_directions_per_category():
-  summary = evaluation.summarize(500, {
+  summary = scoring.summarize(500, {
       'hau_Latn-eng_Latn': _scores(20.0, 40.0, 22.0),
       'yor_Latn-eng_Latn': _scores(10.0, 30.0, 12.0, n=1000),
       'eng_Latn-fra_Latn': _scores(30.0, 50.0),
@@ -136,29 +136,29 @@ def test_summarize_averages_directions_per_category():
 
 
 def test_write_eval_json_is_atomic_and_round_trips(tmp_path):
-  summary = evaluation.summarize(1200, {'eng_Latn-hau_Latn': _scores(12.5, 38.25, 14.0)})
-  path = evaluation.write_eval_json(tmp_path, summary)
+  summary = scoring.summarize(1200, {'eng_Latn-hau_Latn': _scores(12.5, 38.25, 14.0)})
+  path = scoring.write_eval_json(tmp_path, summary)
   assert path == tmp_path / 'eval' / 'step_1200.json'
   assert json.loads(path.read_text()) == summary
   # Rewriting the same step replaces the file and leaves no temporary behind.
   summary['average']['bleu'] = 13.0
-  evaluation.write_eval_json(tmp_path, summary)
+  scoring.write_eval_json(tmp_path, summary)
   assert sorted(p.name for p in (tmp_path / 'eval').iterdir()) == ['step_1200.json']
   assert json.loads(path.read_text())['average']['bleu'] == 13.0
 
 
 def test_write_eval_json_failure_leaves_no_file(tmp_path):
   with pytest.raises(TypeError):
-    evaluation.write_eval_json(tmp_path, {'step': 3, 'directions': {'x': object()}})
+    scoring.write_eval_json(tmp_path, {'step': 3, 'directions': {'x': object()}})
   assert not list(tmp_path.rglob('*step_3.json*'))
 
 
 def test_format_table_lists_directions_and_categories():
-  summary = evaluation.summarize(7, {
+  summary = scoring.summarize(7, {
       'hau_Latn-eng_Latn': _scores(20.0, 40.0, 22.0, n=1012),
       'eng_Latn-hau_Latn': _scores(10.5, 30.5),
   })
-  lines = evaluation.format_table(summary).splitlines()
+  lines = scoring.format_table(summary).splitlines()
   assert lines[0] == 'scores at step 7'  # A record that names no split or task.
   row = next(line for line in lines if line.startswith('hau_Latn-eng_Latn'))
   assert row.split() == ['hau_Latn-eng_Latn', '20.00', '40.00', '22.00', '1012']
@@ -174,8 +174,8 @@ def test_looping_share_counts_outputs_that_repeat_a_4gram_three_times():
                 'a b c d a b c d x',         # twice only.
                 'the the the the the the',   # 'the the the the' three times.
                 '']
-  assert evaluation.looping_share(hypotheses) == 0.5
-  assert evaluation.looping_share([]) == 0.0
+  assert scoring.looping_share(hypotheses) == 0.5
+  assert scoring.looping_share([]) == 0.0
 
 
 def test_copy_baseline_is_averaged_and_shown_beside_the_model():
@@ -183,9 +183,9 @@ def test_copy_baseline_is_averaged_and_shown_beside_the_model():
                                       'copy': {'chrf': 20.0}},
                 'hau_Latn-eng_Latn': {'bleu': 12.0, 'chrf': 40.0, 'spbleu': None, 'n': 5,
                                       'copy': {'chrf': 25.0}}}
-  summary = evaluation.summarize(7, directions)
+  summary = scoring.summarize(7, directions)
   assert summary['categories']['ALL']['copy'] == {'chrf': 22.5}
-  table = evaluation.format_table(summary).splitlines()
+  table = scoring.format_table(summary).splitlines()
   assert table[1].split() == ['direction', 'BLEU', 'chrF++', 'spBLEU', 'n', 'copy', 'gain']
   assert table[3].split() == ['eng_Latn-hau_Latn', '10.00', '30.00', '-', '5', '20.00',
                               '+10.00']
@@ -197,10 +197,10 @@ def test_a_record_written_before_the_looping_share_prints_without_that_column():
   finished run prints such records again."""
   directions = {'eng_Latn-hau_Latn': {'bleu': 10.0, 'chrf': 30.0, 'spbleu': None, 'n': 5,
                                       'looping': 0.2}}
-  summary = evaluation.summarize(7, directions)
+  summary = scoring.summarize(7, directions)
   for scores in summary['categories'].values():
     del scores['looping']
-  table = evaluation.format_table(summary).splitlines()
+  table = scoring.format_table(summary).splitlines()
   assert table[1].split() == ['direction', 'BLEU', 'chrF++', 'spBLEU', 'n']
   assert [line.split() for line in table if line.startswith('ALL')] == [
       ['ALL', '10.00', '30.00', '-', '1']]

@@ -26,12 +26,12 @@ import jax
 import numpy as np
 import pytest
 
-from t5x_mt import checkpoints
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import parameter_layout as layout
-from t5x_mt import run_layout
-from t5x_mt import run_loading
+from t5x_mt.runs import checkpoints
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.model import parameter_layout as layout
+from t5x_mt.runs import run_layout
+from t5x_mt.config import run_loading
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
 from t5x_mt.export import ctranslate2_export
@@ -323,7 +323,7 @@ def test_translate_refuses_settings_ctranslate2_cannot_honour(trained_run, tmp_p
   output = tmp_path / 'ct2'
   ctranslate2_export.export_run(str(run), str(output), 'float32')
   with open(output / 'config.gin', 'a', encoding='utf-8') as config:
-    config.write('inference.Translator.max_length_ratio = 1.5\n')
+    config.write('decoding.DecodeSettings.max_length_ratio = 1.5\n')
   input_file = tmp_path / 'input.eng'
   input_file.write_text('Monday\n', encoding='utf-8')
   common = [f'--ctranslate2={output}', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
@@ -331,7 +331,7 @@ def test_translate_refuses_settings_ctranslate2_cannot_honour(trained_run, tmp_p
   code, _, err = run_in_process('translate.py', common, monkeypatch, capsys)
   assert code == 2
   assert error_lines(err)[0].startswith(
-      f'error: inference.Translator.max_length_ratio = 1.5 in {output}/config.gin: '
+      f'error: decoding.DecodeSettings.max_length_ratio = 1.5 in {output}/config.gin: '
       'CTranslate2 limits the output of a whole batch')
   code, _, err = run_in_process('translate.py', common + ['--max_length_ratio=2'],
                                 monkeypatch, capsys)

@@ -3,10 +3,11 @@
 
 import pytest
 
-from t5x_mt import cli
-from t5x_mt import inference
-from t5x_mt import run_loading
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.config import decoding_flags
+from t5x_mt.decoding import inference
+from t5x_mt.config import run_loading
+from t5x_mt.core.errors import UserError
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 
@@ -71,8 +72,8 @@ def test_family_models_leave_pivoting_to_the_router(trained_run):
 ])
 def test_family_models_flag_syntax(text, message):
   with pytest.raises(UserError, match=message):
-    cli.parse_family_models(text)
-  assert cli.parse_family_models(' 1=/a , 4=/b ') == {1: '/a', 4: '/b'}
+    decoding_flags.parse_family_models(text)
+  assert decoding_flags.parse_family_models(' 1=/a , 4=/b ') == {1: '/a', 4: '/b'}
 
 
 def test_translate_with_the_family_model_of_the_target(trained_run, tmp_path, monkeypatch,

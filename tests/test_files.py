@@ -6,8 +6,8 @@ import stat
 import pytest
 import tensorflow as tf
 
-from t5x_mt import files
-from t5x_mt.errors import UserError
+from t5x_mt.core import files
+from t5x_mt.core.errors import UserError
 
 import fake_object_store
 from fake_object_store import gcs_bucket  # pylint: disable=unused-import

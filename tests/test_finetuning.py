@@ -7,11 +7,11 @@ import types
 import numpy as np
 import pytest
 
-from t5x_mt import actions
-from t5x_mt import checkpoints
-from t5x_mt import run_config
-from t5x_mt import run_layout
-from t5x_mt.errors import UserError
+from t5x_mt.training import actions
+from t5x_mt.runs import checkpoints
+from t5x_mt.training import run_config
+from t5x_mt.runs import run_layout
+from t5x_mt.core.errors import UserError
 from conftest import configure_tiny_run, train_configured
 from conftest import saved_params
 
@@ -21,8 +21,8 @@ TASK = 'cldr_eng_Latn.hau_Latn'
 def _configure(trained_run, model_dir, train_steps: int, **overrides) -> None:
   """A fine-tuning run of the tiny run's model on its own task, learning rate 0."""
   configure_tiny_run(model_dir, trained_run / 'vocab.model', TASK, train_steps, **{
-      'train_loop.train.init_from': repr(str(trained_run)),
-      'train_loop.train.learning_rate_schedule': '@trainer.constant_schedule()',
+      'training.TrainConfig.init_from': repr(str(trained_run)),
+      'training.TrainConfig.learning_rate_schedule': '@trainer.constant_schedule()',
       'trainer.constant_schedule.learning_rate': '0.0', **overrides})
 
 
@@ -40,7 +40,7 @@ def test_early_stopping_keeps_the_best_step(trained_run, tmp_path):
   # patience 1 the run stops at the second.
   run_dir = tmp_path / 'ft'
   _configure(trained_run, run_dir, 10, EVAL_EVERY_STEPS='1', CHECKPOINT_EVERY_STEPS='5',
-             **{'train_loop.train.early_stopping_patience': '1'})
+             **{'training.TrainConfig.early_stopping_patience': '1'})
   record = train_configured()
   assert record['step'] == 2
   best = json.loads((run_dir / 'best.json').read_text())
@@ -49,7 +49,7 @@ def test_early_stopping_keeps_the_best_step(trained_run, tmp_path):
   assert run_checkpoints.all_steps() == [1, 2]  # The best, and the step it stopped at.
   run_checkpoints.close()
   _configure(trained_run, run_dir, 10, EVAL_EVERY_STEPS='1', CHECKPOINT_EVERY_STEPS='5',
-             **{'train_loop.train.early_stopping_patience': '1'})
+             **{'training.TrainConfig.early_stopping_patience': '1'})
   assert train_configured() == {}  # Rerun: already stopped, no more steps.
 
 
@@ -59,9 +59,9 @@ def test_the_best_step_outlives_checkpoint_rotation(trained_run, tmp_path, capsy
   # the best, and the run stops at step 9 after 2 evaluations without a better one.
   run_dir = tmp_path / 'ft'
   _configure(trained_run, run_dir, 20, EVAL_EVERY_STEPS='3', CHECKPOINT_EVERY_STEPS='1',
-             **{'train_loop.train.early_stopping_patience': '2',
-                'train_loop.train.keep_checkpoints': '2',
-                'train_loop.train.evaluate_test_split': 'True'})
+             **{'training.TrainConfig.early_stopping_patience': '2',
+                'training.TrainConfig.keep_checkpoints': '2',
+                'training.TrainConfig.evaluate_test_split': 'True'})
   train_configured()
   run_checkpoints = checkpoints.RunCheckpoints(str(run_dir), read_only=True)
   assert run_checkpoints.all_steps() == [3, 8, 9]
@@ -126,10 +126,10 @@ def test_a_best_step_whose_checkpoint_was_cut_short_is_saved_when_evaluated_agai
 
 
 @pytest.mark.parametrize('overrides, message', [
-    ({'train_loop.train.early_stopping_patience': '2'}, 'needs EVAL_EVERY_STEPS > 0'),
-    ({'train_loop.train.early_stopping_patience': '-1', 'EVAL_EVERY_STEPS': '1'},
+    ({'training.TrainConfig.early_stopping_patience': '2'}, 'needs EVAL_EVERY_STEPS > 0'),
+    ({'training.TrainConfig.early_stopping_patience': '-1', 'EVAL_EVERY_STEPS': '1'},
      'early_stopping_patience: must be >= 0, got -1'),
-    ({'train_loop.train.learning_rate_schedule': "'cosine'"}, "'cosine' is not a schedule"),
+    ({'training.TrainConfig.learning_rate_schedule': "'cosine'"}, "'cosine' is not a schedule"),
 ])
 def test_bad_fine_tuning_settings_are_named(trained_run, tmp_path, overrides, message):
   _configure(trained_run, tmp_path / 'ft', 2, **overrides)
@@ -142,6 +142,6 @@ def test_parent_with_another_vocabulary_is_refused(trained_run, tmp_path):
   other.mkdir()
   (other / 'vocab.model').write_bytes(b'not the same model')
   _configure(trained_run, tmp_path / 'ft', 2,
-             **{'train_loop.train.init_from': repr(str(other))})
+             **{'training.TrainConfig.init_from': repr(str(other))})
   with pytest.raises(UserError, match="vocab.model differs from this run's vocabulary"):
     train_configured()

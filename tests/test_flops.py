@@ -1,4 +1,4 @@
-"""Tests for t5x_mt.flops: hand-counted FLOPs, the 2-per-weight rule, XLA's own count."""
+"""Tests for t5x_mt.model.flops: hand-counted FLOPs, the 2-per-weight rule, XLA's own count."""
 
 import dataclasses
 
@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5x_mt import flops
-from t5x_mt import models
-from t5x_mt import network
+from t5x_mt.model import flops
+from t5x_mt.model import models
+from t5x_mt.model import network
 
 TINY = network.TransformerConfig(
     vocab_size=20, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32, num_encoder_layers=2,

@@ -1,5 +1,5 @@
 """Gin only at the edge: no library module reads gin, and every name recipes bind still
-reaches the library through t5x_mt.configurables."""
+reaches the library through t5x_mt.config.configurables."""
 
 import ast
 import pathlib
@@ -9,17 +9,17 @@ import pytest
 
 import data_tasks
 from data_tasks import from_gin
-from t5x_mt import configurables
-from t5x_mt import files
-from t5x_mt import gin_utils
+from t5x_mt.config import configurables
+from t5x_mt.core import files
+from t5x_mt.config import gin_utils
 from t5x_mt.data.cleaning import pipeline
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The edge: gin registration (the model's alone in gin_model.py), parsing, flags, and
 # loading a run's config.gin.
-GIN_MODULES = {'t5x_mt/configurables.py', 't5x_mt/gin_model.py', 't5x_mt/gin_utils.py',
-               't5x_mt/cli.py', 't5x_mt/run_loading.py'}
+GIN_MODULES = {'t5x_mt/config/configurables.py', 't5x_mt/config/gin_model.py', 't5x_mt/config/gin_utils.py',
+               't5x_mt/core/cli.py', 't5x_mt/config/run_loading.py'}
 
 
 def _imports_gin(path: pathlib.Path) -> bool:
@@ -140,7 +140,7 @@ def test_an_unknown_configurable_or_parameter_names_the_closest(binding, error):
 
 @pytest.mark.parametrize('binding, field', [
     ("MODEL_DIR = '~/runs/$RUN_NAME'", 'model_dir'),
-    ("train_loop.train.init_from = '~/runs/$RUN_NAME'", 'init_from'),
+    ("training.TrainConfig.init_from = '~/runs/$RUN_NAME'", 'init_from'),
 ])
 def test_home_and_variables_are_expanded_in_run_folders(binding, field, tmp_path,
                                                         monkeypatch):
@@ -155,7 +155,7 @@ def test_home_and_variables_are_expanded_in_every_path_setting(tmp_path, monkeyp
   monkeypatch.setenv('VOCABS', str(tmp_path / 'vocabs'))
   gin_utils.parse_gin(['gin/runs/demo.gin'], [
       "VOCABULARY_PATH = '$VOCABS/v.model'",
-      "train_loop.evaluate_directions.spm_model_path = '~/flores.spm'"])
+      "training.EvalConfig.spm_model_path = '~/flores.spm'"])
   assert configurables.data_settings().vocabulary_path == str(tmp_path / 'vocabs' / 'v.model')
   assert configurables.eval_config().spm_model_path == str(tmp_path / 'flores.spm')
   assert files.path('~/x/$VOCABS') == pathlib.Path(f'{tmp_path}/x/{tmp_path}/vocabs')

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from t5x_mt import host_memory
+from t5x_mt.core import host_memory
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEMP_MIB = 64
@@ -18,7 +18,7 @@ TEMP_MIB = 64
 # starts its threads.
 PROBE = f"""
 import json, resource, statistics, sys
-from t5x_mt import host_memory
+from t5x_mt.core import host_memory
 retained = sys.argv[1] == 'retain' and host_memory.retain_freed_memory()
 import jax, jax.numpy as jnp
 x = jnp.linspace(0.0, 1.0, {TEMP_MIB} << 18, dtype=jnp.float32)

@@ -21,11 +21,11 @@ from conftest import tiny_run_bindings
 from conftest import train_configured
 
 import data_tasks
-from t5x_mt import configurables
-from t5x_mt import gin_utils
-from t5x_mt import languages
-from t5x_mt import layers
-from t5x_mt import run_loading
+from t5x_mt.config import configurables
+from t5x_mt.config import gin_utils
+from t5x_mt.core import languages
+from t5x_mt.model import layers
+from t5x_mt.config import run_loading
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
 from t5x_mt.data import tags
@@ -211,7 +211,7 @@ def _fine_tuning_bindings(run_dir: pathlib.Path, imported_run: pathlib.Path,
                                'cldr_eng_Latn.hau_Latn', train_steps)
   return [binding for binding in bindings
           if not binding.startswith(('network.TransformerConfig.', 'VOCABULARY_PATH'))] + [
-              f'train_loop.train.init_from = {str(imported_run)!r}']
+              f'training.TrainConfig.init_from = {str(imported_run)!r}']
 
 
 def _train_from(imported_run: pathlib.Path, run_dir: pathlib.Path, train_steps: int) -> None:

@@ -1,16 +1,16 @@
-"""Imports point one way: no cycles among the library's modules, the data layer never
-reaches up into the registrations, DRO or the training code, and the library never imports
-the task registry (data_tasks), which the launch layer sets up and the library reads
-through seqio."""
+"""Imports point one way: the library's packages form layers, each importing only the
+layers below it (the order of LAYERS, which each package's docstring states); there are
+no cycles among modules; and the library never imports the task registry (data_tasks),
+which the launch layer sets up and the library reads through seqio."""
 
 import ast
 import pathlib
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ('t5x_mt', 'data_tasks')
-# What t5x_mt/data must not import: it serves them, they do not serve it.
-ABOVE_THE_DATA_LAYER = ('data_tasks', 't5x_mt.dro', 't5x_mt.train_loop', 't5x_mt.trainer',
-                        't5x_mt.actions', 't5x_mt.run', 't5x_mt.configurables')
+# Lowest first: a package may import the ones before it, never one after it.
+LAYERS = ('core', 'kernels', 'model', 'data', 'runs', 'decoding', 'evaluation', 'training',
+          'config', 'export', 'pretrained')
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -36,14 +36,24 @@ def _imports(path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
   return {name for name in named if name in modules}
 
 
-def _above_the_data_layer(module: str) -> bool:
-  return any(module == above or module.startswith(above + '.')
-             for above in ABOVE_THE_DATA_LAYER)
-
-
 def _graph() -> dict[str, set[str]]:
   modules = _modules()
   return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+
+
+def _layer(module: str) -> int | None:
+  """The index in LAYERS of a t5x_mt module's package; None outside the layers."""
+  parts = module.split('.')
+  if parts[0] != 't5x_mt' or len(parts) < 2 or parts[1] not in LAYERS:
+    return None
+  return LAYERS.index(parts[1])
+
+
+def _upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+  return sorted((module, imported) for module, imports in graph.items()
+                for imported in imports
+                if _layer(module) is not None and _layer(imported) is not None
+                and _layer(imported) > _layer(module))
 
 
 def _cycle_from(start: str, graph: dict[str, set[str]]) -> list[str] | None:
@@ -60,19 +70,29 @@ def _cycle_from(start: str, graph: dict[str, set[str]]) -> list[str] | None:
   return None
 
 
+def test_every_library_module_lives_in_a_layer():
+  graph = _graph()
+  assert len(graph) > 100  # Every module was found.
+  outside = sorted(module for module in graph if module.startswith('t5x_mt.')
+                   and _layer(module) is None)
+  assert not outside
+
+
+def test_no_package_imports_one_above_it():
+  assert not _upward_imports(_graph())
+
+
 def test_the_import_graph_has_no_cycle():
   graph = _graph()
-  assert len(graph) > 50  # Every module was found.
   cycles = [cycle for module in sorted(graph) if (cycle := _cycle_from(module, graph))]
   assert not cycles, ' -> '.join(cycles[0])
 
 
-def test_the_data_layer_imports_nothing_above_it():
-  graph = _graph()
-  upward = {(module, imported) for module, imports in graph.items()
-            if module.startswith('t5x_mt.data') for imported in imports
-            if _above_the_data_layer(imported)}
-  assert not upward
+def test_each_package_docstring_names_what_it_may_import():
+  for layer in LAYERS:
+    docstring = ast.get_docstring(ast.parse(
+        (REPO_ROOT / 't5x_mt' / layer / '__init__.py').read_text(encoding='utf-8')))
+    assert docstring and 'May import' in docstring, layer
 
 
 def test_the_library_imports_no_task_registry():
@@ -90,5 +110,6 @@ def test_the_checker_sees_a_cycle_and_an_upward_import():
   graph = {'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}
   assert _cycle_from('a', graph) == ['a', 'b', 'c', 'a']
   assert _cycle_from('d', graph) is None
-  assert _above_the_data_layer('t5x_mt.dro') and _above_the_data_layer('data_tasks')
-  assert not _above_the_data_layer('t5x_mt.run_layout')
+  layered = {'t5x_mt.model.network': {'t5x_mt.data.directions'},
+             't5x_mt.data.tags': {'t5x_mt.core.languages'}}
+  assert _upward_imports(layered) == [('t5x_mt.model.network', 't5x_mt.data.directions')]

@@ -7,13 +7,13 @@ import jax
 import numpy as np
 import pytest
 
-from t5x_mt import decode_cache
-from t5x_mt import inference
-from t5x_mt import partitioning
-from t5x_mt import prediction
-from t5x_mt import run_loading
+from t5x_mt.model import decode_cache
+from t5x_mt.decoding import inference
+from t5x_mt.core import partitioning
+from t5x_mt.decoding import prediction
+from t5x_mt.config import run_loading
 from t5x_mt.data import tags
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 SENTENCES = ['Good morning', 'Where is the station?', 'Thank you very much', 'Yes',
              'The first of January 2024', 'Seven', 'Monday, Tuesday and Wednesday']
@@ -62,7 +62,7 @@ def test_parallel_batches_default_to_the_cores_of_one_cpu_device_only(trained_ru
 
 
 def test_parallel_batches_below_one_are_rejected():
-  with pytest.raises(UserError, match='inference.Translator.parallel_batches: must be >= 1, got 0'):
+  with pytest.raises(UserError, match='decoding.DecodeSettings.parallel_batches: must be >= 1, got 0'):
     inference.DecodeSettings(parallel_batches=0)
 
 

@@ -11,15 +11,15 @@ import pytest
 import scipy
 
 import data_tasks
-from t5x_mt import models
-from t5x_mt import parameter_layout
-from t5x_mt import run_layout
-from t5x_mt import sequence_scoring
+from t5x_mt.model import models
+from t5x_mt.model import parameter_layout
+from t5x_mt.runs import run_layout
+from t5x_mt.decoding import sequence_scoring
 from t5x_mt.data import corpora
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import vocab
 from t5x_mt.data.settings import DataSettings
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 from conftest import configure_tiny_run
 from conftest import train_configured

@@ -1,9 +1,9 @@
-"""Tests for t5x_mt.languages: the FLORES-200 code list, tags, ids and code suggestions."""
+"""Tests for t5x_mt.core.languages: the FLORES-200 code list, tags, ids and code suggestions."""
 
 import pytest
 
-from t5x_mt import languages
-from t5x_mt.errors import UserError
+from t5x_mt.core import languages
+from t5x_mt.core.errors import UserError
 
 
 def test_flores200_has_204_sorted_unique_codes():

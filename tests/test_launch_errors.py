@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from t5x_mt import cli
+from t5x_mt.core import cli
 
 from test_launch_translate_evaluate import command_environment
 from test_launch_translate_evaluate import LAUNCH
@@ -304,7 +304,7 @@ def test_unloadable_sentencepiece_model_is_one_line_naming_the_file(trained_run,
 @pytest.mark.slow
 @pytest.mark.parametrize('binding, error_line', [
     ('--gin.TRAIN_STEPS=0',
-     'error: TRAIN_STEPS (train_loop.train.train_steps): must be >= 1, got 0'),
+     'error: TRAIN_STEPS (training.TrainConfig.train_steps): must be >= 1, got 0'),
     ("--gin.network.TransformerConfig.mlp_activation='gelu2'",
      "error: network.TransformerConfig.mlp_activation: 'gelu2' is not one of 'gelu', 'relu', "
      "'swish'"),
@@ -341,7 +341,7 @@ def test_run_that_could_score_no_direction_is_refused_before_training(workdir):
   finished = launch('train.py', *streamed_corpus_flags(workdir, 'a\tb\n'), cwd=workdir)
   assert_refused(finished, "error: no direction of 'web_eng_Latn.hau_Latn' has validation "
                  'pairs in its corpora; name a corpus that has them with '
-                 'train_loop.evaluate_directions.corpus')
+                 'training.EvalConfig.corpus')
   assert files_under(workdir) == ['web.tsv']
 
 
@@ -350,7 +350,7 @@ def test_a_commands_log_shows_warnings_in_the_projects_format_and_no_info(tmp_pa
   it installed Python's default handler, warnings would read `WARNING:root:` and the
   configured format and level would never apply."""
   command = ('import logging\n'
-             'from t5x_mt import cli\n'
+             'from t5x_mt.core import cli\n'
              "cli.run(lambda argv: logging.info('progress') or logging.warning('a warning'))\n")
   done = subprocess.run([sys.executable, '-c', command], cwd=tmp_path,
                         env=command_environment(), capture_output=True, text=True,

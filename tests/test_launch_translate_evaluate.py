@@ -16,10 +16,11 @@ import sys
 
 import pytest
 
-from t5x_mt import cli
-from t5x_mt import evaluation
-from t5x_mt import gin_utils
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.config import decoding_flags
+from t5x_mt.evaluation import scoring
+from t5x_mt.config import gin_utils
+from t5x_mt.core.errors import UserError
 from conftest import TINY_RUN_STEPS as TRAIN_STEPS
 
 LAUNCH = gin_utils.REPO_ROOT / 'launch'
@@ -86,11 +87,11 @@ def test_translate_then_evaluate_files_agree_with_score_direction(trained_run, t
   printed = json.loads(evaluated.stdout)
   assert set(printed) == {'bleu', 'chrf', 'spbleu', 'n', 'looping', 'copy'}
   assert printed['n'] == 3 and printed['spbleu'] is None
-  expected = evaluation.score_direction(hypotheses, references)
+  expected = scoring.score_direction(hypotheses, references)
   assert printed['chrf'] == pytest.approx(expected['chrf'], abs=1e-9)
   assert printed['bleu'] == pytest.approx(expected['bleu'], abs=1e-9)
-  assert printed['looping'] == evaluation.looping_share(hypotheses)
-  copied = evaluation.score_direction(['Monday', '', '10 kilometres'], references)
+  assert printed['looping'] == scoring.looping_share(hypotheses)
+  copied = scoring.score_direction(['Monday', '', '10 kilometres'], references)
   assert printed['copy'] == pytest.approx(copied)
   assert json.loads(output_json.read_text()) == printed
 
@@ -208,35 +209,35 @@ def test_failed_translation_leaves_no_output_file(trained_run, monkeypatch, caps
 
 def test_pivot_flag_pivots_every_direction_through_a_checked_language():
   parser = argparse.ArgumentParser()
-  cli.add_decoding_flags(parser)
+  decoding_flags.add_decoding_flags(parser)
   args = parser.parse_args(['--checkpoint_dir=d', '--pivot_via=eng_Latn'])
-  overrides = cli.decoding_overrides(args)
+  overrides = decoding_flags.decoding_overrides(args)
   assert overrides['pivot_language'] == 'eng_Latn' and overrides['pivot_directions'] == ('*',)
   with pytest.raises(UserError, match='--pivot_via'):
-    cli.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--pivot_via=english']))
+    decoding_flags.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--pivot_via=english']))
 
 
 def test_parallel_batches_flag_reaches_the_translator_only_when_given():
   parser = argparse.ArgumentParser()
-  cli.add_decoding_flags(parser)
-  given = cli.decoding_overrides(parser.parse_args(['--checkpoint_dir=d',
+  decoding_flags.add_decoding_flags(parser)
+  given = decoding_flags.decoding_overrides(parser.parse_args(['--checkpoint_dir=d',
                                                     '--parallel_batches=3']))
   assert given['parallel_batches'] == 3
-  assert 'parallel_batches' not in cli.decoding_overrides(
+  assert 'parallel_batches' not in decoding_flags.decoding_overrides(
       parser.parse_args(['--checkpoint_dir=d']))
   with pytest.raises(UserError, match='--parallel_batches: must be >= 1, got 0'):
-    cli.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--parallel_batches=0']))
+    decoding_flags.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--parallel_batches=0']))
 
 
 def test_output_limit_flags_reach_the_translator_only_when_given():
   parser = argparse.ArgumentParser()
-  cli.add_decoding_flags(parser)
-  given = cli.decoding_overrides(parser.parse_args([
+  decoding_flags.add_decoding_flags(parser)
+  given = decoding_flags.decoding_overrides(parser.parse_args([
       '--checkpoint_dir=d', '--no_repeat_ngram_size=3', '--max_length_ratio=1.5',
       '--max_length_offset=4']))
   assert (given['no_repeat_ngram_size'], given['max_length_ratio'],
           given['max_length_offset']) == (3, 1.5, 4)
-  unset = cli.decoding_overrides(parser.parse_args(['--checkpoint_dir=d']))
+  unset = decoding_flags.decoding_overrides(parser.parse_args(['--checkpoint_dir=d']))
   assert not {'no_repeat_ngram_size', 'max_length_ratio', 'max_length_offset'} & set(unset)
   with pytest.raises(UserError, match='--max_length_ratio: must be >= 0, got -1.0'):
-    cli.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--max_length_ratio=-1']))
+    decoding_flags.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--max_length_ratio=-1']))

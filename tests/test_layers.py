@@ -1,4 +1,4 @@
-"""Tests for t5x_mt.layers: numbers of each block, logical axes, dtypes and the KV cache."""
+"""Tests for t5x_mt.model.layers: numbers of each block, logical axes, dtypes and the KV cache."""
 
 import flax.linen as nn
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x_mt import layers
+from t5x_mt.model import layers
 
 
 def logical_axes(variables):

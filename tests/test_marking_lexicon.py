@@ -1,12 +1,12 @@
-"""Tests for t5x_mt.data.marking_lexicon: word spans, the counts of markings per word, the
+"""Tests for t5x_mt.data.yoruba.marking_lexicon: word spans, the counts of markings per word, the
 log-prior a restorer adds to its model, and the lexicon's JSON, on examples counted by hand."""
 
 import numpy as np
 import pytest
 
-from t5x_mt.data import marking_lexicon
-from t5x_mt.data import yoruba_marks
-from t5x_mt.errors import UserError
+from t5x_mt.data.yoruba import marking_lexicon
+from t5x_mt.data.yoruba import yoruba_marks
+from t5x_mt.core.errors import UserError
 
 ACUTE = yoruba_marks.MARKINGS.index(yoruba_marks.ACUTE)
 GRAVE = yoruba_marks.MARKINGS.index(yoruba_marks.GRAVE)

@@ -10,11 +10,11 @@ import re
 import gin
 import pytest
 
-from t5x_mt import configurables
-from t5x_mt import gin_utils
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import run_vocabulary
+from t5x_mt.config import configurables
+from t5x_mt.config import gin_utils
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.runs import run_vocabulary
 from test_launch_translate_evaluate import run_in_process
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

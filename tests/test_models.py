@@ -1,4 +1,4 @@
-"""Tests for t5x_mt.models.TranslationModel: its loss, scores, search and layouts agree with
+"""Tests for t5x_mt.model.models.TranslationModel: its loss, scores, search and layouts agree with
 the Flax module they wrap; and for the decoding settings' checks."""
 
 import dataclasses
@@ -8,13 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x_mt import inference
-from t5x_mt import losses
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import parameter_layout
-from t5x_mt import prediction
-from t5x_mt.errors import UserError
+from t5x_mt.decoding import inference
+from t5x_mt.model import losses
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.model import parameter_layout
+from t5x_mt.decoding import prediction
+from t5x_mt.core.errors import UserError
 
 from test_network import PAIRS, TINY, padded_batch, random_params
 
@@ -136,14 +136,14 @@ def test_init_gives_the_abstract_variables_shapes():
 
 
 @pytest.mark.parametrize('field, value, message', [
-    ('beam_size', 0, 'inference.Translator.beam_size: must be >= 1, got 0'),
-    ('batch_size', 2.5, 'inference.Translator.batch_size: must be an integer, got 2.5'),
-    ('max_input_length', 0, 'inference.Translator.max_input_length: must be >= 1, got 0'),
-    ('max_decode_length', -1, 'inference.Translator.max_decode_length: must be >= 1, got -1'),
-    ('alpha', 'long', "inference.Translator.alpha: must be a number, got 'long'"),
-    ('stop', 'early', "inference.Translator.stop: 'early' is not one of 'beam_full', 'best', "
+    ('beam_size', 0, 'decoding.DecodeSettings.beam_size: must be >= 1, got 0'),
+    ('batch_size', 2.5, 'decoding.DecodeSettings.batch_size: must be an integer, got 2.5'),
+    ('max_input_length', 0, 'decoding.DecodeSettings.max_input_length: must be >= 1, got 0'),
+    ('max_decode_length', -1, 'decoding.DecodeSettings.max_decode_length: must be >= 1, got -1'),
+    ('alpha', 'long', "decoding.DecodeSettings.alpha: must be a number, got 'long'"),
+    ('stop', 'early', "decoding.DecodeSettings.stop: 'early' is not one of 'beam_full', 'best', "
                       "'exact'"),
-    ('parallel_batches', 0, 'inference.Translator.parallel_batches: must be >= 1, got 0'),
+    ('parallel_batches', 0, 'decoding.DecodeSettings.parallel_batches: must be >= 1, got 0'),
 ])
 def test_decode_settings_name_the_gin_setting_they_refuse(field, value, message):
   with pytest.raises(UserError) as error:

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_run_flags
-from t5x_mt import back_translation
+from t5x_mt.decoding import back_translation
 from test_back_translation import read_pairs
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
@@ -50,8 +50,8 @@ def demo_flags(model_dir: pathlib.Path, vocabulary: pathlib.Path, steps: int,
       LEARNING_RATE='1e-2',
       **{'data_tasks.register_from_config.mixtures':
          f"{{'{MIXTURE}': ['cldr_eng_Latn.fra_Latn', 'cldr_hau_Latn.eng_Latn']}}",
-         'train_loop.evaluate_directions.max_sentences': '2',
-         'inference.Translator.max_decode_length': '16'}),
+         'training.EvalConfig.max_sentences': '2',
+         'decoding.DecodeSettings.max_decode_length': '16'}),
           *(f'--gin.{b}' for b in bindings)]
 
 

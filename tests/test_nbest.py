@@ -2,8 +2,8 @@
 
 import pytest
 
-from t5x_mt import nbest
-from t5x_mt.errors import UserError
+from t5x_mt.decoding import nbest
+from t5x_mt.core.errors import UserError
 
 
 def test_format_entry_writes_moses_line_with_features_in_given_order():

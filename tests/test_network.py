@@ -1,4 +1,4 @@
-"""Tests for t5x_mt.network: packing, cached decoding, parameter counts, dtypes, dropout."""
+"""Tests for t5x_mt.model.network: packing, cached decoding, parameter counts, dtypes, dropout."""
 
 import dataclasses
 import functools
@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x_mt import decode_cache
-from t5x_mt import decoding
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt.errors import UserError
+from t5x_mt.model import decode_cache
+from t5x_mt.decoding import search
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.core.errors import UserError
 
 TINY = network.TransformerConfig(
     vocab_size=20, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32, num_encoder_layers=2,
@@ -149,7 +149,7 @@ def check_beam_scores_are_teacher_forced(config, cache_lengths, seed=3):
   max_decode_length, beam_size, alpha = 8, 3, 1.0
 
   @jax.jit
-  def search(params, encoder_tokens):
+  def decode(params, encoder_tokens):
     encoded = model.apply({'params': params}, encoder_tokens,
                           method=network.Transformer.encode)
     cross_attention, cache = decode_cache.split_fixed(decode_cache.init(
@@ -162,12 +162,12 @@ def check_beam_scores_are_teacher_forced(config, cache_lengths, seed=3):
           method=network.Transformer.decode)
       return logits[:, -1], decode_cache.split_fixed(variables['cache'])[1]
 
-    return decoding.beam_search(
+    return search.beam_search(
         tokens_to_logits, cache, prefix=None, beam_size=beam_size, alpha=alpha,
         max_decode_length=max_decode_length, cache_lengths=cache_lengths,
         extend_cache=decode_cache.extend, expand_cache=decode_cache.expand)
 
-  sequences, scores = search(params, encoder_tokens)
+  sequences, scores = decode(params, encoder_tokens)
   rows = sequences.reshape(-1, max_decode_length)
   targets = np.asarray(rows)
   inputs = np.concatenate([np.zeros_like(targets[:, :1]), targets[:, :-1]], axis=1)
@@ -179,7 +179,7 @@ def check_beam_scores_are_teacher_forced(config, cache_lengths, seed=3):
                       for row in targets])
   for row, length in enumerate(lengths):
     token_log_probs = log_probs[row, np.arange(length), targets[row, :length]]
-    want = token_log_probs.sum() / decoding.length_penalty(length, alpha)
+    want = token_log_probs.sum() / search.length_penalty(length, alpha)
     np.testing.assert_allclose(np.asarray(scores).reshape(-1)[row], want, rtol=1e-5,
                                atol=1e-5)
   assert len({tuple(row) for row in targets}) > len(PAIRS)  # Beams differ, so they reorder.

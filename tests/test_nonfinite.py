@@ -12,11 +12,11 @@ import pytest
 
 from conftest import configure_tiny_run, saved_params, train_configured
 
-from t5x_mt import cli
-from t5x_mt import models
-from t5x_mt import partitioning
-from t5x_mt import trainer
-from t5x_mt.errors import RunFailure
+from t5x_mt.core import cli
+from t5x_mt.model import models
+from t5x_mt.core import partitioning
+from t5x_mt.training import trainer
+from t5x_mt.core.errors import RunFailure
 from test_partitioning import DIRECTIONS, TINY, packed_batch
 
 GOOD = jnp.ones(len(DIRECTIONS))
@@ -76,7 +76,7 @@ def test_a_learning_rate_that_overflows_stops_the_run_with_finite_checkpoints(
   run_dir = tmp_path / 'run'
   configure_tiny_run(run_dir, tmp_path / 'vocab.model', tiny_mixture, 40,
                      LEARNING_RATE='1e30', WARMUP_STEPS='1', CHECKPOINT_EVERY_STEPS='3',
-                     **{'train_loop.train.max_nonfinite_steps': '4'})
+                     **{'training.TrainConfig.max_nonfinite_steps': '4'})
   with pytest.raises(RunFailure) as stopped:
     train_configured()
   message = str(stopped.value)

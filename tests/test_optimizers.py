@@ -1,4 +1,4 @@
-"""Tests for t5x_mt.optimizers: the fused AdamW is optax's chained clip + AdamW."""
+"""Tests for t5x_mt.training.optimizers: the fused AdamW is optax's chained clip + AdamW."""
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from t5x_mt import optimizers
+from t5x_mt.training import optimizers
 
 
 def _params():

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import tiny_run_bindings
 import data_tasks
-from t5x_mt import configurables
-from t5x_mt import gin_utils
+from t5x_mt.config import configurables
+from t5x_mt.config import gin_utils
 from t5x_mt.data import corpora
 from t5x_mt.data import mixtures
 from test_launch_translate_evaluate import run_in_process
@@ -132,8 +132,8 @@ def test_recipe_trains_on_the_files_and_scores_held_out_and_test_lines(home, mon
   tiny = tiny_run_bindings(
       model_dir, home / 'unused.model', 'parallel_files', 2, **{
           'VOCABULARY_PATH': '@data_tasks.model_dir_vocabulary()',
-          'train_loop.train.evaluate_test_split': '@data_tasks.gives_files()',
-          'train_loop.evaluate_directions.max_sentences': 'None'})
+          'training.TrainConfig.evaluate_test_split': '@data_tasks.gives_files()',
+          'training.EvalConfig.max_sentences': 'None'})
   flags = recipe_flags(model_dir, **GOOD_MACROS, VALIDATION_LINES=str(HELD_OUT),
                        TEST_SRC_FILE="'~/test.eng'", TEST_TGT_FILE="'~/test.hau'")
   flags += ['--gin.' + binding.replace(' = ', '=', 1) for binding in tiny]

@@ -4,11 +4,11 @@ import jax
 import numpy as np
 import pytest
 
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import partitioning
-from t5x_mt import trainer
-from t5x_mt.errors import UserError
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.core import partitioning
+from t5x_mt.training import trainer
+from t5x_mt.core.errors import UserError
 
 TINY = network.TransformerConfig(vocab_size=256, emb_dim=32, num_heads=4, head_dim=8,
                                  mlp_dim=64, num_encoder_layers=2, num_decoder_layers=2,

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import tiny_run_flags
 
-from t5x_mt import actions
+from t5x_mt.training import actions
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

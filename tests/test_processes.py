@@ -2,8 +2,8 @@
 
 import pytest
 
-from t5x_mt import processes
-from t5x_mt.errors import UserError
+from t5x_mt.core import processes
+from t5x_mt.core.errors import UserError
 
 SLURM_JOB = {'SLURM_JOB_ID': '77', 'SLURM_STEP_NODELIST': 'node[1-2]', 'SLURM_NTASKS': '2',
              'SLURM_PROCID': '1', 'SLURM_LOCALID': '0'}

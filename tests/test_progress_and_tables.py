@@ -19,12 +19,12 @@ import pytest
 import tensorflow as tf
 import tqdm
 
-from t5x_mt import actions
-from t5x_mt import evaluation
-from t5x_mt import files
-from t5x_mt import run_config
-from t5x_mt import run_layout
-from t5x_mt import run_loading
+from t5x_mt.training import actions
+from t5x_mt.evaluation import scoring
+from t5x_mt.core import files
+from t5x_mt.training import run_config
+from t5x_mt.runs import run_layout
+from t5x_mt.config import run_loading
 from test_launch_translate_evaluate import run_in_process
 
 from conftest import TINY_RUN_STEPS as TRAIN_STEPS
@@ -249,10 +249,10 @@ def test_a_table_names_its_split_and_task_and_shows_looping_and_copy():
                             'looping': 0.25, 'copy': {'chrf': 20.0}},
       'hau_Latn-eng_Latn': {'bleu': 12.0, 'chrf': 40.0, 'spbleu': None, 'n': 4,
                             'looping': 0.0, 'copy': {'chrf': 25.0}}}
-  summary = evaluation.summarize(60, directions)
+  summary = scoring.summarize(60, directions)
   summary.update(split='validation', task='cldr_demo')
   assert summary['categories']['ALL']['looping'] == 0.125
-  lines = evaluation.format_table(summary).splitlines()
+  lines = scoring.format_table(summary).splitlines()
   assert lines[0] == 'validation split of cldr_demo at step 60'
   assert lines[3].split() == ['eng_Latn-hau_Latn', '10.00', '30.00', '-', '4', '25.0%',
                               '20.00', '+10.00']
@@ -261,5 +261,5 @@ def test_a_table_names_its_split_and_task_and_shows_looping_and_copy():
   assert len({len(line) for line in lines[1:] if line.startswith(('direction', 'eng', 'ALL'))}) == 1
   summary['step'] = None
   summary['split'] = 'test'
-  assert evaluation.format_table(summary).splitlines()[0] == (
+  assert scoring.format_table(summary).splitlines()[0] == (
       'test split of cldr_demo, family models')

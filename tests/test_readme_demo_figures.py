@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from t5x_mt import cli
-from t5x_mt import evaluation
+from t5x_mt.core import cli
+from t5x_mt.evaluation import scoring
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / 'tools' / 'readme_demo_figures.py'
@@ -43,17 +43,17 @@ def finished_run(model_dir: pathlib.Path) -> dict:
   (model_dir / 'metrics.jsonl').write_text(
       ''.join(json.dumps(record) + '\n' for record in records), encoding='utf-8')
   scores = {
-      'eng_Latn-hau_Latn': evaluation.score_translations(
+      'eng_Latn-hau_Latn': scoring.score_translations(
           ['Monday, 5 March 2024', 'fifteen kilometres'],
           ['Litinin, 5 ga Maris 2024', 'kilomita goma sha biyar'],
           ['Litinin, 5 ga Maris 2024', 'kilomita goma sha biyar']),
-      'hau_Latn-eng_Latn': evaluation.score_translations(
+      'hau_Latn-eng_Latn': scoring.score_translations(
           ['Litinin, 5 ga Maris 2024', 'kilomita goma sha biyar'],
           ['Monday, 5 March 2024', 'fifteen metres'],
           ['Monday, 5 March 2024', 'fifteen kilometres'])}
-  summary = evaluation.summarize(50, scores)
+  summary = scoring.summarize(50, scores)
   summary['split'] = 'test'
-  evaluation.write_eval_json(model_dir, summary, 'test')
+  scoring.write_eval_json(model_dir, summary, 'test')
   return summary
 
 
@@ -78,7 +78,7 @@ def test_rewrites_only_the_marked_block_from_the_runs_files(tmp_path, monkeypatc
   assert 'old figures' not in block
   assert '| step | 25 | 50 |\n|---|---|---|\n| loss | 5.80 | 3.72 |\n' in block
   assert '`MODEL_DIR/test/eval/step_50.json`' in block
-  assert f'```\n{evaluation.format_table(summary)}\n```\n' in block
+  assert f'```\n{scoring.format_table(summary)}\n```\n' in block
   all_directions = summary['categories']['ALL']
   assert all_directions['chrf'] == pytest.approx(
       (summary['directions']['eng_Latn-hau_Latn']['chrf']

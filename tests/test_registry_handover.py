@@ -8,13 +8,13 @@ import seqio
 from conftest import configure_tiny_run
 import data_tasks
 from data_tasks import from_gin
-from t5x_mt import network
-from t5x_mt import run_config
-from t5x_mt import train_loop
+from t5x_mt.model import network
+from t5x_mt.training import run_config
+from t5x_mt.training import train_loop
 from t5x_mt.data import mixtures
-from t5x_mt.data.directions import Direction
+from t5x_mt.core.directions import Direction
 from t5x_mt.data.settings import DataSettings
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 ENG, HAU = 'eng_Latn', 'hau_Latn'
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from t5x_mt import nbest
-from t5x_mt import reranking
-from t5x_mt import sequence_scoring
-from t5x_mt.errors import UserError
+from t5x_mt.decoding import nbest
+from t5x_mt.decoding import reranking
+from t5x_mt.decoding import sequence_scoring
+from t5x_mt.core.errors import UserError
 from test_launch_translate_evaluate import run_in_process
 
 WORDS = [f'w{i}' for i in range(40)]

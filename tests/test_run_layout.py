@@ -1,4 +1,4 @@
-"""Tests for t5x_mt.run_layout: the names a run folder's writers and readers share."""
+"""Tests for t5x_mt.runs.run_layout: the names a run folder's writers and readers share."""
 
 import json
 import pathlib
@@ -6,10 +6,10 @@ import time
 
 import tensorflow as tf
 
-from t5x_mt import actions
-from t5x_mt import evaluation
-from t5x_mt import files
-from t5x_mt import run_layout
+from t5x_mt.training import actions
+from t5x_mt.evaluation import scoring
+from t5x_mt.core import files
+from t5x_mt.runs import run_layout
 
 from conftest import TINY_RUN_CHECKPOINT_EVERY
 from conftest import TINY_RUN_STEPS as TRAIN_STEPS
@@ -37,10 +37,10 @@ def test_a_trained_run_holds_exactly_the_files_its_layout_names(trained_run):
 
 def test_scores_on_a_split_other_than_validation_go_to_its_own_eval_folder(tmp_path):
   layout = run_layout.RunLayout(tmp_path)
-  summary = evaluation.summarize(3, {'eng_Latn-hau_Latn': {
+  summary = scoring.summarize(3, {'eng_Latn-hau_Latn': {
       'bleu': 1.0, 'chrf': 2.0, 'spbleu': None, 'n': 4}})
-  assert evaluation.write_eval_json(tmp_path, summary, 'test') == layout.eval_record(3, 'test')
-  assert evaluation.write_eval_json(tmp_path, summary) == layout.eval_record(3)
+  assert scoring.write_eval_json(tmp_path, summary, 'test') == layout.eval_record(3, 'test')
+  assert scoring.write_eval_json(tmp_path, summary) == layout.eval_record(3)
   assert layout.eval_record(3, 'test') == tmp_path / 'test' / 'eval' / 'step_3.json'
   assert layout.eval_record(3) == tmp_path / 'eval' / 'step_3.json'
 
@@ -99,9 +99,9 @@ def test_a_run_on_gs_writes_its_files_into_the_store_and_reads_them_back(gcs_buc
   resumed.write({'step': 2, 'loss': 1.75})
   assert files.read_json_lines(layout.metrics) == [{'loss': 2.5, 'step': 1},
                                                    {'loss': 1.75, 'step': 2}]
-  summary = evaluation.summarize(3, {'eng_Latn-hau_Latn': {
+  summary = scoring.summarize(3, {'eng_Latn-hau_Latn': {
       'bleu': 1.0, 'chrf': 2.0, 'spbleu': None, 'n': 4}})
-  written = evaluation.write_eval_json(layout.root, summary)
+  written = scoring.write_eval_json(layout.root, summary)
   assert str(written) == f'{gcs_bucket}/run/eval/step_3.json'
   assert json.loads(tf.io.gfile.GFile(fake_object_store.in_ram(str(written))).read()) == summary
 

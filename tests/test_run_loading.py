@@ -1,4 +1,4 @@
-"""Tests for t5x_mt.run_loading: a real tiny run's MODEL_DIR back as a Translator.
+"""Tests for t5x_mt.config.run_loading: a real tiny run's MODEL_DIR back as a Translator.
 
 The session fixture `trained_run` (tests/conftest.py) trains a tiny model for four steps
 through gin/runs/demo.gin on one CLDR direction, once per session; the launch tests use
@@ -16,10 +16,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from t5x_mt import run_loading
+from t5x_mt.config import run_loading
 from t5x_mt.data import tags
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 from conftest import TINY_RUN_CHECKPOINT_EVERY
 from conftest import TINY_RUN_STEPS as TRAIN_STEPS
@@ -58,7 +58,7 @@ def test_load_translator_restores_the_step_asked_for(trained_run):
 
 
 def test_run_config_applies_and_decoding_overrides_win(trained_run):
-  gin.bind_parameter('inference.Translator.alpha', 0.25)  # Replaced by the run's config.
+  gin.bind_parameter('decoding.DecodeSettings.alpha', 0.25)  # Replaced by the run's config.
   translator = run_loading.load_translator(str(trained_run), batch_size=16)
   assert translator.settings.beam_size == 1  # config.gin
   assert translator.settings.alpha == 1.0  # config.gin, not the binding made before loading

@@ -10,15 +10,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x_mt import checkpoints
-from t5x_mt import fine_tuning
-from t5x_mt import inference
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import parameter_layout
-from t5x_mt import run_loading
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.runs import checkpoints
+from t5x_mt.training import fine_tuning
+from t5x_mt.decoding import inference
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.model import parameter_layout
+from t5x_mt.config import run_loading
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 from conftest import TINY_RUN_STEPS
 

@@ -77,7 +77,7 @@ evaluator = seqio.Evaluator(sys.argv[2], feature_converter=converter, eval_split
                             num_examples=int(sys.argv[3]), async_compute_metrics=False)
 metrics, _ = evaluator.evaluate(compute_metrics=True, predict_fn=predict_fn)
 launch = sorted(name for name in sys.modules
-                if name.startswith(('launch', 't5x_mt.train_loop', 't5x_mt.configurables')))
+                if name.startswith(('launch', 't5x_mt.training.train_loop', 't5x_mt.config.configurables')))
 print(json.dumps({'vocabulary': str(vocabulary), 'vocab_size': vocabulary.vocab_size,
                   'hello': vocabulary.encode('hello'), 'mixture': pairs('cldr_demo'),
                   'task': pairs(sys.argv[2]), 'launch_modules': launch,

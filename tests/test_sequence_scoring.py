@@ -1,4 +1,4 @@
-"""Tests for t5x_mt.sequence_scoring: trained runs as scorers of given sentence pairs.
+"""Tests for t5x_mt.decoding.sequence_scoring: trained runs as scorers of given sentence pairs.
 
 The session's tiny eng->hau run (tests/conftest.py's `trained_run`) is the scored model;
 scores are checked against log-probabilities read off the model's own logits.
@@ -12,13 +12,13 @@ import pytest
 import scipy
 
 import data_tasks
-from t5x_mt import run_loading
-from t5x_mt import sequence_scoring
+from t5x_mt.config import run_loading
+from t5x_mt.decoding import sequence_scoring
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import vocab
 from t5x_mt.data.settings import DataSettings
 from t5x_mt.data.vocab import sentencepiece_processor
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 from t5x_mt.export import ctranslate2_export
 
 PAIRS = [('Monday', 'Litinin'), ('January and February', 'Janairu da Fabrairu'),

@@ -5,9 +5,9 @@ import jax
 import numpy as np
 import pytest
 
-from t5x_mt import partitioning
-from t5x_mt import sharded_input
-from t5x_mt.errors import UserError
+from t5x_mt.core import partitioning
+from t5x_mt.training import sharded_input
+from t5x_mt.core.errors import UserError
 
 BATCH = 8
 LENGTH = 3

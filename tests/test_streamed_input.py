@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from t5x_mt import run_vocabulary
+from t5x_mt.runs import run_vocabulary
 from test_multiprocess import REPO
 from test_multiprocess import free_port
 import read_streamed_batches

@@ -8,7 +8,7 @@ import data_tasks
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
 from t5x_mt.data import vocab
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 CORPUS = 'test_sampling'
 SENTENCES = {'eng_Latn': 'unbelievable international organisations reconsidered everything',

@@ -13,22 +13,22 @@ import data_tasks
 
 from conftest import configure_tiny_run, train_configured
 
-from t5x_mt import actions
-from t5x_mt import checkpoints
-from t5x_mt import files
-from t5x_mt import gin_utils
-from t5x_mt import inference
-from t5x_mt import network
-from t5x_mt import run_config
-from t5x_mt import run_layout
-from t5x_mt import run_loading
-from t5x_mt import run_vocabulary
-from t5x_mt import train_loop
-from t5x_mt import trainer
+from t5x_mt.training import actions
+from t5x_mt.runs import checkpoints
+from t5x_mt.core import files
+from t5x_mt.config import gin_utils
+from t5x_mt.decoding import inference
+from t5x_mt.model import network
+from t5x_mt.training import run_config
+from t5x_mt.runs import run_layout
+from t5x_mt.config import run_loading
+from t5x_mt.runs import run_vocabulary
+from t5x_mt.training import train_loop
+from t5x_mt.training import trainer
 from t5x_mt.data import corpora
 from t5x_mt.data import vocab
 from t5x_mt.data import vocab_merge
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 
 def configure(model_dir: pathlib.Path, vocabulary: pathlib.Path, mixture: str,
@@ -154,7 +154,7 @@ def test_unknown_mixture_is_named(tmp_path):
 
 
 @pytest.mark.parametrize('binding, value, message', [
-    ('TRAIN_STEPS', '0', r'TRAIN_STEPS \(train_loop.train.train_steps\): must be >= 1, got 0'),
+    ('TRAIN_STEPS', '0', r'TRAIN_STEPS \(training.TrainConfig.train_steps\): must be >= 1, got 0'),
     ('TRAIN_STEPS', '-5', 'TRAIN_STEPS .*: must be >= 1, got -5'),
     ('LOG_EVERY_STEPS', '0', 'LOG_EVERY_STEPS .*: must be >= 1'),
     ('network.TransformerConfig.mlp_activation', "'gelu2'",

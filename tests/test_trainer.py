@@ -9,11 +9,11 @@ import numpy as np
 import optax
 import pytest
 
-from t5x_mt import losses
-from t5x_mt import models
-from t5x_mt import partitioning
-from t5x_mt import trainer
-from t5x_mt.errors import UserError
+from t5x_mt.model import losses
+from t5x_mt.model import models
+from t5x_mt.core import partitioning
+from t5x_mt.training import trainer
+from t5x_mt.core.errors import UserError
 from test_partitioning import DIRECTIONS, TINY, packed_batch
 
 

@@ -9,9 +9,9 @@ from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_command
 from test_launch_translate_evaluate import run_in_process
 
-from t5x_mt import files
-from t5x_mt import run_layout
-from t5x_mt import training_curve
+from t5x_mt.core import files
+from t5x_mt.runs import run_layout
+from t5x_mt.runs import training_curve
 from t5x_mt.data import corpora
 
 

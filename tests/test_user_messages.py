@@ -24,19 +24,19 @@ from conftest import TINY_RUN_STEPS
 from conftest import configure_tiny_run
 from conftest import train_configured
 from data_tasks import from_gin
-from t5x_mt import actions
-from t5x_mt import charts
-from t5x_mt import configurables
-from t5x_mt import evaluation
-from t5x_mt import gin_utils
-from t5x_mt import processes
-from t5x_mt import train_loop
+from t5x_mt.training import actions
+from t5x_mt.core import charts
+from t5x_mt.config import configurables
+from t5x_mt.evaluation import scoring
+from t5x_mt.config import gin_utils
+from t5x_mt.core import processes
+from t5x_mt.training import train_loop
 from t5x_mt.data import cldr
 from t5x_mt.data import readers
 from t5x_mt.data import sampling
 from t5x_mt.data.cleaning import pipeline
-from t5x_mt.data.directions import Direction
-from t5x_mt.data.directions import untrained_warnings
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.directions import untrained_warnings
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 
@@ -160,7 +160,7 @@ def test_native_output_is_prefixed_and_gloo_connection_reports_are_dropped():
 JOIN_TWO_PROCESSES = '''
 import logging, os, sys
 logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
-from t5x_mt import processes
+from t5x_mt.core import processes
 import jax, jax.numpy as jnp
 from jax.experimental import multihost_utils
 processes.initialize(sys.argv[1], 2, int(sys.argv[2]), None)
@@ -265,7 +265,7 @@ def test_a_finished_run_run_again_prints_its_scores_without_evaluating(trained_r
   out = capsys.readouterr().out
   summary = json.loads(record.read_text())
   assert out == (f'{run}: finished at step {TINY_RUN_STEPS} (TRAIN_STEPS); its scores:\n'
-                 f'{evaluation.format_table(summary)}\n')
+                 f'{scoring.format_table(summary)}\n')
   assert record.stat().st_mtime_ns == written
   assert sorted(path.name for path in (run / 'checkpoints').iterdir()) == ['2', '4']
 

@@ -7,7 +7,7 @@ Replaces what README.md holds between its `<!-- demo-figures:start -->` and
 `<!-- demo-figures:end -->` lines with the run's own figures: the training loss of each
 logging window (MODEL_DIR/metrics.jsonl) and the table the run printed last, its scores on
 the held-out test split at its last step (MODEL_DIR/test/eval/step_<N>.json), as
-`evaluation.format_table` prints it. The lines outside the markers are kept as they are,
+`scoring.format_table` prints it. The lines outside the markers are kept as they are,
 and the README is replaced in one rename, so the figures are regenerated, never typed,
 after any change that moves them.
 """
@@ -17,12 +17,12 @@ import json
 import pathlib
 from typing import Any
 
-from t5x_mt import cli
-from t5x_mt import evaluation
-from t5x_mt import files
-from t5x_mt import run_layout
-from t5x_mt import training_curve
-from t5x_mt.errors import UserError
+from t5x_mt.core import cli
+from t5x_mt.evaluation import scoring
+from t5x_mt.core import files
+from t5x_mt.runs import run_layout
+from t5x_mt.runs import training_curve
+from t5x_mt.core.errors import UserError
 
 README = pathlib.Path(__file__).resolve().parents[1] / 'README.md'
 START = '<!-- demo-figures:start -->'
@@ -55,7 +55,7 @@ def figures_block(records: Sequence[Mapping[str, Any]], test_summary: Mapping[st
       f'lists) never occur in training (`MODEL_DIR/test/eval/step_{step}.json`):',
       '',
       '```',
-      evaluation.format_table(test_summary),
+      scoring.format_table(test_summary),
       '```'])
 
 

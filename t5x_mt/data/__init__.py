@@ -1,1 +1,5 @@
-"""Corpora, cleaning, vocabularies and sampling for multilingual translation."""
+"""Corpora, cleaning, vocabularies, tags, sampling, in-domain selection and input
+pipelines for multilingual translation.
+
+May import core only.
+"""

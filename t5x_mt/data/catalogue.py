@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Callable
 
 from t5x_mt.data import cldr
-from t5x_mt.data import marking_corpus
+from t5x_mt.data.yoruba import marking_corpus
 from t5x_mt.data import readers
-from t5x_mt.data import yoruba_marks
+from t5x_mt.data.yoruba import yoruba_marks
 from t5x_mt.data.corpus_types import Corpus
 from t5x_mt.data.corpus_types import MultiwayCorpus
 from t5x_mt.data.corpus_types import PairsCorpus
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 
 NTREX_VALIDATION_LINES = 200

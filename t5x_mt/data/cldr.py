@@ -50,9 +50,9 @@ import babel.localedata
 import babel.units
 
 from t5x_mt.data.corpus_types import MultiwayCorpus
-from t5x_mt.errors import UserError
-from t5x_mt.languages import CLDR_LOCALE_TO_FLORES
-from t5x_mt.languages import WMT22_AFRICAN
+from t5x_mt.core.errors import UserError
+from t5x_mt.core.languages import CLDR_LOCALE_TO_FLORES
+from t5x_mt.core.languages import WMT22_AFRICAN
 
 _FLORES_TO_LOCALE = {flores: locale for locale, flores in CLDR_LOCALE_TO_FLORES.items()}
 # FLORES codes of the WMT22 African set that babel's CLDR data has, and those it lacks.

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from t5x_mt import files
+from t5x_mt.core import files
 from t5x_mt.data import catalogue
 from t5x_mt.data import readers
 from t5x_mt.data import streamed
@@ -23,8 +23,8 @@ from t5x_mt.data.corpus_types import SYNTHETIC_MANIFEST
 from t5x_mt.data.corpus_types import clean_dir_corpus
 from t5x_mt.data.corpus_types import files_corpus
 from t5x_mt.data.corpus_types import synthetic_dir_corpus
-from t5x_mt.errors import UserError
-from t5x_mt.languages import check_language
+from t5x_mt.core.errors import UserError
+from t5x_mt.core.languages import check_language
 
 
 # The registry: name -> factory, and name -> corpus once built.

@@ -18,9 +18,9 @@ from typing import Mapping, Protocol, Sequence
 
 from t5x_mt.data import readers
 from t5x_mt.data import tags
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
-from t5x_mt.languages import check_language
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
+from t5x_mt.core.languages import check_language
 
 
 class Corpus(Protocol):

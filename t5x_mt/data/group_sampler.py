@@ -21,12 +21,12 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from t5x_mt import files
+from t5x_mt.core import files
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import streamed_pipeline
 from t5x_mt.data.feature_converters import DirectionEncDecFeatureConverter
 from t5x_mt.data.mixtures import MixtureView
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 SAMPLER_STATE_SUFFIX = '.sampler.json'
 

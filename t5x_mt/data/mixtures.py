@@ -12,10 +12,10 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 import seqio
 
-from t5x_mt import files
+from t5x_mt.core import files
 from t5x_mt.data import corpora
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 
 class TaskSource(NamedTuple):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from t5x_mt.data import corpora
 from t5x_mt.data import readers
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 # C0/C1 control characters other than tab: a line holding one is binary debris, not text.
 _CONTROL = re.compile(r'[\x00-\x08\x0b-\x1f\x7f-\x9f]')

@@ -14,9 +14,10 @@ import os
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from t5x_mt.errors import UserError
-from t5x_mt.languages import FLORES200_CODES
-from t5x_mt.languages import NTREX_TO_FLORES
+from t5x_mt.core import files
+from t5x_mt.core.errors import UserError
+from t5x_mt.core.languages import FLORES200_CODES
+from t5x_mt.core.languages import NTREX_TO_FLORES
 
 SHARED_DATA_ENV = 'T5X_MT_SHARED_DATA'
 
@@ -31,8 +32,7 @@ def shared_data_dir() -> Path | None:
   if configured:
     folder = Path(configured)
   else:
-    repo_root = Path(__file__).resolve().parents[2]
-    folder = repo_root.parent / 'shared' / 'data'
+    folder = files.REPO_ROOT.parent / 'shared' / 'data'
   return folder if folder.is_dir() else None
 
 
@@ -142,7 +142,7 @@ def ntrex_files(directory: str | os.PathLike[str]) -> dict[str, Path]:
   """{FLORES code: file} for NTREX-128 (`newstest2019-src.eng.txt`, `-ref.<code>.txt`).
 
   Reference files whose NTREX code has no FLORES-200 equivalent (see
-  `t5x_mt.languages.NTREX_TO_FLORES`, e.g. 'fuc' Pulaar) are left out.
+  `t5x_mt.core.languages.NTREX_TO_FLORES`, e.g. 'fuc' Pulaar) are left out.
   """
   directory = require_dir(directory)
   source = directory / 'newstest2019-src.eng.txt'

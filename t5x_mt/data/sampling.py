@@ -9,7 +9,7 @@ data figure of Tencent's WMT22 paper does.
 
 import dataclasses
 
-from t5x_mt import charts
+from t5x_mt.core import charts
 from t5x_mt.data.mixtures import MixtureView
 
 

@@ -1,7 +1,7 @@
 """A run's data settings as one frozen value: its vocabulary, tags, sampling and WMT22 sets.
 
 The launch layer fills a `DataSettings` from a recipe's gin bindings
-(`t5x_mt.configurables.data_settings`) and makes it the task registry's before it hands a
+(`t5x_mt.config.configurables.data_settings`) and makes it the task registry's before it hands a
 run over; the library reads the fields it needs (the vocabulary file, the tag strategy)
 from the run's settings, never from the registry.
 """
@@ -11,10 +11,10 @@ from collections.abc import Sequence
 import dataclasses
 import os
 
-from t5x_mt import validation
+from t5x_mt.core import validation
 from t5x_mt.data import tags
 from t5x_mt.data import wmt22
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 DEFAULT_VOCABULARY_PATH = os.path.join(
     os.environ.get('T5X_MT_CACHE', os.path.expanduser('~/.cache/t5x_mt')), 'vocab',

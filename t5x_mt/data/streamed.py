@@ -21,10 +21,10 @@ import os
 import threading
 
 
-from t5x_mt import files
+from t5x_mt.core import files
 from t5x_mt.data.streaming import StreamingShuffle
-from t5x_mt.errors import UserError
-from t5x_mt.languages import check_language
+from t5x_mt.core.errors import UserError
+from t5x_mt.core.languages import check_language
 
 # Shuffled lines a pipeline asks for at once: one Python call per block.
 BLOCK_LINES = 256

@@ -18,11 +18,11 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from t5x_mt import files
+from t5x_mt.core import files
 from t5x_mt.data.mixtures import TaskSource
 from t5x_mt.data.streamed import PairStream
 from t5x_mt.data.streamed import StreamedCorpus
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 STATE_SUFFIX = '.streams.json'
 

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 _READ_AHEAD_BYTES = 1 << 16  # Per reader: a few hundred lines between seeks.
 

@@ -15,9 +15,9 @@ import os
 import numpy as np
 import sentencepiece as spm
 
-from t5x_mt import files
+from t5x_mt.core import files
 from t5x_mt.data import tags
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 # SentencePiece splits the E-step over threads and sums their float statistics, so the

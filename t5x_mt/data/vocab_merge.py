@@ -16,8 +16,8 @@ import os
 
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-from t5x_mt import files
-from t5x_mt.errors import UserError
+from t5x_mt.core import files
+from t5x_mt.core.errors import UserError
 
 _SPELLING_TYPES = (model_pb2.ModelProto.SentencePiece.NORMAL,
                    model_pb2.ModelProto.SentencePiece.USER_DEFINED)

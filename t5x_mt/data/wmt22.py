@@ -19,9 +19,9 @@ A user who has them adds them as extra groups (gin `pair_groups.extra`), and the
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from t5x_mt import languages
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.core import languages
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 ENGLISH, FRENCH = 'eng_Latn', 'fra_Latn'
 AFRICAN = tuple(lang for lang in languages.WMT22_AFRICAN if lang not in (ENGLISH, FRENCH))

@@ -4,6 +4,8 @@
                           vocabulary), or one line saying why it has no CTranslate2 form
   ctranslate2_export      a run's checkpoint written as a CTranslate2 model folder
   ctranslate2_translator  translates with such a folder through the Translator interface
+
+May import every package but pretrained.
 """
 
 # CTranslate2 weight types: float32; int8 (int8 weights and products, float32 elsewhere on

@@ -18,17 +18,17 @@ import textwrap
 
 import ctranslate2
 
-from t5x_mt import configurables
+from t5x_mt.config import configurables
 from t5x_mt import export
-from t5x_mt import files
-from t5x_mt import inference
-from t5x_mt import languages
-from t5x_mt import network
-from t5x_mt import run_layout
-from t5x_mt import run_loading
+from t5x_mt.core import files
+from t5x_mt.decoding import inference
+from t5x_mt.core import languages
+from t5x_mt.model import network
+from t5x_mt.runs import run_layout
+from t5x_mt.config import run_loading
 from t5x_mt.data import tags
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 from t5x_mt.export import ctranslate2_spec
 
 README = 'README.md'

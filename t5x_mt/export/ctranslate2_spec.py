@@ -33,11 +33,11 @@ import numpy as np
 from ctranslate2.specs import common_spec
 from ctranslate2.specs import transformer_spec
 
-from t5x_mt import layers
-from t5x_mt import network
-from t5x_mt import parameter_layout as layout
+from t5x_mt.model import layers
+from t5x_mt.model import network
+from t5x_mt.model import parameter_layout as layout
 from t5x_mt.data import vocab
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 ACTIVATIONS = {'relu': common_spec.Activation.RELU, 'gelu': common_spec.Activation.GELU,
                'swish': common_spec.Activation.SWISH}

@@ -23,15 +23,15 @@ from typing import Any
 import ctranslate2
 import numpy as np
 
-from t5x_mt import configurables
-from t5x_mt import files
-from t5x_mt import inference
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import run_layout
-from t5x_mt import run_loading
+from t5x_mt.config import configurables
+from t5x_mt.core import files
+from t5x_mt.decoding import inference
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.runs import run_layout
+from t5x_mt.config import run_loading
 from t5x_mt.data import tags
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 FLAG = '--ctranslate2'
 
@@ -43,7 +43,7 @@ def check_settings(settings: inference.DecodeSettings, overrides: Mapping[str, A
   def where(field: str) -> str:
     if field in overrides:
       return f'--{field}={overrides[field]}'
-    return f'inference.Translator.{field} = {getattr(settings, field)!r} in {config_file}'
+    return f'decoding.DecodeSettings.{field} = {getattr(settings, field)!r} in {config_file}'
 
   if settings.max_length_ratio > 0:
     raise UserError(f'{where("max_length_ratio")}: CTranslate2 limits the output of a '
@@ -116,7 +116,7 @@ def best_hypothesis(result: ctranslate2.TranslationResult, alpha: float,
 def load_translator(model_dir: str,
                     overrides: Mapping[str, Any]) -> CTranslate2Translator:
   """The translator of an exported folder, with the decoding settings of its config.gin
-  under `overrides` (`cli.decoding_overrides`); replaces the process's gin config."""
+  under `overrides` (`decoding_flags.decoding_overrides`); replaces the process's gin config."""
   layout = run_layout.RunLayout(model_dir)
   if not ctranslate2.contains_model(model_dir):
     raise UserError(f'{FLAG}: {model_dir} holds no CTranslate2 model (write one with '

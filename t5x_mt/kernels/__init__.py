@@ -33,6 +33,8 @@ partitioned by XLA, so each device attends over its own batch rows and heads.
 `decoding_step_attention` is the attention of a decoding step to its KV cache, which the
 layers keep in the layout that step's products read; 'auto' stages the ragged decoding
 kernel for TPUs and GPUs there, which reads only the filled part of each cache row.
+
+May import core only: kernels know nothing of the model that calls them.
 """
 
 import dataclasses

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-from t5x_mt import languages
-from t5x_mt.errors import UserError
+from t5x_mt.core import languages
+from t5x_mt.core.errors import UserError
 
 SENTENCEPIECE_FILE = 'sentencepiece.bpe.model'
 _PIECE = model_pb2.ModelProto.SentencePiece

@@ -31,17 +31,17 @@ from flax import traverse_util
 import numpy as np
 import safetensors.numpy
 
-from t5x_mt import checkpoints
-from t5x_mt import files
-from t5x_mt import layers
-from t5x_mt import models
-from t5x_mt import network
-from t5x_mt import parameter_layout as layout
-from t5x_mt import run_layout
-from t5x_mt import run_vocabulary
+from t5x_mt.runs import checkpoints
+from t5x_mt.core import files
+from t5x_mt.model import layers
+from t5x_mt.model import models
+from t5x_mt.model import network
+from t5x_mt.model import parameter_layout as layout
+from t5x_mt.runs import run_layout
+from t5x_mt.runs import run_vocabulary
 from t5x_mt.data import tags
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 from t5x_mt.pretrained import hf_vocabulary
 
 MODEL_TYPES = ('m2m_100', 'marian')
@@ -315,7 +315,7 @@ def gin_config(settings: dict[str, Any], strategy: str, vocabulary_path: str,
   lines = ['# The architecture, vocabulary and tags of a checkpoint imported by',
            '# launch/import_checkpoint.py. A run that starts from it gives this file as its',
            '# last --gin_file (README, "Start from NLLB or OPUS-MT").',
-           'import data_tasks', 'import t5x_mt.configurables', '',
+           'import data_tasks', 'import t5x_mt.config.configurables', '',
            f'LAYER_NORM = {settings["layer_norm"]!r}',
            f'POSITION_EMBEDDING = {settings["position_embedding"]!r}',
            f'TAG_STRATEGY = {strategy!r}',

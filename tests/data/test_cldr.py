@@ -6,7 +6,7 @@ import unicodedata
 import pytest
 
 from t5x_mt.data import cldr
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 
 @pytest.fixture(scope='module')

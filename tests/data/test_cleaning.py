@@ -7,11 +7,11 @@ import sys
 import gin
 import pytest
 
-from t5x_mt import configurables
+from t5x_mt.config import configurables
 from t5x_mt.data import corpora
 from t5x_mt.data.cleaning import io as cleaning_io
 from t5x_mt.data.cleaning import pipeline
-from t5x_mt.gin_utils import REPO_ROOT
+from t5x_mt.config.gin_utils import REPO_ROOT
 
 SOURCE = [
     'The meeting starts at 9 tomorrow.',         # 1 kept

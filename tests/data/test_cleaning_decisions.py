@@ -19,13 +19,13 @@ from pathlib import Path
 import gin
 import pytest
 
-from t5x_mt import configurables
-from t5x_mt import gin_utils
+from t5x_mt.config import configurables
+from t5x_mt.config import gin_utils
 from t5x_mt.data import readers
 from t5x_mt.data.cleaning import io as cleaning_io
 from t5x_mt.data.cleaning import pipeline
 from t5x_mt.data.cleaning.steps import STEPS
-from t5x_mt.data.directions import Direction
+from t5x_mt.core.directions import Direction
 
 FIXTURE = Path(__file__).with_name('cleaning_decisions.json')
 CORPORA = ('gettext_l10n', 'ntrex128')  # Also their folders in the shared data.

@@ -4,12 +4,12 @@ import pytest
 
 import gin
 
-from t5x_mt import configurables
-from t5x_mt import gin_utils
+from t5x_mt.config import configurables
+from t5x_mt.config import gin_utils
 from t5x_mt.data.cleaning import pipeline
 from t5x_mt.data.cleaning.steps import Pair
 from t5x_mt.data.cleaning.steps import build_step
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 
 def keeps(name, src, tgt, src_lang='eng_Latn', tgt_lang='fra_Latn', **params):

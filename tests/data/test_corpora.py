@@ -8,7 +8,7 @@ from t5x_mt.data import catalogue
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
 from t5x_mt.data import readers
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 
 def _multiway():

@@ -7,7 +7,7 @@ import pytest
 from t5x_mt.data.cleaning import dedup
 from t5x_mt.data.cleaning.steps import Pair
 from t5x_mt.data.cleaning.steps import build_step
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 
 def test_keys_ignore_case_spacing_punctuation_and_composition():

@@ -1,12 +1,12 @@
-"""Tests for t5x_mt.data.directions: the Direction type, its names, ids and group keys."""
+"""Tests for t5x_mt.core.directions: the Direction type, its names, ids and group keys."""
 
 import itertools
 
 import pytest
 
-from t5x_mt import languages
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.core import languages
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 
 def test_ids_round_trip_for_every_wmt22_african_pair():

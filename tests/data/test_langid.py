@@ -47,7 +47,8 @@ def test_cld2_judges_the_languages_py3langid_lacks():
 
 
 def test_short_sides_pass_unjudged_when_asked():
-  from t5x_mt.data.cleaning.steps import Pair, build_step  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data.cleaning.steps import Pair  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data.cleaning.steps import build_step  # pylint: disable=g-import-not-at-top
   pair = Pair('Open file', 'Vula ifayela')
   assert not build_step('language_id').bind('eng_Latn', 'fra_Latn')(pair)
   assert build_step('language_id', {'min_chars': 25}).bind('eng_Latn', 'fra_Latn')(pair)

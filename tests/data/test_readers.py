@@ -5,7 +5,7 @@ import gzip
 import pytest
 
 from t5x_mt.data import readers
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 
 def test_read_lines_strips_lf_and_crlf_but_keeps_inner_carriage_return(tmp_path):

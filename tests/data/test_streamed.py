@@ -11,7 +11,7 @@ import pytest
 import seqio
 
 import data_tasks
-from t5x_mt import run_vocabulary
+from t5x_mt.runs import run_vocabulary
 from t5x_mt.data import corpora
 from t5x_mt.data import group_sampler
 from t5x_mt.data import input_pipeline
@@ -19,8 +19,8 @@ from t5x_mt.data import mixtures
 from t5x_mt.data import streamed
 from t5x_mt.data import streamed_pipeline
 from t5x_mt.data.streaming import StreamingShuffle
-from t5x_mt.errors import UserError
-from t5x_mt.sharded_input import DatasetStream
+from t5x_mt.core.errors import UserError
+from t5x_mt.training.sharded_input import DatasetStream
 
 SMALL = streamed.StreamSettings(buffer_size=50, num_pointers=4, chunk_bytes=600)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from t5x_mt.data.streaming import StreamingShuffle
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 
 @pytest.fixture

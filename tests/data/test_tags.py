@@ -11,7 +11,7 @@ from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 CORPUS = 'test_tags'
 ROWS = [{'eng_Latn': f'the cat number {i} sleeps', 'hau_Latn': f'kyanwa na {i} yana barci'}

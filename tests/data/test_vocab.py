@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 from fake_object_store import gcs_bucket  # pylint: disable=unused-import
 

@@ -10,8 +10,8 @@ import sentencepiece as spm
 from t5x_mt.data import corpora
 from t5x_mt.data import vocab
 from t5x_mt.data import vocab_merge
-from t5x_mt.errors import UserError
-from t5x_mt.gin_utils import REPO_ROOT
+from t5x_mt.core.errors import UserError
+from t5x_mt.config.gin_utils import REPO_ROOT
 
 OLD = ('eng_Latn', 'fra_Latn', 'hau_Latn')
 NEW = 'amh_Ethi'
@@ -89,7 +89,7 @@ def test_non_unigram_model_is_refused(tmp_path, models):
 
 
 def test_a_resumed_run_takes_a_grown_vocabulary_but_no_other(models, tmp_path):
-  from t5x_mt import run_vocabulary  # pylint: disable=g-import-not-at-top
+  from t5x_mt.runs import run_vocabulary  # pylint: disable=g-import-not-at-top
   base, new, merged, _, _ = models
   run_copy = tmp_path / 'vocab.model'
   run_copy.write_bytes(open(base, 'rb').read())

@@ -8,7 +8,7 @@ import data_tasks
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
 from t5x_mt.data import wmt22
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 CORPUS = 'test_wmt22'
 # eng, fra, kin and swh share every row; hau has text in 3 of 12, and deu is outside WMT22.

@@ -1,17 +1,17 @@
-"""Tests for t5x_mt.data.yoruba_marks: stripping Yoruba marks, writing them one per letter,
+"""Tests for t5x_mt.data.yoruba.yoruba_marks: stripping Yoruba marks, writing them one per letter,
 the lines that train a restorer, and the character vocabulary it reads them with."""
 
 import unicodedata
 
 import pytest
 
-from t5x_mt import run_vocabulary
+from t5x_mt.runs import run_vocabulary
 from t5x_mt.data import corpora
-from t5x_mt.data import marking_corpus
+from t5x_mt.data.yoruba import marking_corpus
 from t5x_mt.data import readers
 from t5x_mt.data import vocab
-from t5x_mt.data import yoruba_marks
-from t5x_mt.errors import UserError
+from t5x_mt.data.yoruba import yoruba_marks
+from t5x_mt.core.errors import UserError
 
 ACUTE, GRAVE, MACRON, DOT = '\u0301', '\u0300', '\u0304', '\u0323'
 # 'Ẹ̀kọ́' ("lesson") precomposed as far as Unicode goes (ẹ̀ and ọ́ have no single code

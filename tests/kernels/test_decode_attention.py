@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x_mt import decode_cache
-from t5x_mt import layers
+from t5x_mt.model import decode_cache
+from t5x_mt.model import layers
 from t5x_mt.kernels import decode_attention
 from t5x_mt.kernels.flash import pad_axis
 from t5x_mt.kernels.xla_attention import decoding_step_attention
@@ -31,7 +31,7 @@ BLOCK_K = {'tpu': 128, 'gpu': 64}
 HEADS = 2
 
 try:
-  from t5x_mt import dry_run  # pylint: disable=g-import-not-at-top
+  from t5x_mt.training import dry_run  # pylint: disable=g-import-not-at-top
 except ImportError:  # No TensorFlow: an accelerator host running the kernel tests alone.
   dry_run = None
 needs_libtpu = pytest.mark.skipif(dry_run is None or dry_run.libtpu_library() is None,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from t5x_mt import kernels
-from t5x_mt import network
+from t5x_mt.model import network
 from t5x_mt.kernels import flash
 
 BLOCK = 16

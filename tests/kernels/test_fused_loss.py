@@ -1,4 +1,4 @@
-"""Tests for t5x_mt.kernels.fused_loss: the chunked objective is the plain loss, gradients
+"""Tests for t5x_mt.model.fused_loss: the chunked objective is the plain loss, gradients
 too, whether or not it is differentiated."""
 
 import jax
@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x_mt import losses
-from t5x_mt.kernels import fused_loss
+from t5x_mt.model import losses
+from t5x_mt.model import fused_loss
 
 
 def _problem(vocab_major: bool):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from t5x_mt import kernels
-from t5x_mt import partitioning
+from t5x_mt.core import partitioning
 
 TRITON_CALL = '__gpu$xla.gpu.triton'
 KERNEL_CALLS = {'tpu': 'tpu_custom_call', 'cuda': TRITON_CALL}

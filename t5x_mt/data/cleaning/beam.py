@@ -24,13 +24,13 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from t5x_mt import files
+from t5x_mt.core import files
 from t5x_mt.data.cleaning import dedup
 from t5x_mt.data.cleaning import io as cleaning_io
 from t5x_mt.data.cleaning import pipeline as cleaning
 from t5x_mt.data.cleaning.pipeline import StepSpec
 from t5x_mt.data.cleaning.steps import Pair
-from t5x_mt.data.directions import Direction
+from t5x_mt.core.directions import Direction
 
 KEPT, DROPPED, COUNTS = 'kept', 'dropped', 'counts'
 

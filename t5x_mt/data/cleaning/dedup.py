@@ -20,7 +20,7 @@ from t5x_mt.data import readers
 from t5x_mt.data.cleaning.steps import Keep
 from t5x_mt.data.cleaning.steps import Step
 from t5x_mt.data.cleaning.steps import register_step
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 KEY_BYTES = 16
 

@@ -26,8 +26,8 @@ from typing import Iterator, NamedTuple, Sequence
 
 from t5x_mt.data import corpora
 from t5x_mt.data.cleaning.steps import Pair
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
 
 DEFAULT_CHUNK_LINES = 50_000
 INVALID_UTF8 = 'invalid_utf8'

@@ -30,8 +30,8 @@ from t5x_mt.data.cleaning.steps import Keep
 from t5x_mt.data.cleaning.steps import Step
 from t5x_mt.data.cleaning.steps import per_language
 from t5x_mt.data.cleaning.steps import register_step
-from t5x_mt.errors import UserError
-from t5x_mt.languages import WMT22_AFRICAN
+from t5x_mt.core.errors import UserError
+from t5x_mt.core.languages import WMT22_AFRICAN
 
 # FLORES code -> py3langid label.
 PY3LANGID_LABELS = {

@@ -17,7 +17,7 @@ follow exactly these rules and write the same folder (see `cleaning_io`), with a
 Presets are gin files `gin/cleaning/<name>.gin` binding `cleaning_steps.names` and the
 steps' parameters (`long_word.max_chars = 40`); any step parameter can be overridden with
 `--gin.<step>.<parameter>=VALUE`. The launch layer reads those bindings
-(`t5x_mt.configurables`) and hands `resolve_specs` the configured steps.
+(`t5x_mt.config.configurables`) and hands `resolve_specs` the configured steps.
 """
 
 import dataclasses
@@ -33,8 +33,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from t5x_mt import charts
-from t5x_mt import files
+from t5x_mt.core import charts
+from t5x_mt.core import files
 from t5x_mt.data.cleaning import dedup
 from t5x_mt.data.cleaning import io as cleaning_io
 from t5x_mt.data.cleaning import langid
@@ -45,9 +45,9 @@ from t5x_mt.data.cleaning.steps import Pair
 from t5x_mt.data.cleaning.steps import STEPS
 from t5x_mt.data.cleaning.steps import Step
 from t5x_mt.data.cleaning.steps import build_step
-from t5x_mt.data.directions import Direction
-from t5x_mt.errors import UserError
-from t5x_mt.gin_utils import REPO_ROOT
+from t5x_mt.core.directions import Direction
+from t5x_mt.core.errors import UserError
+from t5x_mt.core.files import REPO_ROOT
 
 # Modules whose import registers steps (decontaminate, language_id, mdl_repeat).
 STEP_MODULES = (dedup, langid, mdl)

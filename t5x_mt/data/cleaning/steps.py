@@ -30,7 +30,7 @@ import regex
 from t5x_mt.data.cleaning.batches import PairBatch
 from t5x_mt.data.cleaning.batches import SEPARATOR
 from t5x_mt.data.cleaning.batches import Side
-from t5x_mt.errors import UserError
+from t5x_mt.core.errors import UserError
 
 
 class Pair(NamedTuple):

@@ -1,0 +1,163 @@
+"""The flags of every command that decodes (translate.py, evaluate.py, back_translate.py,
+distill.py, rerank.py, ...): which model to load (a run, an ensemble of runs, one run per
+language family) and how to decode with it, checked before anything loads, and the loading
+of what they name."""
+
+import argparse
+from typing import Any
+
+from t5x_mt.core import languages
+from t5x_mt.core.errors import UserError
+
+
+def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = False) -> None:
+  """Which run and checkpoint to load, and how to decode (translate.py, evaluate.py, ...).
+
+  With `family_models`, --family_models may name one run per target-language family group
+  instead of --checkpoint_dir (docs/methods.md#language-family-grouping).
+  """
+  parser.add_argument('--checkpoint_dir', default=None, help="the training run's MODEL_DIR")
+  parser.add_argument('--ensemble', default=None,
+                      help='several runs sharing one vocabulary, decoding as one model, '
+                      'instead of --checkpoint_dir: RUN[:WEIGHT],RUN[:WEIGHT],... (weight 1 '
+                      'when left out); each loads its latest checkpoint')
+  parser.add_argument('--ensemble_combination', default='mean_log_prob',
+                      help='how --ensemble combines its runs at each step: mean_log_prob '
+                      '(weighted mean of log-probabilities, as Marian) or log_mean_prob '
+                      '(log of the weighted mean probability, as fairseq)')
+  if family_models:
+    parser.add_argument('--family_models', default=None,
+                        help='one run per family group instead of --checkpoint_dir: '
+                        '1=DIR,2=DIR,...; each direction goes to its target\'s group (swh: 3)')
+  parser.add_argument('--step', type=int, default=None,
+                      help='checkpoint step to load (default: the latest)')
+  parser.add_argument('--beam_size', type=int, default=None,
+                      help="beam width; 1 is greedy (default: the run's setting, else 4)")
+  parser.add_argument('--alpha', type=float, default=None,
+                      help="length penalty exponent (default: the run's setting, else 1.0)")
+  parser.add_argument('--batch_size', type=int, default=None,
+                      help="sentences per batch (default: the run's setting, else 64)")
+  parser.add_argument('--parallel_batches', type=int, default=None,
+                      help='batches decoded at once, a thread each (default: the CPU cores '
+                      'on one CPU device, else 1)')
+  parser.add_argument('--pivot_via', default=None,
+                      help='translate through this language (X -> pivot -> Y), e.g. eng_Latn')
+  parser.add_argument('--no_repeat_ngram_size', type=int, default=None,
+                      help='never output an n-gram of this size twice in a sentence '
+                      "(default: the run's setting, else off)")
+  parser.add_argument('--max_length_ratio', type=float, default=None,
+                      help='end each output after ceil(ratio * source pieces + '
+                      "--max_length_offset) pieces (default: the run's setting, else off)")
+  parser.add_argument('--max_length_offset', type=int, default=None,
+                      help="pieces allowed beyond the ratio (default: the run's setting, "
+                      'else 10)')
+  parser.add_argument('--yoruba_diacritics', default=None,
+                      help='restore the tone marks and underdots of outputs into yor_Latn '
+                      'with this run of gin/runs/yoruba_diacritics.gin (default: the run\'s '
+                      'setting, else off)')
+
+
+def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
+  """The Translator settings the decoding flags given fix, checked so a typo fails before
+  loading; a flag left out leaves the run's setting (its config.gin) in force."""
+  if getattr(args, 'ctranslate2', None) is None:  # An exported folder names the model.
+    _check_model_flags(args)
+  overrides = {}
+  for name, at_least in (('beam_size', 1), ('alpha', None), ('batch_size', 1),
+                         ('parallel_batches', 1), ('no_repeat_ngram_size', 0),
+                         ('max_length_ratio', 0), ('max_length_offset', 0)):
+    value = getattr(args, name)
+    if value is not None:
+      if at_least is not None and value < at_least:
+        raise UserError(f'--{name}: must be >= {at_least}, got {value}')
+      overrides[name] = value
+  if args.pivot_via:
+    overrides['pivot_language'] = languages.check_language(args.pivot_via, '--pivot_via')
+    overrides['pivot_directions'] = ('*',)
+  if args.yoruba_diacritics is not None:
+    overrides['yoruba_diacritics'] = args.yoruba_diacritics
+  return overrides
+
+
+def _check_model_flags(args: argparse.Namespace) -> None:
+  """Exactly one of the flags that name the model, each well formed."""
+  names = ['checkpoint_dir', 'ensemble'] + (['family_models'] if hasattr(args, 'family_models')
+                                            else [])
+  if sum(getattr(args, name) is not None for name in names) != 1:
+    flags = [f'--{name}' for name in names]
+    raise UserError(f'give exactly one of {", ".join(flags[:-1])} or {flags[-1]}')
+  if args.ensemble is not None:
+    parse_ensemble(args.ensemble)
+    from t5x_mt.decoding import ensemble  # pylint: disable=g-import-not-at-top  (imports JAX, uses none)
+    if args.ensemble_combination not in ensemble.COMBINATIONS:
+      raise UserError(f'--ensemble_combination: one of {", ".join(ensemble.COMBINATIONS)}, '
+                      f'got {args.ensemble_combination!r}')
+  if getattr(args, 'family_models', None) is not None:
+    parse_family_models(args.family_models)
+  if args.step is not None and args.checkpoint_dir is None:
+    raise UserError('--step: only with --checkpoint_dir; ensembles and family models '
+                    'each load their runs\' latest checkpoints')
+
+
+def model_choice(args: argparse.Namespace) -> dict[str, Any]:
+  """`run_loading.load_model`'s arguments that name the model: --checkpoint_dir,
+  --ensemble (with --ensemble_combination) or --family_models."""
+  return dict(checkpoint_dir=args.checkpoint_dir,
+              family_models=family_models(args) if hasattr(args, 'family_models') else None,
+              ensemble_members=None if args.ensemble is None else parse_ensemble(args.ensemble),
+              ensemble_combination=args.ensemble_combination)
+
+
+def load_model(args: argparse.Namespace, step: int | None, overrides: dict[str, Any]) -> Any:
+  """The translator the model flags name (`run_loading.load_model` of `model_choice`) at
+  `step`, decoding with `overrides`, its outputs into yor_Latn restored where
+  --yoruba_diacritics or the run's config.gin asks (`diacritics.with_restored_marks`)."""
+  # pylint: disable=g-import-not-at-top  (JAX loads after start_jax)
+  from t5x_mt.decoding import diacritics
+  from t5x_mt.config import run_loading
+  # pylint: enable=g-import-not-at-top
+  choice = model_choice(args)
+  if choice['ensemble_members'] is not None:
+    first_run, flag = choice['ensemble_members'][0][0], '--ensemble'
+  elif choice['family_models'] is not None:
+    first_run, flag = next(iter(choice['family_models'].values())), '--family_models'
+  else:
+    first_run, flag = args.checkpoint_dir, '--checkpoint_dir'
+  return diacritics.with_restored_marks(
+      lambda: run_loading.load_model(step=step, overrides=overrides, **choice), first_run,
+      overrides, flag)
+
+
+def parse_ensemble(text: str) -> list[tuple[str, float]]:
+  """[(run folder, weight)] from 'RUN[:WEIGHT],RUN[:WEIGHT],...' (--ensemble). A colon
+  ends a weight only where a number follows it, so gs:// folders need none."""
+  members = []
+  for entry in filter(None, (e.strip() for e in text.split(','))):
+    directory, sep, weight = entry.rpartition(':')
+    try:
+      members.append((directory, float(weight)) if sep else (entry, 1.0))
+    except ValueError:
+      members.append((entry, 1.0))
+    if not members[-1][0] or not members[-1][1] > 0:
+      raise UserError(f'--ensemble: {entry!r} is not RUN[:WEIGHT] with a weight > 0')
+  if not members:
+    raise UserError('--ensemble: give at least one RUN[:WEIGHT]')
+  return members
+
+
+def family_models(args: argparse.Namespace) -> dict[int, str] | None:
+  """The runs --family_models names, None when --checkpoint_dir names one run instead."""
+  return None if args.family_models is None else parse_family_models(args.family_models)
+
+
+def parse_family_models(text: str) -> dict[int, str]:
+  """{family group: run folder} from '1=DIR,2=DIR,...' (--family_models)."""
+  models = {}
+  for entry in filter(None, (e.strip() for e in text.split(','))):
+    group, sep, directory = entry.partition('=')
+    if not sep or not group.strip().isdigit() or not directory.strip():
+      raise UserError(f'--family_models: {entry!r} is not GROUP=DIR (e.g. 3=/runs/lfg3)')
+    models[int(group)] = directory.strip()
+  if not models:
+    raise UserError('--family_models: give at least one GROUP=DIR')
+  return models

@@ -1,0 +1,6 @@
+"""What every layer shares and nothing machine-learned: user errors, files written
+atomically, FLORES-200 languages and translation directions, processes and device meshes,
+progress bars, charts, and the commands' one-line errors (`cli`).
+
+Imports nothing else from t5x_mt.
+"""
