@@ -91,6 +91,7 @@ def validation_loss(layout: run_layout.RunLayout, step: int) -> float:
   from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   translator = run_loading.load_translator(str(layout.root), step)
+  run_loading.adopt_run_config(str(layout.root))
   from_gin.configure_data(translator.vocabulary_file)
   run = configurables.train_config()  # The run's settings, from its config.gin.
   result = baselines.group_losses(

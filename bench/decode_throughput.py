@@ -116,6 +116,7 @@ def main(argv: list[str]) -> int:
   from t5x_mt.export import ctranslate2_translator  # pylint: disable=g-import-not-at-top
   overrides = {'beam_size': args.beam_size, 'batch_size': args.batch_size}
   ours = run_loading.load_translator(args.checkpoint_dir, **overrides)
+  run_loading.adopt_run_config(args.checkpoint_dir)  # Its corpora, for read_sources.
   sources, references = read_sources(args)
   fns = {'ours': translate_all(ours, sources)}
   with tempfile.TemporaryDirectory() as export_root:

@@ -72,7 +72,7 @@ def train_command(model_dir: pathlib.Path, args: argparse.Namespace) -> list[str
           f'--gin.LOG_EVERY_STEPS={args.log_every_steps}',
           '--gin.training.TrainConfig.evaluate_test_split=False',
           '--gin.training.TrainConfig.progress_bar=False',
-          '--gin.training.EvalConfig.max_sentences=1',
+          '--gin.evaluation.EvalConfig.max_sentences=1',
           '--gin.decoding.DecodeSettings.beam_size=1']
 
 

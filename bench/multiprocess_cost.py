@@ -42,7 +42,7 @@ def _train(num_processes: int, devices: int, steps: int, workdir: pathlib.Path,
            f'--gin.CHECKPOINT_EVERY_STEPS={steps}',
            '--gin.training.TrainConfig.evaluate_test_split=False',
            '--gin.training.TrainConfig.progress_bar=False',
-           '--gin.training.EvalConfig.max_sentences=1',
+           '--gin.evaluation.EvalConfig.max_sentences=1',
            '--gin.decoding.DecodeSettings.beam_size=1']
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count='
              f'{devices // num_processes}')

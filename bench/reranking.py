@@ -66,11 +66,11 @@ def split_pairs(mixture: str, split: str, sentences: int | None
                 ) -> dict[str, tuple[Any, list[str], list[str]]]:
   """{direction name: (direction, sources, references)} of `split`, as the run's
   evaluations read them (under the run's config.gin, loaded with its model)."""
-  from t5x_mt.training import actions  # pylint: disable=g-import-not-at-top
+  from t5x_mt.evaluation import per_direction  # pylint: disable=g-import-not-at-top
   from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
   config = dataclasses.replace(configurables.eval_config(), max_sentences=sentences)
   return {direction.name: (direction, *map(list, zip(*pairs)))
-          for direction, pairs in actions.evaluation_pairs(mixture, config, split)}
+          for direction, pairs in per_direction.evaluation_pairs(mixture, config, split)}
 
 
 def nbest_lists(translator, split: str, pairs, args: argparse.Namespace
@@ -125,22 +125,25 @@ def halves(lists: Lists) -> tuple[Lists, Lists]:
 
 def mean_scores(lists: Lists, choices: dict[str, list[int]]) -> dict[str, float]:
   """Mean over directions of corpus chrF++ and BLEU of `choices`."""
-  per_direction = [scoring.score_direction(candidates.chosen(choices[name]), references)
-                   for name, (candidates, references) in lists.items()]
-  return {metric: float(np.mean([scores[metric] for scores in per_direction]))
+  direction_scores = [scoring.score_direction(candidates.chosen(choices[name]), references)
+                      for name, (candidates, references) in lists.items()]
+  return {metric: float(np.mean([scores[metric] for scores in direction_scores]))
           for metric in ('chrf', 'bleu')}
 
 
 def load_scorers(translator, args: argparse.Namespace) -> dict[str, Any]:
   """The scorer of each feature whose run exists, the forward run itself as backward by
   default (it translates both ways)."""
-  from t5x_mt.decoding import sequence_scoring  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import run_loading
+  from t5x_mt.decoding import sequence_scoring
+  # pylint: enable=g-import-not-at-top
   scorers = {reranking.BACKWARD: (sequence_scoring.RunScorer(translator) if args.backward is None
-                                  else sequence_scoring.RunScorer.load(args.backward))}
+                                  else run_loading.load_scorer(args.backward))}
   for feature, run_dir in ((reranking.RIGHT_TO_LEFT, args.right_to_left),
                            (reranking.LANGUAGE_MODEL, args.language_model)):
     if run_dir and os.path.exists(run_dir):
-      scorers[feature] = sequence_scoring.RunScorer.load(run_dir)
+      scorers[feature] = run_loading.load_scorer(run_dir)
       if scorers[feature].kind != reranking.RUN_FEATURES[feature]:
         raise SystemExit(f'{run_dir} is a {scorers[feature].kind} run, not {feature}')
     else:
@@ -154,7 +157,8 @@ def main() -> None:
   from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   translator = run_loading.load_translator(args.run, beam_size=args.beam_size)
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
-  from_gin.configure_data()
+  run_loading.adopt_run_config(args.run)
+  from_gin.configure_data()  # The run's data settings, corpora and mixtures.
   splits = dict.fromkeys((args.tune_split, args.report_split))
   pairs = {split: split_pairs(args.mixture, split, args.sentences) for split in splits}
   candidates = {split: nbest_lists(translator, split, pairs[split], args) for split in splits}

@@ -68,13 +68,13 @@ def main(argv: list[str]) -> int:
   from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import monolingual  # pylint: disable=g-import-not-at-top
   model = decoding_flags.model_choice(args)
-  run_loading.load_run_config(args.checkpoint_dir or model['ensemble_members'][0][0])
+  run_loading.adopt_run_config(*decoding_flags.first_run(args))
   from_gin.configure_data()  # --from_corpus may name the run's own corpora.
   sentences = monolingual.gather(job.lang, args.monolingual, args.from_corpus, args.split)
   sentences = sentences[:args.max_sentences]
   print(f'{len(sentences)} distinct {job.lang} sentences; writing {job.direction} pairs '
         f'({job.other_lang} synthetic, tag {job.tag}) into {args.output}', flush=True)
-  teacher = back_translation.Teacher.load(
+  teacher = run_loading.load_teacher(
       args.checkpoint_dir, args.step, decoding, model['ensemble_members'],
       model['ensemble_combination'])
   summary = teacher.make_corpus(job, sentences, args.output)

@@ -42,6 +42,7 @@ def main(argv: list[str]) -> int:
   from t5x_mt.data import mixtures  # pylint: disable=g-import-not-at-top
   step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
   translator = run_loading.load_translator(args.checkpoint_dir, step)
+  run_loading.adopt_run_config(args.checkpoint_dir)
   # The registry encodes with the run's vocabulary and tags, and knows its corpora.
   from_gin.configure_data(translator.vocabulary_file)
   with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--mixture'):

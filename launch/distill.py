@@ -55,13 +55,13 @@ def main(argv: list[str]) -> int:
   from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
   model = decoding_flags.model_choice(args)
-  run_loading.load_run_config(args.checkpoint_dir or model['ensemble_members'][0][0])
+  run_loading.adopt_run_config(*decoding_flags.first_run(args))
   from_gin.configure_data()  # --corpus may be the teacher run's.
   corpus = corpora.get_corpus(args.corpus)
   sources = {(src, tgt): list(dict.fromkeys(
       s for s, _ in corpus.pairs(args.split, src, tgt) if s.strip()))[:args.max_sentences]
              for src, tgt in args.directions}
-  teacher = back_translation.Teacher.load(
+  teacher = run_loading.load_teacher(
       args.checkpoint_dir, args.step, decoding, model['ensemble_members'],
       model['ensemble_combination'])
   for src, tgt in args.directions:

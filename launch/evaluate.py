@@ -82,8 +82,8 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   """Scores the translations of --src_file against --ref_file."""
   from t5x_mt.evaluation import scoring  # pylint: disable=g-import-not-at-top
   from t5x_mt.runs import run_layout  # pylint: disable=g-import-not-at-top
-  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import readers  # pylint: disable=g-import-not-at-top
+  from t5x_mt.decoding import line_streaming  # pylint: disable=g-import-not-at-top
   sources = readers.read_lines(args.src_file)
   references = readers.read_lines(args.ref_file)
   if len(sources) != len(references):
@@ -95,8 +95,9 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   if args.checkpoint_dir is not None:
     run_layout.RunLayout(args.checkpoint_dir).warn_untrained(
         translator.legs(args.src_lang, args.tgt_lang))
-  hypotheses = run_loading.translate_lines(translator, sources, args.src_lang, args.tgt_lang,
-                                           progress_bar=True, source_name=args.src_file)
+  hypotheses = line_streaming.translate_lines(translator, sources, args.src_lang,
+                                              args.tgt_lang, progress_bar=True,
+                                              source_name=args.src_file)
   return scoring.score_translations(sources, hypotheses, references,
                                       spm_model_path=args.spm_model, baseline=args.baseline)
 
@@ -126,7 +127,7 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   from t5x_mt.evaluation import scoring  # pylint: disable=g-import-not-at-top
   from t5x_mt.core import processes  # pylint: disable=g-import-not-at-top
   from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
-  from t5x_mt.training import actions  # pylint: disable=g-import-not-at-top
+  from t5x_mt.evaluation import per_direction  # pylint: disable=g-import-not-at-top
   from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
   names = [name.strip() for name in args.tasks.split(',') if name.strip()]
@@ -136,7 +137,8 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   if args.checkpoint_dir is not None:
     step = run_loading.checkpoint_step(args.checkpoint_dir, args.step)
   translator = decoding_flags.load_model(args, step, decoding)
-  # After loading: the run's config.gin may import or name its own corpora and mixtures.
+  # The (first) run's config.gin may import or name its own corpora and mixtures.
+  run_loading.adopt_run_config(*decoding_flags.first_run(args))
   import data_tasks  # pylint: disable=g-import-not-at-top
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
   from_gin.configure_data()
@@ -163,7 +165,8 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   settings = dataclasses.replace(configurables.eval_config(), **options)
   direction_scores = {}
   for name in names:
-    summary = actions.evaluate_directions(translator, name, step, settings, progress_bar=True)
+    summary = per_direction.evaluate_directions(translator, name, step, settings,
+                                                progress_bar=True)
     direction_scores.update(summary['directions'])
   summary = scoring.summarize(step, direction_scores)
   summary.update(split=args.split, task=', '.join(names))

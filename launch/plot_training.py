@@ -28,7 +28,7 @@ def corpus_tokens(layout: run_layout.RunLayout) -> dict[str, float]:
   from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
-  run_loading.load_run_config(str(layout.root))
+  run_loading.adopt_run_config(str(layout.root))
   from_gin.configure_data()  # The run's data settings, corpora and mixtures.
   config = configurables.train_config()
   processor = sentencepiece.SentencePieceProcessor(model_file=str(layout.vocabulary))

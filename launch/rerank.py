@@ -156,9 +156,9 @@ def _add_run_features(candidates: reranking.Candidates, sources: list[str] | Non
   if not runs:
     return candidates
   cli.start_tensorflow()
-  from t5x_mt.decoding import sequence_scoring  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   for flag, run_dir in runs.items():
-    scorer = sequence_scoring.RunScorer.load(run_dir, batch_size=args.batch_size)
+    scorer = run_loading.load_scorer(run_dir, batch_size=args.batch_size)
     if scorer.kind != reranking.RUN_FEATURES[flag]:
       raise UserError(f'--{flag}: {run_dir} is a {scorer.kind} run; it needs a '
                       f'{reranking.RUN_FEATURES[flag]} run')

@@ -53,9 +53,12 @@ def main(argv: list[str]) -> int:
   if args.output is not None:
     files.check_output(args.output, '--output')
   cli.start_tensorflow()
-  from t5x_mt.decoding import diacritics  # pylint: disable=g-import-not-at-top  (imports JAX)
+  # pylint: disable=g-import-not-at-top  (imports JAX)
+  from t5x_mt.config import run_loading
+  from t5x_mt.decoding import diacritics
+  # pylint: enable=g-import-not-at-top
   weight = {} if args.lexicon_weight is None else {'lexicon_weight': args.lexicon_weight}
-  restorer = diacritics.load_restorer(args.checkpoint_dir, args.step, args.batch_size,
+  restorer = run_loading.load_restorer(args.checkpoint_dir, args.step, args.batch_size,
                                       unknown_words=args.unknown_words, **weight)
   lines = readers.iter_lines(args.input or STDIN)
   chunk_size = restorer.translator.batch_size * CHUNK_BATCHES

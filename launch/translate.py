@@ -61,21 +61,20 @@ def main(argv: list[str]) -> int:
     files.check_output(args.output, '--output')
   total = _line_count(args.input)
   cli.start_jax(args)
-  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top  (JAX loads after start_jax)
+  from t5x_mt.config import run_loading
+  from t5x_mt.decoding import line_streaming
+  # pylint: enable=g-import-not-at-top
   if args.ctranslate2 is not None:
-    # pylint: disable=g-import-not-at-top
-    from t5x_mt.decoding import diacritics
-    from t5x_mt.export import ctranslate2_translator
-    # pylint: enable=g-import-not-at-top
-    translator = diacritics.with_restored_marks(
-        lambda: ctranslate2_translator.load_translator(args.ctranslate2, overrides),
-        args.ctranslate2, overrides, '--ctranslate2')
+    from t5x_mt.export import ctranslate2_translator  # pylint: disable=g-import-not-at-top
+    translator = ctranslate2_translator.load_translator(args.ctranslate2, overrides)
+    translator = run_loading.with_restored_marks(translator, translator.settings)
   else:
     translator = decoding_flags.load_model(args, args.step, overrides)
   model_dir = args.checkpoint_dir or args.ctranslate2
   if model_dir is not None:
     run_layout.RunLayout(model_dir).warn_untrained(translator.legs(src_lang, tgt_lang))
-  chunks = run_loading.stream_translations(
+  chunks = line_streaming.stream_translations(
       translator, readers.iter_lines(args.input or STDIN), src_lang, tgt_lang, total=total,
       progress_bar=args.input is not None, source_name=args.input or 'stdin',
       nbest=args.nbest)

@@ -11,7 +11,7 @@ The library is layered; each package imports only the packages before it in this
   data        corpora, cleaning, vocabularies, tags, sampling, selection, input pipelines
   runs        a run folder: its layout, vocabulary, checkpoints and averages
   decoding    search methods, prediction, translators, ensembles, n-best lists, reranking
-  evaluation  sacreBLEU metrics and the per-direction evaluation of a model
+  evaluation  sacreBLEU metrics and the per-direction evaluation of a model, its settings
   training    settings, the train step, the loop and its actions, DRO, fine-tuning
   config      the gin edge: the names recipes bind, and runs loaded back from their config
   export, pretrained   other toolkits' formats, out (CTranslate2) and in (Hugging Face)

@@ -74,7 +74,7 @@ def tiny_run_bindings(model_dir: pathlib.Path, vocabulary: pathlib.Path, mixture
       'WARMUP_STEPS': '5', 'LOG_EVERY_STEPS': '1',
       'training.TrainConfig.evaluate_test_split': 'False',
       'training.TrainConfig.progress_bar': 'False',
-      'training.EvalConfig.max_sentences': '4',
+      'evaluation.EvalConfig.max_sentences': '4',
       'decoding.DecodeSettings.beam_size': '1',
       'decoding.DecodeSettings.batch_size': '8',
       'decoding.DecodeSettings.max_decode_length': '8',

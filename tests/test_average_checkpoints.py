@@ -11,6 +11,7 @@ import pytest
 from t5x_mt.runs import averaging
 from t5x_mt.runs import checkpoints
 from t5x_mt.config import run_loading
+from t5x_mt.decoding import line_streaming
 from conftest import saved_params
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
@@ -32,7 +33,7 @@ def test_average_of_two_checkpoints_is_their_mean_and_translates(trained_run, tm
     np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-6, atol=1e-7)
   assert not np.allclose(averaged[0], saved_params(trained_run, 4)[0])
   translator = run_loading.load_translator(str(output), beam_size=1)
-  assert run_loading.translate_lines(translator, ['Monday'], 'eng_Latn', 'hau_Latn')[0]
+  assert line_streaming.translate_lines(translator, ['Monday'], 'eng_Latn', 'hau_Latn')[0]
 
 
 def test_one_step_average_is_that_checkpoint(trained_run, tmp_path, monkeypatch, capsys):

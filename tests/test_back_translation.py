@@ -13,11 +13,13 @@ import seqio
 import data_tasks
 from t5x_mt.decoding import back_translation
 from t5x_mt.config import run_loading
+from t5x_mt.decoding import line_streaming
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
 from t5x_mt.data import monolingual
 from t5x_mt.data import tags
 from t5x_mt.core.errors import UserError
+from t5x_mt.evaluation import per_direction
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 
@@ -197,7 +199,7 @@ def test_command_writes_forward_translations_that_train_with_da_tags(trained_run
   assert json.loads(out.splitlines()[-1])['translated_now'] == 20
   job = back_translation.Job('eng_Latn', 'hau_Latn', mode='ft', tag='da')
   translator = run_loading.load_translator(str(trained_run), beam_size=1, batch_size=1)
-  expected = run_loading.translate_lines(translator, lines[:20], 'eng_Latn', 'hau_Latn')
+  expected = line_streaming.translate_lines(translator, lines[:20], 'eng_Latn', 'hau_Latn')
   pairs = read_pairs(output, job)
   assert pairs == [p for p in zip(lines[:20], expected) if p[1].strip()]
   # The tiny model prefers language tags; none reaches a pair, where training would read it
@@ -228,8 +230,6 @@ def test_command_refuses_an_empty_monolingual_line_and_writes_nothing(trained_ru
 
 
 def test_direction_trained_on_genuine_and_synthetic_pairs_is_evaluated_once(trained_run):
-  from t5x_mt.training import actions  # pylint: disable=g-import-not-at-top
-  from t5x_mt.training import run_config  # pylint: disable=g-import-not-at-top
   translator = run_loading.load_translator(str(trained_run), beam_size=1, batch_size=4)
   name = 'test_bt_eval'
   corpora.register_corpus(name, lambda: corpus_types.SyntheticCorpus(
@@ -237,9 +237,9 @@ def test_direction_trained_on_genuine_and_synthetic_pairs_is_evaluated_once(trai
       {('eng_Latn', 'hau_Latn'): ('eng_Latn', 'bt')}), overwrite=True)
   data_tasks.register_corpora_and_mixtures(mixtures={name: ['cldr_eng_Latn.hau_Latn', name]})
   assert len(data_tasks.mixture_view(name).members) == 2
-  settings = run_config.EvalConfig(max_sentences=4)
-  both = actions.evaluate_directions(translator, name, 4, settings)
-  genuine = actions.evaluate_directions(translator, 'cldr_eng_Latn.hau_Latn', 4, settings)
+  settings = per_direction.EvalConfig(max_sentences=4)
+  both = per_direction.evaluate_directions(translator, name, 4, settings)
+  genuine = per_direction.evaluate_directions(translator, 'cldr_eng_Latn.hau_Latn', 4, settings)
   assert list(both['directions']) == ['eng_Latn-hau_Latn']
   assert both['directions'] == genuine['directions']
 
@@ -256,7 +256,7 @@ def test_distill_writes_the_teachers_translations_of_the_sources(trained_run, tm
   sources = list(dict.fromkeys(s for s, _ in corpora.get_corpus('cldr').pairs(
       'train', 'eng_Latn', 'hau_Latn')))[:6]
   translator = run_loading.load_translator(str(trained_run), beam_size=2, batch_size=4)
-  expected = run_loading.translate_lines(translator, sources, 'eng_Latn', 'hau_Latn')
+  expected = line_streaming.translate_lines(translator, sources, 'eng_Latn', 'hau_Latn')
   job = back_translation.Job('eng_Latn', 'hau_Latn', mode='ft', tag='none')
   assert read_pairs(output, job) == [p for p in zip(sources, expected) if p[1].strip()]
   corpora.register_dir('test_kd', output, overwrite=True)
@@ -273,7 +273,7 @@ def test_distill_needs_directions(monkeypatch, capsys, tmp_path):
 
 
 def test_a_restart_may_change_how_many_batches_decode_at_once(trained_run):
-  teacher = back_translation.Teacher.load(str(trained_run), None,
-                                          {'beam_size': 2, 'parallel_batches': 3})
+  teacher = run_loading.load_teacher(str(trained_run), None,
+                                   {'beam_size': 2, 'parallel_batches': 3})
   assert teacher.translator.parallel_batches == 3
   assert teacher.provenance['decoding'] == {'beam_size': 2}

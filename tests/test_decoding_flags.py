@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from t5x_mt.core import cli
 from t5x_mt.config import decoding_flags
 from t5x_mt.config import run_loading
 from t5x_mt.core.errors import UserError

@@ -62,7 +62,7 @@ def run(tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(scope='module')
 def restorer(run) -> diacritics.Restorer:
-  return diacritics.load_restorer(str(run))
+  return run_loading.load_restorer(str(run))
 
 
 @pytest.fixture(scope='module')
@@ -217,14 +217,14 @@ def switched_run(run, knowing_run, tmp_path_factory) -> pathlib.Path:
 
 def test_translation_into_yoruba_restores_unmarked_outputs_by_flag_and_by_gin_switch(
     run, knowing_run, switched_run, decoded_yoruba):
-  expected = diacritics.restore_lines(diacritics.load_restorer(str(knowing_run)),
+  expected = diacritics.restore_lines(run_loading.load_restorer(str(knowing_run)),
                                       decoded_yoruba)
   assert expected != decoded_yoruba  # The untrained model writes some lines without marks.
   def load(run_dir, overrides):
-    return diacritics.with_restored_marks(
-        lambda: run_loading.load_model(str(run_dir), None, None, overrides), str(run_dir),
-        overrides)
+    return run_loading.load_model(str(run_dir), None, None, overrides)
 
+  gin.parse_config('decoding.DecodeSettings.beam_size = 3')  # The command's own config.
+  before = gin.config_str()
   by_flag = load(run, {'beam_size': 1, 'yoruba_diacritics': str(knowing_run)})
   by_switch = load(switched_run, {'beam_size': 1})
   for translator in (by_flag, by_switch):
@@ -232,8 +232,8 @@ def test_translation_into_yoruba_restores_unmarked_outputs_by_flag_and_by_gin_sw
     assert translator.translate(LINES_INTO_YORUBA, 'yor_Latn', 'yor_Latn') == expected
   [[best]] = by_flag.translate_nbest(LINES_INTO_YORUBA[:1], 'yor_Latn', 'yor_Latn', 1)
   assert best.text == expected[0]
-  # The translation run's gin config is the process's once the model has loaded.
-  assert gin.query_parameter('decoding.DecodeSettings.yoruba_diacritics') == str(knowing_run)
+  # Loading the runs (model and restorer) left the process's gin config as it was.
+  assert gin.config_str() == before
 
 
 def test_outputs_into_other_languages_are_left_as_decoded(trained_run, restorer):
@@ -255,7 +255,7 @@ def test_translate_command_restores_yoruba_and_refuses_a_run_that_is_no_restorer
   code, decoded, _ = run_in_process('translate.py', flags, monkeypatch, capsys)
   code_restored, restored, _ = run_in_process(
       'translate.py', flags + [f'--yoruba_diacritics={knowing_run}'], monkeypatch, capsys)
-  restorer = diacritics.load_restorer(str(knowing_run))
+  restorer = run_loading.load_restorer(str(knowing_run))
   assert (code, code_restored) == (0, 0) and restored != decoded
   assert restored.splitlines() == diacritics.restore_lines(restorer, decoded.splitlines())
   code, _, err = run_in_process('translate.py', flags + [
@@ -274,8 +274,8 @@ def test_a_run_keeps_its_lexicon_and_one_without_it_restores_by_its_model_alone(
   bare = tmp_path / 'run'
   shutil.copytree(run, bare, ignore=shutil.ignore_patterns(marking_lexicon.FILE_NAME))
   with pytest.raises(UserError, match=f'^--checkpoint_dir: {bare} has no marking_lexicon.json'):
-    diacritics.load_restorer(str(bare))
-  alone = diacritics.load_restorer(str(bare), lexicon_weight=0, unknown_words='model')
+    run_loading.load_restorer(str(bare))
+  alone = run_loading.load_restorer(str(bare), lexicon_weight=0, unknown_words='model')
   assert alone.lexicon is None
   with pytest.raises(UserError, match="^--unknown_words: 'some' is not one of 'bare', 'model'"):
-    diacritics.load_restorer(str(run), unknown_words='some')
+    run_loading.load_restorer(str(run), unknown_words='some')

@@ -132,8 +132,7 @@ def random_run(trained_run: pathlib.Path, folder: pathlib.Path, bindings: dict[s
                              run_layout.RunLayout(folder))
   with open(folder / 'config.gin', 'a', encoding='utf-8') as config_file:
     config_file.write(''.join(f'{name} = {value}\n' for name, value in bindings.items()))
-  run_loading.load_run_config(folder)
-  config = run_loading.model_config_of(folder / 'vocab.model')
+  config = run_loading.read_run(str(folder)).model
   rng = np.random.default_rng(seed)
   params = jax.tree_util.tree_map_with_path(
       lambda path, leaf: _random_leaf(path[-1].key, leaf.shape, rng),

@@ -3,7 +3,6 @@
 
 import pytest
 
-from t5x_mt.core import cli
 from t5x_mt.config import decoding_flags
 from t5x_mt.decoding import inference
 from t5x_mt.config import run_loading

@@ -9,9 +9,9 @@ import pytest
 
 from t5x_mt.training import actions
 from t5x_mt.runs import checkpoints
-from t5x_mt.training import run_config
 from t5x_mt.runs import run_layout
 from t5x_mt.core.errors import UserError
+from t5x_mt.evaluation import per_direction
 from conftest import configure_tiny_run, train_configured
 from conftest import saved_params
 
@@ -88,7 +88,7 @@ def _early_stopping(run_dir, start_step: int, saves: list[int]):
   its saves go to `saves`."""
   run = types.SimpleNamespace(layout=run_layout.RunLayout(run_dir), start_step=start_step,
                               checkpoints=_ProtectedStep(), save=saves.append)
-  evaluate = actions.Evaluate(2, run_config.EvalConfig())
+  evaluate = actions.Evaluate(2, per_direction.EvalConfig())
   stop_early = actions.StopEarly(run, evaluate, patience=2)
 
   def evaluated(step: int, chrf: float) -> None:

@@ -18,8 +18,10 @@ from t5x_mt.core.errors import UserError
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The edge: gin registration (the model's alone in gin_model.py), parsing, flags, and
 # loading a run's config.gin.
-GIN_MODULES = {'t5x_mt/config/configurables.py', 't5x_mt/config/gin_model.py', 't5x_mt/config/gin_utils.py',
-               't5x_mt/core/cli.py', 't5x_mt/config/run_loading.py'}
+# The gin edge: the config package, and the commands' shared edge that quiets gin's logging.
+GIN_MODULES = {'t5x_mt/config/configurables.py', 't5x_mt/config/gin_model.py',
+               't5x_mt/config/gin_utils.py', 't5x_mt/config/renamed.py',
+               't5x_mt/config/run_loading.py', 't5x_mt/core/cli.py'}
 
 
 def _imports_gin(path: pathlib.Path) -> bool:
@@ -155,7 +157,7 @@ def test_home_and_variables_are_expanded_in_every_path_setting(tmp_path, monkeyp
   monkeypatch.setenv('VOCABS', str(tmp_path / 'vocabs'))
   gin_utils.parse_gin(['gin/runs/demo.gin'], [
       "VOCABULARY_PATH = '$VOCABS/v.model'",
-      "training.EvalConfig.spm_model_path = '~/flores.spm'"])
+      "evaluation.EvalConfig.spm_model_path = '~/flores.spm'"])
   assert configurables.data_settings().vocabulary_path == str(tmp_path / 'vocabs' / 'v.model')
   assert configurables.eval_config().spm_model_path == str(tmp_path / 'flores.spm')
   assert files.path('~/x/$VOCABS') == pathlib.Path(f'{tmp_path}/x/{tmp_path}/vocabs')

@@ -14,7 +14,7 @@ import data_tasks
 from t5x_mt.model import models
 from t5x_mt.model import parameter_layout
 from t5x_mt.runs import run_layout
-from t5x_mt.decoding import sequence_scoring
+from t5x_mt.config import run_loading
 from t5x_mt.data import corpora
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import vocab
@@ -117,7 +117,7 @@ def test_a_language_model_trains_and_reports_its_held_out_loss(language_model_ru
 
 @pytest.mark.slow
 def test_a_language_models_scores_are_its_log_probabilities(language_model_run):
-  scorer = sequence_scoring.RunScorer.load(str(language_model_run), batch_size=8)
+  scorer = run_loading.load_scorer(str(language_model_run), batch_size=8)
   assert scorer.kind == 'language_model'
   targets = ['Litinin', 'Janairu da Fabrairu', 'shekarar 2024']
   scores = scorer.score(None, targets, 'eng_Latn', 'hau_Latn')

@@ -341,7 +341,7 @@ def test_run_that_could_score_no_direction_is_refused_before_training(workdir):
   finished = launch('train.py', *streamed_corpus_flags(workdir, 'a\tb\n'), cwd=workdir)
   assert_refused(finished, "error: no direction of 'web_eng_Latn.hau_Latn' has validation "
                  'pairs in its corpora; name a corpus that has them with '
-                 'training.EvalConfig.corpus')
+                 'evaluation.EvalConfig.corpus')
   assert files_under(workdir) == ['web.tsv']
 
 

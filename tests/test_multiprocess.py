@@ -50,7 +50,7 @@ def demo_flags(model_dir: pathlib.Path, vocabulary: pathlib.Path, steps: int,
       LEARNING_RATE='1e-2',
       **{'data_tasks.register_from_config.mixtures':
          f"{{'{MIXTURE}': ['cldr_eng_Latn.fra_Latn', 'cldr_hau_Latn.eng_Latn']}}",
-         'training.EvalConfig.max_sentences': '2',
+         'evaluation.EvalConfig.max_sentences': '2',
          'decoding.DecodeSettings.max_decode_length': '16'}),
           *(f'--gin.{b}' for b in bindings)]
 

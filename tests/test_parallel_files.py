@@ -133,7 +133,7 @@ def test_recipe_trains_on_the_files_and_scores_held_out_and_test_lines(home, mon
       model_dir, home / 'unused.model', 'parallel_files', 2, **{
           'VOCABULARY_PATH': '@data_tasks.model_dir_vocabulary()',
           'training.TrainConfig.evaluate_test_split': '@data_tasks.gives_files()',
-          'training.EvalConfig.max_sentences': 'None'})
+          'evaluation.EvalConfig.max_sentences': 'None'})
   flags = recipe_flags(model_dir, **GOOD_MACROS, VALIDATION_LINES=str(HELD_OUT),
                        TEST_SRC_FILE="'~/test.eng'", TEST_TGT_FILE="'~/test.hau'")
   flags += ['--gin.' + binding.replace(' = ', '=', 1) for binding in tiny]

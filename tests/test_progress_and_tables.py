@@ -22,9 +22,10 @@ import tqdm
 from t5x_mt.training import actions
 from t5x_mt.evaluation import scoring
 from t5x_mt.core import files
-from t5x_mt.training import run_config
 from t5x_mt.runs import run_layout
 from t5x_mt.config import run_loading
+from t5x_mt.decoding import line_streaming
+from t5x_mt.evaluation import per_direction
 from test_launch_translate_evaluate import run_in_process
 
 from conftest import TINY_RUN_STEPS as TRAIN_STEPS
@@ -125,7 +126,7 @@ class LinesSeen(io.StringIO):
 def test_translate_writes_each_chunk_before_reading_the_rest(trained_run, tmp_path,
                                                              monkeypatch, capsys):
   # --batch_size=8 on the session's 8 devices: a chunk is 16 batches of 8 lines.
-  chunk = 8 * run_loading.TRANSLATE_CHUNK_BATCHES
+  chunk = 8 * line_streaming.TRANSLATE_CHUNK_BATCHES
   pipe = tmp_path / 'input'
   os.mkfifo(pipe)
   stdout = LinesSeen(chunk)
@@ -209,7 +210,7 @@ def test_a_runs_test_evaluation_shows_a_bar_labels_its_table_and_goes_to_tensorb
   terminal = stderr_on_a_terminal(monkeypatch)
   layout = run_layout.RunLayout(tmp_path / 'run')
   log = actions.MetricsLog(layout, resume_step=0)
-  evaluate = actions.Evaluate(0, run_config.EvalConfig(max_sentences=4), log)
+  evaluate = actions.Evaluate(0, per_direction.EvalConfig(max_sentences=4), log)
   translator = run_loading.load_translator(str(trained_run))
   quiet = evaluate.evaluate(_training_run(translator, layout, progress_bar=False), 2,
                             split='test')

@@ -9,7 +9,7 @@ import sacrebleu
 
 from t5x_mt.decoding import nbest
 from t5x_mt.decoding import reranking
-from t5x_mt.decoding import sequence_scoring
+from t5x_mt.config import run_loading
 from t5x_mt.core.errors import UserError
 from test_launch_translate_evaluate import run_in_process
 
@@ -273,7 +273,7 @@ def test_backward_run_scores_each_source_given_its_hypotheses(trained_run, tmp_p
   code, _, err = run_in_process('rerank.py', [*flags, f'--backward={trained_run}'],
                                 monkeypatch, capsys)
   assert code == 0, err
-  scorer = sequence_scoring.RunScorer.load(str(trained_run))
+  scorer = run_loading.load_scorer(str(trained_run))
   expected = [sentence[int(np.argmax(scorer.score(sentence, [source] * 3, 'eng_Latn',
                                                    'hau_Latn')))]
               for source, sentence in zip(sources, lists)]

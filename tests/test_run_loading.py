@@ -17,6 +17,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from t5x_mt.config import run_loading
+from t5x_mt.decoding import line_streaming
 from t5x_mt.data import tags
 from t5x_mt.core.directions import Direction
 from t5x_mt.core.errors import UserError
@@ -122,7 +123,7 @@ class RecordingTranslator:
 def test_translate_lines_keeps_empty_lines_out_of_the_model():
   translator = RecordingTranslator()
   lines = ['a', '', 'b', '   ', 'two lines']
-  outputs = run_loading.translate_lines(translator, lines, 'eng_Latn', 'hau_Latn')
+  outputs = line_streaming.translate_lines(translator, lines, 'eng_Latn', 'hau_Latn')
   assert outputs == ['A', '', 'B', '', 'TWO LINES second line']
   assert translator.calls == [(['a', 'b', 'two lines'], 'eng_Latn', 'hau_Latn')]
 
@@ -130,8 +131,8 @@ def test_translate_lines_keeps_empty_lines_out_of_the_model():
 def test_translate_lines_hands_over_chunks_of_batches():
   translator = RecordingTranslator()
   lines = [f's{i}' for i in range(40)]
-  outputs = run_loading.translate_lines(translator, lines, 'eng_Latn', 'hau_Latn')
-  chunk = run_loading.TRANSLATE_CHUNK_BATCHES  # batch_size 1
+  outputs = line_streaming.translate_lines(translator, lines, 'eng_Latn', 'hau_Latn')
+  chunk = line_streaming.TRANSLATE_CHUNK_BATCHES  # batch_size 1
   assert [len(call[0]) for call in translator.calls] == [chunk, chunk, 40 - 2 * chunk]
   assert outputs == [f'S{i}' for i in range(40)]
 
@@ -264,7 +265,7 @@ def test_a_line_longer_than_the_input_is_named_and_translated_from_its_start(tra
                                                                            caplog):
   translator = run_loading.load_translator(str(trained_run), beam_size=1, batch_size=4)
   long_line = ' '.join(['Monday'] * 5000)
-  outputs = run_loading.translate_lines(translator, ['Monday', '', long_line], 'eng_Latn',
+  outputs = line_streaming.translate_lines(translator, ['Monday', '', long_line], 'eng_Latn',
                                         'hau_Latn', source_name='days.txt')
   assert len(outputs) == 3 and outputs[1] == ''
   warnings = [r.getMessage() for r in caplog.records if 'longer than' in r.getMessage()]

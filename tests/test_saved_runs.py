@@ -7,10 +7,14 @@ import shutil
 import subprocess
 import sys
 
+import gin
 import numpy as np
 import pytest
 
 from conftest import configure_tiny_run, saved_params, train_configured
+from t5x_mt.config import configurables
+from t5x_mt.config import gin_utils
+from t5x_mt.config import run_loading
 
 SAVED_RUN = pathlib.Path(__file__).parent / 'fixtures' / 'run_46d74df'
 SAVED_STEP = 2
@@ -31,6 +35,29 @@ def test_the_saved_config_still_begins_with_the_old_import():
   assert text.splitlines()[1] == 'import t5x_mt.configurables'
   assert '\ntrain.batch_size = %BATCH_SIZE' in text
   assert '\nTranslator.beam_size = 1' in text
+
+
+def test_the_old_binding_names_set_todays_settings():
+  gin_utils.parse_gin(['gin/runs/demo.gin'], [
+      'train_loop.train.batch_size = 3', 'inference.Translator.beam_size = 2',
+      'train_loop.evaluate_directions.max_sentences = 5',
+      'train_loop.build_vocabulary.vocab_size = 900'])
+  assert configurables.train_config().batch_size == 3
+  assert configurables.decode_settings().beam_size == 2
+  assert configurables.eval_config().max_sentences == 5
+  assert configurables.vocabulary_config().vocab_size == 900
+  # The operative config speaks today's names only.
+  assert 'TrainConfig.batch_size = 3' in gin.config_str()
+
+
+def test_reading_a_saved_run_leaves_the_process_gin_config_as_it_was():
+  gin_utils.parse_gin(['gin/runs/demo.gin'], ['decoding.DecodeSettings.beam_size = 7'])
+  before = gin.config_str()
+  run = run_loading.read_run(str(SAVED_RUN))
+  assert run.decode.beam_size == 1 and run.decode.max_decode_length == 8  # The run's own.
+  assert run.model.emb_dim == 32 and run.data.tag_strategy == 't_enc_t_dec'
+  assert gin.config_str() == before
+  assert configurables.decode_settings().beam_size == 7
 
 
 def test_a_saved_run_translates_with_the_translate_command(saved_run, tmp_path):

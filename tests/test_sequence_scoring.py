@@ -13,7 +13,6 @@ import scipy
 
 import data_tasks
 from t5x_mt.config import run_loading
-from t5x_mt.decoding import sequence_scoring
 from t5x_mt.data import input_pipeline
 from t5x_mt.data import vocab
 from t5x_mt.data.settings import DataSettings
@@ -28,7 +27,7 @@ LONGER_PAIRS = [(f'{src} and {src}', f'{tgt} da {tgt}') for src, tgt in PAIRS] *
 
 @pytest.fixture(scope='module')
 def scorer(trained_run):
-  return sequence_scoring.RunScorer.load(str(trained_run), batch_size=8)
+  return run_loading.load_scorer(str(trained_run), batch_size=8)
 
 
 def logit_log_probability(translator, source: str, target: str, reverse: bool = False
@@ -136,7 +135,7 @@ def test_right_to_left_runs_translate_into_reading_order(trained_run, right_to_l
 
 
 def test_right_to_left_runs_score_the_pieces_reversed(trained_run, right_to_left_run):
-  scorer = sequence_scoring.RunScorer.load(str(right_to_left_run), batch_size=8)
+  scorer = run_loading.load_scorer(str(right_to_left_run), batch_size=8)
   assert scorer.kind == 'right_to_left'
   sources, targets = zip(*PAIRS)
   np.testing.assert_allclose(

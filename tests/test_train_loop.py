@@ -29,6 +29,7 @@ from t5x_mt.data import corpora
 from t5x_mt.data import vocab
 from t5x_mt.data import vocab_merge
 from t5x_mt.core.errors import UserError
+from t5x_mt.evaluation import per_direction
 
 
 def configure(model_dir: pathlib.Path, vocabulary: pathlib.Path, mixture: str,
@@ -226,7 +227,7 @@ def _tiny_spec(model_dir: pathlib.Path, vocabulary: pathlib.Path,
                                       dropout_rate=0.1, max_length=256),
       data=data_tasks.DataSettings(vocabulary_path=str(vocabulary)),
       vocabulary=run_vocabulary.VocabularyConfig(vocab_size=700),
-      evaluation=run_config.EvalConfig(max_sentences=4),
+      evaluation=per_direction.EvalConfig(max_sentences=4),
       decode=inference.DecodeSettings(beam_size=1, batch_size=8, max_decode_length=8))
 
 

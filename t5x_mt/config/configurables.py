@@ -6,7 +6,7 @@ down explicitly; nothing below reads gin. A recipe imports this module
 
   training.TrainConfig.batch_size = %BATCH_SIZE                    # run_config.TrainConfig
   training.TrainConfig.learning_rate_schedule = @trainer.constant_schedule()
-  training.EvalConfig.split = 'test'                # run_config.EvalConfig
+  evaluation.EvalConfig.split = 'test'                # per_direction.EvalConfig
   runs.VocabularyConfig.vocab_size = %VOCAB_SIZE         # vocabulary building
   network.TransformerConfig.num_layers = 6                     # the model
   dro.DroConfig.rho = 0.1                                      # DRO, via TrainConfig.dro
@@ -40,9 +40,10 @@ from t5x_mt.data import settings
 from t5x_mt.data import tags
 from t5x_mt.data.cleaning import pipeline
 from t5x_mt.data.cleaning import steps as cleaning_steps
+from t5x_mt.evaluation import per_direction
 
 _train_config = gin.external_configurable(run_config.TrainConfig, module='training')
-_eval_config = gin.external_configurable(run_config.EvalConfig, module='training')
+_eval_config = gin.external_configurable(per_direction.EvalConfig, module='evaluation')
 _vocabulary_config = gin.external_configurable(run_vocabulary.VocabularyConfig,
                                                 module='runs')
 _decode_settings = gin.external_configurable(inference.DecodeSettings, module='decoding')
@@ -139,7 +140,7 @@ def train_config() -> run_config.TrainConfig:
   return _train_config()
 
 
-def eval_config() -> run_config.EvalConfig:
+def eval_config() -> per_direction.EvalConfig:
   return _eval_config()
 
 

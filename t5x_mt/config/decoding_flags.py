@@ -108,24 +108,21 @@ def model_choice(args: argparse.Namespace) -> dict[str, Any]:
               ensemble_combination=args.ensemble_combination)
 
 
-def load_model(args: argparse.Namespace, step: int | None, overrides: dict[str, Any]) -> Any:
-  """The translator the model flags name (`run_loading.load_model` of `model_choice`) at
-  `step`, decoding with `overrides`, its outputs into yor_Latn restored where
-  --yoruba_diacritics or the run's config.gin asks (`diacritics.with_restored_marks`)."""
-  # pylint: disable=g-import-not-at-top  (JAX loads after start_jax)
-  from t5x_mt.decoding import diacritics
-  from t5x_mt.config import run_loading
-  # pylint: enable=g-import-not-at-top
+def first_run(args: argparse.Namespace) -> tuple[str, str]:
+  """(run folder, flag) of the run the model flags name, or of the first of several."""
   choice = model_choice(args)
   if choice['ensemble_members'] is not None:
-    first_run, flag = choice['ensemble_members'][0][0], '--ensemble'
-  elif choice['family_models'] is not None:
-    first_run, flag = next(iter(choice['family_models'].values())), '--family_models'
-  else:
-    first_run, flag = args.checkpoint_dir, '--checkpoint_dir'
-  return diacritics.with_restored_marks(
-      lambda: run_loading.load_model(step=step, overrides=overrides, **choice), first_run,
-      overrides, flag)
+    return choice['ensemble_members'][0][0], '--ensemble'
+  if choice['family_models'] is not None:
+    return next(iter(choice['family_models'].values())), '--family_models'
+  return args.checkpoint_dir, '--checkpoint_dir'
+
+
+def load_model(args: argparse.Namespace, step: int | None, overrides: dict[str, Any]) -> Any:
+  """The translator the model flags name (`run_loading.load_model` of `model_choice`) at
+  `step`, decoding with `overrides`."""
+  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top  (loads JAX)
+  return run_loading.load_model(step=step, overrides=overrides, **model_choice(args))
 
 
 def parse_ensemble(text: str) -> list[tuple[str, float]]:

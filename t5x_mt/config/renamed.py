@@ -21,7 +21,7 @@ RENAMED_MODULES = {
 # Old gin configurable name -> today's (both as registered, module included).
 RENAMED_CONFIGURABLES = {
     'train_loop.train': 'training.TrainConfig',
-    'train_loop.evaluate_directions': 'training.EvalConfig',
+    'train_loop.evaluate_directions': 'evaluation.EvalConfig',
     'train_loop.build_vocabulary': 'runs.VocabularyConfig',
     'inference.Translator': 'decoding.DecodeSettings',
 }

@@ -5,27 +5,23 @@ A run leaves everything translation needs in MODEL_DIR (see `run_layout`):
 only the checkpoint's 'params' item, never the optimizer state, so a model that trained
 with Adam's two moments per weight translates in a third of the memory.
 
-Loading a run parses its config.gin into the process's gin config, replacing whatever was
-there: the model hyperparameters, tag strategy, logical axis rules, data and evaluation
-settings of the run are then the ones every gin-configurable function sees. Decoding
-settings given as arguments (beam size, alpha, batch size) still override the run's. The
-task registry is left as it was: a command that reads a loaded run's tasks sets the
-registry up with the run's data settings itself.
+A run's config.gin is read into values (`SavedRun`) on a gin config of its own, so loading
+a run, or several, leaves the process's gin config as it was. Decoding settings given as
+arguments (beam size, alpha, batch size) override the run's. A command that works with a
+run's corpora and mixtures makes the run's config its own explicitly (`adopt_run_config`).
+Where the run (or --yoruba_diacritics) names a Yoruba diacritics run, its outputs into
+yor_Latn are restored by that run's model (`diacritics.MarkRestoringTranslator`).
 """
 
-from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 import dataclasses
-import itertools
-import logging
 from typing import Any
 
 import flax.linen as nn
 import gin
 import jax
-import tqdm
 
 from t5x_mt.runs import averaging
 from t5x_mt.runs import checkpoints
@@ -33,22 +29,21 @@ from t5x_mt.config import configurables
 from t5x_mt.decoding import ensemble
 from t5x_mt.core import files
 from t5x_mt.config import gin_utils
+from t5x_mt.decoding import back_translation
+from t5x_mt.decoding import diacritics
 from t5x_mt.decoding import inference
+from t5x_mt.decoding import sequence_scoring
 from t5x_mt.model import models
 from t5x_mt.model import network
 from t5x_mt.core import partitioning
-from t5x_mt.core import progress
 from t5x_mt.runs import run_layout
 from t5x_mt.runs import run_vocabulary
 from t5x_mt.data import settings
 from t5x_mt.data import vocab
+from t5x_mt.data.yoruba import marking_lexicon
+from t5x_mt.core import validation
 from t5x_mt.core.directions import Direction
 from t5x_mt.core.errors import UserError
-
-# Sentences handed to Translator.translate at once, in batches: large enough that its
-# length-sorting keeps batches full of similar lengths, small enough for a live progress bar.
-TRANSLATE_CHUNK_BATCHES = 16
-
 
 def _run_file(checkpoint_dir: str, path: files.AnyPath, what: str,
               flag: str = '--checkpoint_dir') -> files.AnyPath:
@@ -62,13 +57,46 @@ def _run_file(checkpoint_dir: str, path: files.AnyPath, what: str,
   return path
 
 
-def load_run_config(checkpoint_dir: str, flag: str = '--checkpoint_dir') -> files.AnyPath:
-  """Replaces the process's gin config with the run's config.gin; returns the run folder
-  (a UserError naming `flag` where it has none).
+@dataclasses.dataclass(frozen=True)
+class SavedRun:
+  """What a run folder's config.gin binds, as values, with the files beside it."""
+  run_dir: files.AnyPath
+  vocabulary_file: files.AnyPath
+  source_vocabulary_file: str | None  # Where the run segments sources with a model of its own.
+  model: network.TransformerConfig  # Over the embedding rows of its vocabulary.
+  data: settings.DataSettings
+  decode: inference.DecodeSettings
+  rules: partitioning.LogicalRules
+
+  def decode_settings(self, overrides: Mapping[str, Any]) -> inference.DecodeSettings:
+    """The run's decoding settings with `overrides` (DecodeSettings fields) in force."""
+    return dataclasses.replace(self.decode, **overrides)
+
+
+def read_run(checkpoint_dir: str, flag: str = '--checkpoint_dir') -> SavedRun:
+  """The run's settings from its config.gin, read on a gin config of its own (the process's
+  is left as it was); a UserError naming `flag` where the folder is no run.
 
   Unknown configurables are skipped, so a run written by a newer or older t5x_mt (or with
   project-specific bindings) still loads for translation.
   """
+  layout = run_layout.RunLayout(checkpoint_dir)
+  config_file = _run_file(checkpoint_dir, layout.config, 'its config.gin', flag)
+  vocabulary_file = _run_file(checkpoint_dir, layout.vocabulary,
+                              'a copy of its SentencePiece model', flag)
+  num_pieces = vocab.sentencepiece_processor(vocabulary_file).get_piece_size()
+  with gin_utils.isolated_config():
+    gin_utils.parse_gin([str(config_file)], [], skip_unknown=True)
+    return SavedRun(config_file.parent, vocabulary_file, source_vocabulary_file(checkpoint_dir),
+                    configurables.model_config(run_vocabulary.padded_vocab_size(num_pieces)),
+                    configurables.data_settings(), configurables.decode_settings(),
+                    configurables.axis_rules())
+
+
+def adopt_run_config(checkpoint_dir: str, flag: str = '--checkpoint_dir') -> files.AnyPath:
+  """Makes the run's config.gin the process's gin config, for a command that works with the
+  run's own corpora and mixtures (back_translate.py --from_corpus, distill.py); returns
+  the run folder. Loading a run's model needs no such step (`read_run`)."""
   config_file = _run_file(checkpoint_dir, run_layout.RunLayout(checkpoint_dir).config,
                           'its config.gin', flag)
   gin.clear_config()
@@ -129,8 +157,6 @@ def load_translator(checkpoint_dir: str, step: int | None = None, *,
                     **translator_overrides: Any) -> inference.Translator:
   """A Translator with the run's model, parameters at `step` (latest if None) and vocabulary.
 
-  Replaces the process's gin config with the run's (see the module docstring).
-
   Args:
     checkpoint_dir: the run's MODEL_DIR.
     step: checkpoint step to load; None loads the latest.
@@ -142,16 +168,16 @@ def load_translator(checkpoint_dir: str, step: int | None = None, *,
   """
   step = checkpoint_step(checkpoint_dir, step)
   run = _load_run(checkpoint_dir, mesh_shape)
-  params = _restore_params(run.run_dir, step, run.abstract_params)
+  params = _restore_params(run.saved.run_dir, step, run.abstract_params)
   target_languages = translator_overrides.pop('target_languages',
-                                              trained_target_languages(run.run_dir))
-  data_settings = configurables.data_settings()
-  return inference.Translator(models.TranslationModel(run.config), params,
-                              str(run.vocabulary_file), data_settings.tag_strategy,
-                              configurables.decode_settings(**translator_overrides),
-                              mesh=run.mesh, rules=run.rules, target_languages=target_languages,
-                              reverse_target=data_settings.reverse_target,
-                              source_vocabulary_file=run.source_vocabulary_file)
+                                              trained_target_languages(run.saved.run_dir))
+  return inference.Translator(models.TranslationModel(run.saved.model), params,
+                              str(run.saved.vocabulary_file), run.saved.data.tag_strategy,
+                              run.saved.decode_settings(translator_overrides),
+                              mesh=run.mesh, rules=run.saved.rules,
+                              target_languages=target_languages,
+                              reverse_target=run.saved.data.reverse_target,
+                              source_vocabulary_file=run.saved.source_vocabulary_file)
 
 
 def load_ensemble(members: Sequence[tuple[str, float]], combination: str, *,
@@ -162,9 +188,8 @@ def load_ensemble(members: Sequence[tuple[str, float]], combination: str, *,
 
   The runs must share their vocabulary, tag strategy and target order; in their models
   they may differ. The first run's decoding settings and logical axis rules are the
-  ensemble's, and its config.gin is the process's gin config afterwards; the ensemble
-  translates into the languages every run trained into. `translator_overrides` as in
-  `load_translator`.
+  ensemble's; the ensemble translates into the languages every run trained into.
+  `translator_overrides` as in `load_translator`.
   """
   vocabularies = []
   for directory, _ in members:  # Each must be a run with a checkpoint, before any loads.
@@ -180,14 +205,13 @@ def load_ensemble(members: Sequence[tuple[str, float]], combination: str, *,
   for directory, _ in members:
     run = _load_run(directory, mesh_shape)
     if loaded:
-      _check_same_targets(loaded[0], run)
+      _check_same_targets(loaded[0].saved, run.saved)
     loaded.append(run)
-    params.append(_restore_params(run.run_dir, checkpoint_step(directory),
+    params.append(_restore_params(run.saved.run_dir, checkpoint_step(directory),
                                   run.abstract_params))
-    target_languages.append(trained_target_languages(run.run_dir))
-  first = loaded[0]
-  load_run_config(members[0][0])
-  model = ensemble.Ensemble([models.TranslationModel(run.config) for run in loaded],
+    target_languages.append(trained_target_languages(run.saved.run_dir))
+  first = loaded[0].saved
+  model = ensemble.Ensemble([models.TranslationModel(run.saved.model) for run in loaded],
                             [weight for _, weight in members], combination,
                             vocab.sentencepiece_processor(first.vocabulary_file)
                             .get_piece_size())
@@ -195,10 +219,9 @@ def load_ensemble(members: Sequence[tuple[str, float]], combination: str, *,
   target_languages = translator_overrides.pop(
       'target_languages', set.intersection(*known) if known else None)
   return inference.Translator(
-      model, tuple(params), str(first.vocabulary_file), first.data_settings.tag_strategy,
-      configurables.decode_settings(**translator_overrides), mesh=first.mesh,
-      rules=first.rules, target_languages=target_languages,
-      reverse_target=first.data_settings.reverse_target,
+      model, tuple(params), str(first.vocabulary_file), first.data.tag_strategy,
+      first.decode_settings(translator_overrides), mesh=loaded[0].mesh, rules=first.rules,
+      target_languages=target_languages, reverse_target=first.data.reverse_target,
       source_vocabulary_file=first.source_vocabulary_file)
 
 
@@ -207,11 +230,11 @@ def _source_bytes(run_dir: str) -> bytes | None:
   return None if path is None else files.path(path).read_bytes()
 
 
-def _check_same_targets(first: '_Run', other: '_Run') -> None:
+def _check_same_targets(first: SavedRun, other: SavedRun) -> None:
   """A UserError naming both runs unless `other` tags its inputs and orders its targets
   as `first` does."""
   for setting in ('tag_strategy', 'reverse_target'):
-    theirs, ours = (getattr(run.data_settings, setting) for run in (other, first))
+    theirs, ours = (getattr(run.data, setting) for run in (other, first))
     if theirs != ours:
       raise UserError(f'--ensemble: {other.run_dir} has {setting} {theirs!r}, '
                       f'{first.run_dir} {ours!r}; an ensemble\'s runs share it')
@@ -224,68 +247,131 @@ def trained_target_languages(run_dir: str | files.AnyPath) -> set[str] | None:
   return trained and {Direction.parse(d, 'directions.json').tgt_lang for d in trained}
 
 
-def model_config_of(vocabulary_file: files.AnyPath) -> network.TransformerConfig:
-  """The model of the process's gin config (a loaded run's) over the embedding rows of
-  the SentencePiece model `vocabulary_file`."""
-  num_pieces = vocab.sentencepiece_processor(vocabulary_file).get_piece_size()
-  return configurables.model_config(run_vocabulary.padded_vocab_size(num_pieces))
-
-
 def load_model(checkpoint_dir: str | None, family_models: Mapping[int, str] | None,
                step: int | None, overrides: dict[str, Any],
                ensemble_members: Sequence[tuple[str, float]] | None = None,
-               ensemble_combination: str = 'mean_log_prob',
-               ) -> inference.Translator | inference.FamilyTranslator:
+               ensemble_combination: str = 'mean_log_prob') -> Any:
   """The translator of run `checkpoint_dir`, of the ensemble of `ensemble_members`
   ((run folder, weight) pairs; `load_ensemble`), or the router over `family_models`
-  ({family group: run folder}).
+  ({family group: run folder}), its outputs into yor_Latn restored where
+  overrides['yoruba_diacritics'] or the (first) run's config.gin names a Yoruba diacritics
+  run (`with_restored_marks`).
 
   The router reads lines in chunks of batches of overrides['batch_size'] sentences, else of
-  the largest batch size the family runs' config.gin files bind. Reading them leaves the
-  last run's config as the process's gin config, as loading its model does.
+  the largest batch size the family runs' config.gin files bind.
   """
   if ensemble_members is not None:
-    return load_ensemble(ensemble_members, ensemble_combination, **overrides)
-  if family_models is None:
-    return load_translator(checkpoint_dir, step, **overrides)
-  run_batch_sizes = []
-  for directory in family_models.values():
-    checkpoint_step(directory)  # Each must be a run with a checkpoint, before any loads.
-    load_run_config(directory)
-    run_batch_sizes.append(configurables.decode_settings().batch_size)
-  # The router pivots, so that each leg goes to the model of its own target.
-  pivot = {name: overrides[name] for name in ('pivot_language', 'pivot_directions')
-           if name in overrides}
-  model_overrides = {k: v for k, v in overrides.items() if k not in pivot}
-  return inference.FamilyTranslator(
-      family_models, lambda directory: load_translator(directory, **model_overrides),
-      batch_size=overrides.get('batch_size', max(run_batch_sizes)), **pivot)
+    first = read_run(ensemble_members[0][0], '--ensemble')
+    translator = load_ensemble(ensemble_members, ensemble_combination, **overrides)
+  elif family_models is None:
+    first = read_run(checkpoint_dir)
+    translator = load_translator(checkpoint_dir, step, **overrides)
+  else:
+    for directory in family_models.values():
+      checkpoint_step(directory, flag='--family_models')  # Each a run, before any loads.
+    runs = [read_run(directory, '--family_models') for directory in family_models.values()]
+    first = runs[0]
+    # The router pivots, so that each leg goes to the model of its own target.
+    pivot = {name: overrides[name] for name in ('pivot_language', 'pivot_directions')
+             if name in overrides}
+    model_overrides = {k: v for k, v in overrides.items() if k not in pivot}
+    translator = inference.FamilyTranslator(
+        family_models, lambda directory: load_translator(directory, **model_overrides),
+        batch_size=overrides.get('batch_size', max(run.decode.batch_size for run in runs)),
+        **pivot)
+  return with_restored_marks(translator, first.decode_settings(overrides))
 
+
+def with_restored_marks(translator: Any, decode: inference.DecodeSettings) -> Any:
+  """`translator` (a run's, an ensemble's, a family router or a CTranslate2 model), its
+  outputs into yor_Latn restored by the Yoruba diacritics run `decode.yoruba_diacritics`
+  names; as it is where that is None."""
+  if decode.yoruba_diacritics is None:
+    return translator
+  restorer = load_restorer(decode.yoruba_diacritics, flag='--yoruba_diacritics')
+  return diacritics.MarkRestoringTranslator(translator, restorer)
+
+
+def load_restorer(checkpoint_dir: str, step: int | None = None,
+                  batch_size: int | None = None, flag: str = '--checkpoint_dir',
+                  lexicon_weight: float = diacritics.LEXICON_WEIGHT,
+                  unknown_words: str = 'bare') -> diacritics.Restorer:
+  """The restorer trained in `checkpoint_dir` (its latest checkpoint, or `step`) with the
+  marking lexicon the run keeps; `batch_size` lines are restored at once (default: the
+  run's decoding batch size). `lexicon_weight` 0 with `unknown_words` 'model' restores
+  with the model alone, and needs no lexicon.
+
+  A UserError naming `flag` if the folder is no run, a run that trained anything else
+  than restoration (yor_Latn-yor_Latn), or one without the lexicon it needs.
+  """
+  validation.number('--lexicon_weight', lexicon_weight, at_least=0.0)
+  validation.choice('--unknown_words', unknown_words, diacritics.UNKNOWN_WORDS)
+  checkpoint_step(checkpoint_dir, step, flag)  # A UserError naming what's missing.
+  trained = run_layout.RunLayout(checkpoint_dir).trained_directions()
+  if trained != [diacritics.DIRECTION.name]:
+    raise UserError(f'{flag}: {checkpoint_dir} is not a Yoruba diacritics run (it '
+                    f'trained {", ".join(trained or ["no recorded direction"])}, not '
+                    f'{diacritics.DIRECTION.name}; train one with '
+                    'gin/runs/yoruba_diacritics.gin)')
+  overrides = {} if batch_size is None else {'batch_size': batch_size}
+  translator = load_translator(checkpoint_dir, step, beam_size=1, **overrides)
+  uses_lexicon = lexicon_weight > 0 or unknown_words == 'bare'
+  return diacritics.Restorer.of_translator(
+      translator, _run_lexicon(checkpoint_dir, flag) if uses_lexicon else None,
+      lexicon_weight, unknown_words)
+
+
+def _run_lexicon(checkpoint_dir: str, flag: str) -> marking_lexicon.MarkingLexicon:
+  """The marking lexicon a restoration run keeps; a UserError naming `flag` without one."""
+  path = run_layout.RunLayout(checkpoint_dir).corpus_file(marking_lexicon.FILE_NAME)
+  if not path.exists():
+    raise UserError(f'{flag}: {checkpoint_dir} has no {marking_lexicon.FILE_NAME}, which '
+                    'runs of gin/runs/yoruba_diacritics.gin write when they start (give '
+                    '--lexicon_weight=0 --unknown_words=model to restore with the model '
+                    'alone)')
+  return marking_lexicon.MarkingLexicon.from_json(path.read_text(encoding='utf-8'), str(path))
+
+
+def load_teacher(checkpoint_dir: str | None, step: int | None, decoding: dict[str, Any],
+                 ensemble_members: Sequence[tuple[str, float]] | None = None,
+                 ensemble_combination: str = 'mean_log_prob') -> back_translation.Teacher:
+  """The run `checkpoint_dir` at `step` (latest if None), or the ensemble of
+  `ensemble_members` ((run folder, weight) pairs, each at its latest checkpoint), as the
+  teacher of back-translation or distillation, with what identifies its output."""
+  # How many batches decode at once changes no translation, so a restart may change it.
+  output_decoding = {k: v for k, v in decoding.items() if k != 'parallel_batches'}
+  if ensemble_members is not None:
+    runs = [[str(directory), weight, checkpoint_step(directory, flag='--ensemble')]
+            for directory, weight in ensemble_members]
+    provenance = {'ensemble': runs, 'ensemble_combination': ensemble_combination}
+  else:
+    step = checkpoint_step(checkpoint_dir, step)
+    provenance = {'checkpoint_dir': str(checkpoint_dir), 'step': step}
+  translator = load_model(checkpoint_dir, None, step, decoding, ensemble_members,
+                          ensemble_combination)
+  return back_translation.Teacher(translator, provenance | {'decoding': output_decoding})
+
+
+def load_scorer(run_dir: str, *, batch_size: int = 64,
+                step: int | None = None) -> sequence_scoring.RunScorer:
+  """The scorer of the run in `run_dir` (its MODEL_DIR), with the parameters of `step`
+  (latest if None), scoring `batch_size` pairs at a time."""
+  return sequence_scoring.RunScorer(load_translator(run_dir, step, batch_size=batch_size))
 
 
 @dataclasses.dataclass(frozen=True)
-class _Run:
-  """A run's files and its model, with the abstract (shape-only) parameters to restore."""
-  run_dir: files.AnyPath
-  vocabulary_file: files.AnyPath
-  source_vocabulary_file: str | None  # Where the run segments sources with a model of its own.
-  config: network.TransformerConfig
-  data_settings: settings.DataSettings
+class _LoadedRun:
+  """A run's settings, the mesh it decodes on and its abstract (shape-only) parameters,
+  ready for a checkpoint to restore into."""
+  saved: SavedRun
   mesh: jax.sharding.Mesh
-  rules: partitioning.LogicalRules
   abstract_params: Any
 
 
-def _load_run(checkpoint_dir: str, mesh_shape: Sequence[int]) -> _Run:
-  """The run's config (made the process's gin config), vocabulary and abstract parameters."""
-  run_dir = load_run_config(checkpoint_dir)
-  vocabulary_file = _run_file(checkpoint_dir, run_layout.RunLayout(run_dir).vocabulary,
-                              'a copy of its SentencePiece model')
-  config = model_config_of(vocabulary_file)
+def _load_run(checkpoint_dir: str, mesh_shape: Sequence[int]) -> _LoadedRun:
+  saved = read_run(checkpoint_dir)
   mesh = partitioning.create_mesh(mesh_shape)
-  rules = configurables.axis_rules()
-  return _Run(run_dir, vocabulary_file, source_vocabulary_file(run_dir), config,
-              configurables.data_settings(), mesh, rules, abstract_params(config, mesh, rules))
+  return _LoadedRun(saved, mesh, abstract_params(saved.model, mesh, saved.rules))
 
 
 def source_vocabulary_file(run_dir: str | files.AnyPath) -> str | None:
@@ -310,8 +396,8 @@ def average_checkpoints(checkpoint_dir: str, steps: Sequence[int], output_dir: s
     checkpoint_step(checkpoint_dir, step)
   run = _load_run(checkpoint_dir, (-1, 1))
   with files.staged_folder(output) as staging:
-    copy_run_files(run_layout.RunLayout(run.run_dir), run_layout.RunLayout(staging))
-    source = checkpoints.RunCheckpoints(str(run.run_dir), read_only=True)
+    copy_run_files(run_layout.RunLayout(run.saved.run_dir), run_layout.RunLayout(staging))
+    source = checkpoints.RunCheckpoints(str(run.saved.run_dir), read_only=True)
     target = checkpoints.RunCheckpoints(str(staging), keep=1)
     try:
       target.save_params(max(steps), averaging.mean_params(
@@ -342,105 +428,3 @@ def _saved_params(run_checkpoints: checkpoints.RunCheckpoints, steps: Sequence[i
                       'different shapes (a vocabulary grew between them); average steps of '
                       'one shape')
     yield run_checkpoints.restore_params(step, target)
-
-
-def translate_lines(translator: inference.Translator | inference.FamilyTranslator,
-                    lines: Sequence[str], src_lang: str, tgt_lang: str, *,
-                    progress_bar: bool = False, source_name: str = 'input') -> list[str]:
-  """Translations of one sentence per line, line for line (see `stream_translations`)."""
-  return list(itertools.chain.from_iterable(stream_translations(
-      translator, lines, src_lang, tgt_lang, total=len(lines), progress_bar=progress_bar,
-      source_name=source_name)))
-
-
-def stream_translations(translator: inference.Translator | inference.FamilyTranslator,
-                        lines: Iterable[str], src_lang: str, tgt_lang: str, *,
-                        total: int | None = None, progress_bar: bool = False,
-                        source_name: str = 'input', nbest: int = 0
-                        ) -> Iterator[list[str]] | Iterator[list[list[inference.Hypothesis]]]:
-  """Translations of one sentence per line, one chunk of consecutive lines at a time;
-  with `nbest` each line's n-best list (`Translator.translate_nbest`) instead, an empty
-  line's holding one empty hypothesis scored 0.
-
-  `lines` is read only as far as the chunk being translated, so a caller that writes each
-  chunk as it comes holds one chunk, and its reader sees output before the input ends.
-  Empty (or blank) lines become empty lines without reaching the model, which would
-  otherwise invent a sentence from the tag alone. A line longer than the model's input
-  is translated from its start, with a warning naming `source_name` and the line number.
-  The progress bar counts lines up to `total` (None: the count alone).
-  """
-  translator.check_direction(src_lang, tgt_lang)
-  lines = iter(lines)
-  with _translation_bar(translator, src_lang, tgt_lang, total, 0, progress_bar) as bar:
-    line_number = 1
-    while chunk := list(itertools.islice(lines, _chunk_size(translator))):
-      yield _translate_lines_chunk(translator, chunk, src_lang, tgt_lang, bar, source_name,
-                                   line_number, nbest)
-      line_number += len(chunk)
-
-
-def translation_chunks(translator: inference.Translator, sentences: Sequence[str],
-                       src_lang: str, tgt_lang: str, *, start: int = 0,
-                       progress_bar: bool = False) -> Iterator[list[str]]:
-  """Translations of sentences[start:], one chunk of consecutive sentences at a time.
-
-  A caller that stores each chunk as it comes (launch/back_translate.py) loses at most
-  one chunk to a kill. The progress bar counts from `start`.
-  """
-  chunk_size = _chunk_size(translator)
-  with _translation_bar(translator, src_lang, tgt_lang, len(sentences), start,
-                        progress_bar) as bar:
-    for chunk_start in range(start, len(sentences), chunk_size):
-      yield _translate_chunk(translator, sentences[chunk_start:chunk_start + chunk_size],
-                             src_lang, tgt_lang, bar)
-
-
-def _chunk_size(translator: inference.Translator | inference.FamilyTranslator) -> int:
-  return translator.batch_size * TRANSLATE_CHUNK_BATCHES
-
-
-def _translation_bar(translator: inference.Translator | inference.FamilyTranslator,
-                     src_lang: str, tgt_lang: str, total: int | None, start: int,
-                     shown: bool) -> tqdm.tqdm:
-  """A bar named by the direction's path that counts each sentence once per leg (a
-  pivoted direction's twice), from `start` sentences done."""
-  legs = translator.legs(src_lang, tgt_lang)
-  path = '-'.join([src_lang] + [leg_tgt for _, leg_tgt in legs])
-  return progress.bar(total=None if total is None else total * len(legs), desc=path,
-                      unit='sentence', shown=shown, initial=start * len(legs))
-
-
-def _translate_chunk(translator: inference.Translator | inference.FamilyTranslator,
-                     sentences: Sequence[str], src_lang: str, tgt_lang: str,
-                     bar: tqdm.tqdm, nbest: int = 0) -> list[str] | list[list[Any]]:
-  """Translations of `sentences` (with `nbest`, their n-best lists), each one line (a
-  newline inside becomes a space); `bar` moves with each decoded batch."""
-  if not sentences:
-    return []
-  one_line = lambda text: ' '.join(text.splitlines())
-  if nbest:
-    lists = translator.translate_nbest(sentences, src_lang, tgt_lang, nbest,
-                                       on_batch=bar.update)
-    return [[h._replace(text=one_line(h.text)) for h in hypotheses] for hypotheses in lists]
-  translations = translator.translate(sentences, src_lang, tgt_lang, on_batch=bar.update)
-  return [one_line(translation) for translation in translations]
-
-
-def _translate_lines_chunk(translator: inference.Translator | inference.FamilyTranslator,
-                           lines: Sequence[str], src_lang: str, tgt_lang: str,
-                           bar: tqdm.tqdm, source_name: str, first_line_number: int,
-                           nbest: int = 0) -> list[str] | list[list[Any]]:
-  """`_translate_chunk` of the lines that hold text; the others stay empty (and count as
-  done at once). An overlong line is named by `source_name` and its line number."""
-  to_translate = [i for i, line in enumerate(lines) if line.strip()]
-  for index in translator.overlong([lines[i] for i in to_translate], src_lang, tgt_lang):
-    logging.warning("%s:%d: longer than the model's input; only its start is translated",
-                    source_name, first_line_number + to_translate[index])
-  bar.update((len(lines) - len(to_translate)) * len(translator.legs(src_lang, tgt_lang)))
-  empty = [inference.Hypothesis('', 0.0, 0.0, 0)] if nbest else ''
-  outputs = [empty] * len(lines)
-  translations = _translate_chunk(translator, [lines[i] for i in to_translate], src_lang,
-                                  tgt_lang, bar, nbest)
-  for index, translation in zip(to_translate, translations):
-    outputs[index] = translation
-  return outputs

@@ -2,5 +2,5 @@
 atomically, FLORES-200 languages and translation directions, processes and device meshes,
 progress bars, charts, and the commands' one-line errors (`cli`).
 
-Imports nothing else from t5x_mt.
+May import nothing else from t5x_mt.
 """

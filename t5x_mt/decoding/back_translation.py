@@ -197,7 +197,7 @@ def translate_into_corpus(
 
   Args:
     translate_chunks: `(sentences, start) -> chunks of translations of sentences[start:]`
-      in order (`run_loading.translation_chunks` bound to a translator and direction).
+      in order (`line_streaming.translation_chunks` bound to a translator and direction).
     job: the languages, mode and tag scheme.
     sentences: the monolingual sentences, none empty.
     output_dir: the corpus folder (created if needed).
@@ -244,40 +244,15 @@ class Teacher:
   translator: Any
   provenance: dict[str, Any]
 
-  @classmethod
-  def load(cls, checkpoint_dir: str | None, step: int | None, decoding: dict[str, Any],
-           ensemble_members: Sequence[tuple[str, float]] | None = None,
-           ensemble_combination: str = 'mean_log_prob') -> 'Teacher':
-    """The run `checkpoint_dir` at `step` (latest if None), or the ensemble of
-    `ensemble_members` ((run folder, weight) pairs, each at its latest checkpoint)."""
-    # pylint: disable=g-import-not-at-top  (loads JAX and TF)
-    from t5x_mt.decoding import diacritics
-    from t5x_mt.config import run_loading
-    # pylint: enable=g-import-not-at-top
-    # How many batches decode at once changes no translation, so a restart may change it.
-    output_decoding = {k: v for k, v in decoding.items() if k != 'parallel_batches'}
-    if ensemble_members is not None:
-      runs = [[str(directory), weight, run_loading.checkpoint_step(directory)]
-              for directory, weight in ensemble_members]
-      provenance = {'ensemble': runs, 'ensemble_combination': ensemble_combination}
-    else:
-      step = run_loading.checkpoint_step(checkpoint_dir, step)
-      provenance = {'checkpoint_dir': str(checkpoint_dir), 'step': step}
-    first_run, flag = ((ensemble_members[0][0], '--ensemble') if ensemble_members is not None
-                       else (checkpoint_dir, '--checkpoint_dir'))
-    translator = diacritics.with_restored_marks(
-        lambda: run_loading.load_model(checkpoint_dir, None, step, decoding, ensemble_members,
-                                       ensemble_combination), first_run, decoding, flag)
-    return cls(translator, provenance | {'decoding': output_decoding})
-
   def make_corpus(self, job: Job, sentences: Sequence[str], output_dir: str,
                   progress_bar: bool = True) -> Summary:
     """`translate_into_corpus` with this model, in chunks, with a progress bar."""
-    from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
+    from t5x_mt.decoding import line_streaming  # pylint: disable=g-import-not-at-top  (loads JAX)
 
     def translate_chunks(lines, start):
-      return run_loading.translation_chunks(self.translator, lines, job.lang, job.other_lang,
-                                            start=start, progress_bar=progress_bar)
+      return line_streaming.translation_chunks(self.translator, lines, job.lang,
+                                               job.other_lang, start=start,
+                                               progress_bar=progress_bar)
 
     return translate_into_corpus(translate_chunks, job, sentences, output_dir, self.provenance)
 

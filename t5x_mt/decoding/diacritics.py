@@ -11,11 +11,12 @@ whole chunk, the lexicon remembers how each training word was marked, and words 
 saw stay bare. The output always strips back to exactly its input, whatever the model
 prefers. A line that already carries a Yoruba mark, or holds no text, is returned as it is.
 
-`load_restorer(checkpoint_dir)` reads the run; `restore_lines(restorer, lines)` restores;
-`with_restored_marks` restores a translator's outputs into yor_Latn.
+`run_loading.load_restorer(checkpoint_dir)` reads the run into a `Restorer`;
+`restore_lines(restorer, lines)` restores; `MarkRestoringTranslator` restores a
+translator's outputs into yor_Latn.
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 import contextlib
 import dataclasses
 import functools
@@ -26,20 +27,15 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-from t5x_mt.config import configurables
 from t5x_mt.decoding import search
 from t5x_mt.decoding import inference
 from t5x_mt.model import models
 from t5x_mt.core import partitioning
-from t5x_mt.runs import run_layout
-from t5x_mt.config import run_loading
-from t5x_mt.core import validation
 from t5x_mt.data.yoruba import marking_lexicon
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
 from t5x_mt.data.yoruba import yoruba_marks
 from t5x_mt.core.directions import Direction
-from t5x_mt.core.errors import UserError
 
 DIRECTION = Direction(yoruba_marks.LANGUAGE, yoruba_marks.LANGUAGE)
 
@@ -85,71 +81,18 @@ class Restorer:
     tokenizer = self.translator.tokenizer
     return [tokenizer.piece_to_id('\u2581' if char == ' ' else char) for char in text]
 
-
-def load_restorer(checkpoint_dir: str, step: int | None = None,
-                  batch_size: int | None = None, flag: str = '--checkpoint_dir',
-                  lexicon_weight: float = LEXICON_WEIGHT,
-                  unknown_words: str = 'bare') -> Restorer:
-  """The restorer trained in `checkpoint_dir` (its latest checkpoint, or `step`) with the
-  marking lexicon the run keeps; `batch_size` lines are restored at once (default: the
-  run's decoding batch size). `lexicon_weight` 0 with `unknown_words` 'model' restores
-  with the model alone, and needs no lexicon.
-
-  A UserError naming `flag` if the folder is no run, a run that trained anything else
-  than restoration (yor_Latn-yor_Latn), or one without the lexicon it needs. As
-  `run_loading.load_translator` does, loading makes the run's config.gin the process's
-  gin config: a program that also translates with another run loads the restorer first
-  (`with_restored_marks`).
-  """
-  validation.number('--lexicon_weight', lexicon_weight, at_least=0.0)
-  validation.choice('--unknown_words', unknown_words, UNKNOWN_WORDS)
-  run_loading.checkpoint_step(checkpoint_dir, step, flag)  # A UserError naming what's missing.
-  trained = run_layout.RunLayout(checkpoint_dir).trained_directions()
-  if trained != [DIRECTION.name]:
-    raise UserError(f'{flag}: {checkpoint_dir} is not a Yoruba diacritics run (it '
-                    f'trained {", ".join(trained or ["no recorded direction"])}, not '
-                    f'{DIRECTION.name}; train one with gin/runs/yoruba_diacritics.gin)')
-  overrides = {} if batch_size is None else {'batch_size': batch_size}
-  translator = run_loading.load_translator(checkpoint_dir, step, beam_size=1, **overrides)
-  direction_tags = tags.tags_for(translator.tag_strategy, *DIRECTION)
-  tag_id = lambda tag: tags.tag_piece_id(translator.tokenizer, tag, translator.vocabulary_file)
-  uses_lexicon = lexicon_weight > 0 or unknown_words == 'bare'
-  return Restorer(translator, tag_id(direction_tags.encoder_tag),
-                  tag_id(direction_tags.decoder_tag) if direction_tags.decoder_tag else None,
-                  _run_lexicon(checkpoint_dir, flag) if uses_lexicon else None,
-                  lexicon_weight, unknown_words)
-
-
-def with_restored_marks(load: Callable[[], Any], run_dir: str,
-                        overrides: Mapping[str, Any], flag: str = '--checkpoint_dir') -> Any:
-  """The translator `load()` gives (a run's, an ensemble's or a family router), its outputs
-  into yor_Latn restored (`MarkRestoringTranslator`) by the Yoruba diacritics run that
-  overrides['yoruba_diacritics'] (--yoruba_diacritics) names, else the one that the
-  config.gin of `run_dir` (the model's run, or the first of several, named by `flag`)
-  binds as `decoding.DecodeSettings.yoruba_diacritics`; as loaded where neither names one.
-
-  Loading the restorer replaces the process's gin config, so it loads before the model,
-  whose config is then the process's, as after any model's loading.
-  """
-  directory = overrides.get('yoruba_diacritics')
-  if directory is None:
-    run_loading.load_run_config(run_dir, flag)
-    directory = configurables.decode_settings().yoruba_diacritics
-  if directory is None:
-    return load()
-  restorer = load_restorer(directory, flag='--yoruba_diacritics')
-  return MarkRestoringTranslator(load(), restorer)
-
-
-def _run_lexicon(checkpoint_dir: str, flag: str) -> marking_lexicon.MarkingLexicon:
-  """The marking lexicon a restoration run keeps; a UserError naming `flag` without one."""
-  path = run_layout.RunLayout(checkpoint_dir).corpus_file(marking_lexicon.FILE_NAME)
-  if not path.exists():
-    raise UserError(f'{flag}: {checkpoint_dir} has no {marking_lexicon.FILE_NAME}, which '
-                    'runs of gin/runs/yoruba_diacritics.gin write when they start (give '
-                    '--lexicon_weight=0 --unknown_words=model to restore with the model '
-                    'alone)')
-  return marking_lexicon.MarkingLexicon.from_json(path.read_text(encoding='utf-8'), str(path))
+  @classmethod
+  def of_translator(cls, translator: inference.Translator,
+                    lexicon: marking_lexicon.MarkingLexicon | None,
+                    lexicon_weight: float = LEXICON_WEIGHT,
+                    unknown_words: str = 'bare') -> 'Restorer':
+    """The restorer of a restoration run's translator, with the tags its lines start with."""
+    direction_tags = tags.tags_for(translator.tag_strategy, *DIRECTION)
+    tag_id = lambda tag: tags.tag_piece_id(translator.tokenizer, tag,
+                                           translator.vocabulary_file)
+    return cls(translator, tag_id(direction_tags.encoder_tag),
+               tag_id(direction_tags.decoder_tag) if direction_tags.decoder_tag else None,
+               lexicon, lexicon_weight, unknown_words)
 
 
 def restore_lines(restorer: Restorer, lines: Sequence[str]) -> list[str]:

@@ -24,7 +24,6 @@ import numpy as np
 from t5x_mt.decoding import inference
 from t5x_mt.core import partitioning
 from t5x_mt.core import progress
-from t5x_mt.config import run_loading
 from t5x_mt.data import tags
 from t5x_mt.data import vocab
 from t5x_mt.core.directions import Direction
@@ -55,15 +54,6 @@ class RunScorer:
     else:
       self.kind = RIGHT_TO_LEFT if translator.reverse_target else TRANSLATION
     self._score_batch = jax.jit(translator.model.score_batch)
-
-  @classmethod
-  def load(cls, run_dir: str, *, batch_size: int = 64, step: int | None = None) -> 'RunScorer':
-    """The scorer of the run in `run_dir` (its MODEL_DIR), with the parameters of `step`
-    (latest if None), scoring `batch_size` pairs at a time.
-
-    Like translation, this makes the run's config.gin the process's gin config.
-    """
-    return cls(run_loading.load_translator(run_dir, step, batch_size=batch_size))
 
   def score(self, sources: Sequence[str] | None, targets: Sequence[str], src_lang: str,
             tgt_lang: str, *, progress_bar: bool = False) -> np.ndarray:

@@ -18,7 +18,6 @@ import textwrap
 
 import ctranslate2
 
-from t5x_mt.config import configurables
 from t5x_mt import export
 from t5x_mt.core import files
 from t5x_mt.decoding import inference
@@ -69,13 +68,13 @@ def export_run(checkpoint_dir: str, output_dir: str, quantization: str,
                     f'{", ".join(export.CTRANSLATE2_QUANTIZATIONS)}')
   check_output_dir(output_dir)
   step = run_loading.checkpoint_step(checkpoint_dir, step)
-  run_dir = run_loading.load_run_config(checkpoint_dir)
-  if configurables.data_settings().reverse_target:
+  run = run_loading.read_run(checkpoint_dir)
+  run_dir = run.run_dir
+  if run.data.reverse_target:
     raise UserError('--checkpoint_dir: the run writes its targets right to left '
                     '(REVERSE_TARGET), which CTranslate2 would serve unturned; it scores '
                     'n-best lists, serve a left-to-right run')
-  ctranslate2_spec.check_exportable(
-      run_loading.model_config_of(run_layout.RunLayout(run_dir).vocabulary))
+  ctranslate2_spec.check_exportable(run.model)
   translator = run_loading.load_translator(checkpoint_dir, step)
   tokenizer = translator.tokenizer
   pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.get_piece_size())]
@@ -95,8 +94,7 @@ def export_run(checkpoint_dir: str, output_dir: str, quantization: str,
 
 def describe_model(config: network.TransformerConfig, num_pieces: int) -> str:
   """One line: depth, widths, norms, positions and vocabulary."""
-  positions = {stack: config.absolute_positions_of(stack) or
-               f'relative (k={config.relative_distance_of(stack)})'
+  positions = {stack: config.positions_of(stack).describe(config)
                for stack in ('encoder', 'decoder')}
   if positions['encoder'] == positions['decoder']:
     position_text = f'{positions["encoder"]} positions'

@@ -23,7 +23,6 @@ from typing import Any
 import ctranslate2
 import numpy as np
 
-from t5x_mt.config import configurables
 from t5x_mt.core import files
 from t5x_mt.decoding import inference
 from t5x_mt.model import models
@@ -116,7 +115,7 @@ def best_hypothesis(result: ctranslate2.TranslationResult, alpha: float,
 def load_translator(model_dir: str,
                     overrides: Mapping[str, Any]) -> CTranslate2Translator:
   """The translator of an exported folder, with the decoding settings of its config.gin
-  under `overrides` (`decoding_flags.decoding_overrides`); replaces the process's gin config."""
+  under `overrides` (`decoding_flags.decoding_overrides`)."""
   layout = run_layout.RunLayout(model_dir)
   if not ctranslate2.contains_model(model_dir):
     raise UserError(f'{FLAG}: {model_dir} holds no CTranslate2 model (write one with '
@@ -125,11 +124,10 @@ def load_translator(model_dir: str,
     if not needed.is_file():
       raise UserError(f'{FLAG}: {needed} is missing; launch/export.py writes it beside the '
                       'model')
-  run_loading.load_run_config(model_dir)
-  settings = configurables.decode_settings(**overrides)
+  run = run_loading.read_run(model_dir, FLAG)
+  settings = run.decode_settings(overrides)
   check_settings(settings, overrides, layout.config)
   return CTranslate2Translator(
-      model_dir, run_loading.model_config_of(layout.vocabulary), str(layout.vocabulary),
-      configurables.data_settings().tag_strategy, settings,
+      model_dir, run.model, str(layout.vocabulary), run.data.tag_strategy, settings,
       target_languages=run_loading.trained_target_languages(model_dir),
       source_vocabulary_file=run_loading.source_vocabulary_file(model_dir))

@@ -26,21 +26,15 @@ import tqdm
 
 from t5x_mt.training import baselines
 from t5x_mt.training import dro
+from t5x_mt.evaluation import per_direction
 from t5x_mt.evaluation import scoring
 from t5x_mt.core import files
-from t5x_mt.decoding import inference
 from t5x_mt.core import processes
-from t5x_mt.core import progress
-from t5x_mt.training import run_config
 from t5x_mt.runs import run_layout
 from t5x_mt.training.run import Run
 from t5x_mt.training import trainer
 from t5x_mt.core.errors import RunFailure
-from t5x_mt.core.errors import UserError
-from t5x_mt.data import corpora
-from t5x_mt.core.directions import Direction
 from t5x_mt.data import group_sampler
-from t5x_mt.data import mixtures
 
 Metrics = dict[str, jax.Array]
 
@@ -198,66 +192,12 @@ class UpdateDro(Action):
     self.robust.restore(json.loads(files.path(prefix).read_text(encoding='utf-8')))
 
 
-def evaluate_directions(translator: inference.Translator | inference.FamilyTranslator,
-                        mixture_or_task_name: str, step: int | None,
-                        config: run_config.EvalConfig, split: str | None = None, *,
-                        progress_bar: bool = False) -> dict[str, Any]:
-  """Translates each direction's split (`config.split` unless given) and scores it (the
-  eval/step_<N>.json summary, with its split and task), with the share of its outputs
-  caught in a loop (`scoring.looping_share`) and, if the config asks, the copy
-  baseline. A direction several corpora train is evaluated once. The progress bar counts
-  the sentences of every direction, once per leg of a pivoted one."""
-  split = split or config.split
-  directions = list(evaluation_pairs(mixture_or_task_name, config, split))
-  total = sum(len(pairs) * len(translator.legs(direction.src_lang, direction.tgt_lang))
-              for direction, pairs in directions)
-  scores = {}
-  with progress.bar(total=total, desc=f'{mixture_or_task_name} {split}', unit='sentence',
-                    shown=progress_bar) as bar:
-    for direction, pairs in directions:
-      sources, references = zip(*pairs)
-      hypotheses = translator.translate(list(sources), direction.src_lang, direction.tgt_lang,
-                                        on_batch=bar.update)
-      scores[direction.name] = scoring.score_translations(
-          list(sources), hypotheses, list(references), spm_model_path=config.spm_model_path,
-          baseline=config.baseline)
-  summary = scoring.summarize(step, scores)
-  summary.update(split=split, task=mixture_or_task_name)
-  return summary
-
-
-def evaluation_pairs(mixture_or_task_name: str, config: run_config.EvalConfig, split: str
-                     ) -> Iterator[tuple[Direction, list[tuple[str, str]]]]:
-  """Each direction the run scores, once, with the pairs of `split` it is scored on."""
-  seen = set()
-  for member in mixtures.mixture_view(mixture_or_task_name).members:
-    direction = member.direction
-    source = corpora.get_corpus(config.corpus or member.corpus)
-    if direction in seen or (config.corpus is None and split not in source.splits()):
-      continue
-    pairs = source.pairs(split, direction.src_lang, direction.tgt_lang)[:config.max_sentences]
-    if pairs:
-      seen.add(direction)
-      yield direction, pairs
-
-
-def check_evaluable(mixture_or_task_name: str, config: run_config.EvalConfig,
-                    splits: Sequence[str]) -> None:
-  """A UserError before training where a split the run scores would score no direction
-  (a streamed corpus, for one, has only a train split)."""
-  for split in splits:
-    if next(evaluation_pairs(mixture_or_task_name, config, split), None) is None:
-      raise UserError(f'no direction of {mixture_or_task_name!r} has {split} pairs in its '
-                      'corpora; name a corpus that has them with '
-                      'training.EvalConfig.corpus')
-
-
 class Evaluate(Action):
   """Every `every` steps before the last, scores the run's directions into
   eval/step_<N>.json (and, given the run's `log`, into TensorBoard); `latest` holds
   (step, summary) for the actions after it."""
 
-  def __init__(self, every: int, config: run_config.EvalConfig, log: MetricsLog | None = None):
+  def __init__(self, every: int, config: per_direction.EvalConfig, log: MetricsLog | None = None):
     self._every = every
     self.config = config
     self._log = log
@@ -276,7 +216,7 @@ class Evaluate(Action):
   def evaluate(self, run: Run, step: int, split: str | None = None) -> dict[str, Any]:
     """`evaluate_directions` of the run's mixture with the translator's parameters, under
     a progress bar where the run shows one."""
-    return evaluate_directions(run.translator, run.config.mixture_or_task_name, step,
+    return per_direction.evaluate_directions(run.translator, run.config.mixture_or_task_name, step,
                                self.config, split, progress_bar=run.config.progress_bar)
 
   def write(self, run: Run, summary: dict[str, Any], test: bool) -> None:

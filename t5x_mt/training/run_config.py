@@ -2,7 +2,7 @@
 
 Library code takes these explicitly; gin fills them in only at the launch layer
 (`t5x_mt/config/configurables.py`), under the names recipes have always bound
-(`training.TrainConfig.batch_size = %BATCH_SIZE`, `training.EvalConfig.split`).
+(`training.TrainConfig.batch_size = %BATCH_SIZE`, `training.per_direction.EvalConfig.split`).
 Each value is checked when the object is made, so a wrong binding fails before any work,
 naming the setting as gin writes it.
 """
@@ -19,13 +19,11 @@ from t5x_mt.core import partitioning
 from t5x_mt.training import trainer
 from t5x_mt.core import validation
 from t5x_mt.data.settings import DataSettings
+from t5x_mt.evaluation import per_direction
 from t5x_mt.core.errors import UserError
 
 # The gin names of the settings below (configurables.py registers them).
 TRAIN_CONFIGURABLE = 'training.TrainConfig'
-EVAL_CONFIGURABLE = 'training.EvalConfig'
-# What a model's scores may be compared with: its sources copied as their translations.
-BASELINES = ('copy',)
 VOCABULARY_CONFIGURABLE = 'runs.VocabularyConfig'
 MODEL_CONFIGURABLE = 'network.TransformerConfig'
 DECODE_CONFIGURABLE = 'decoding.DecodeSettings'
@@ -146,33 +144,6 @@ class TrainConfig:
     return self.optimizer(learning_rate=self.learning_rate_schedule)
 
 
-@dataclasses.dataclass(frozen=True)
-class EvalConfig:
-  """How the run's directions are evaluated during and after training.
-
-  By default each direction is evaluated on the `split` of the first of its training
-  corpora that has one (back-translations have none); `corpus` evaluates the same
-  directions on another registered corpus (e.g. train on NTREX-128, validate on
-  FLORES-200 dev). `spm_model_path` adds spBLEU with that SentencePiece model.
-  `baseline='copy'` also scores each direction's sources copied unchanged as their
-  translations, the score a model must beat to be of any use.
-  """
-  split: str = 'validation'
-  corpus: str | None = None
-  max_sentences: int | None = 200
-  spm_model_path: str | None = None
-  baseline: str | None = None
-
-  def __post_init__(self):
-    if self.spm_model_path is not None:
-      object.__setattr__(self, 'spm_model_path', files.expand(self.spm_model_path))
-    if self.max_sentences is not None:
-      validation.integer(f'{EVAL_CONFIGURABLE}.max_sentences', self.max_sentences,
-                         minimum=1)
-    if self.baseline is not None:
-      validation.choice(f'{EVAL_CONFIGURABLE}.baseline', self.baseline, BASELINES)
-
-
 def _literal(value: Any) -> bool:
   """Whether gin reads `repr(value)` back as the same value."""
   if value is None or isinstance(value, (bool, int, float, str)):
@@ -220,7 +191,7 @@ class RunSpec:
   train: TrainConfig
   model: Any  # network.TransformerConfig
   data: DataSettings = DataSettings()
-  evaluation: EvalConfig = EvalConfig()
+  evaluation: per_direction.EvalConfig = per_direction.EvalConfig()
   vocabulary: Any = None  # run_vocabulary.VocabularyConfig; None: its defaults.
   decode: Any = None  # inference.DecodeSettings of evaluations; None: its defaults.
   axis_rules: partitioning.LogicalRules = partitioning.DEFAULT_RULES
@@ -234,7 +205,7 @@ class RunSpec:
     a schedule, optimizer or DRO object holds is not written)."""
     lines = ['import t5x_mt.config.configurables', '',
              *bindings_of(TRAIN_CONFIGURABLE, self.train, skip=('dro',)),
-             *bindings_of(EVAL_CONFIGURABLE, self.evaluation),
+             *bindings_of(per_direction.EVAL_CONFIGURABLE, self.evaluation),
              *bindings_of(MODEL_CONFIGURABLE, self.model, skip=('vocab_size',)),
              f'data_tasks.vocabulary_path.path = {self.data.vocabulary_path!r}',
              f'data_tasks.tag_strategy.strategy = {self.data.tag_strategy!r}',

@@ -42,6 +42,7 @@ from t5x_mt.data import mixtures
 from t5x_mt.data import streamed_pipeline
 from t5x_mt.data import tags
 from t5x_mt.core.errors import UserError
+from t5x_mt.evaluation import per_direction
 
 def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, vocabulary: bytes,
                      direction_names: Sequence[str], robust: dro.DroTraining | None) -> None:
@@ -170,7 +171,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   mixtures.check_train_examples(config.mixture_or_task_name)
   mixtures.check_vocabulary(config.mixture_or_task_name, spec.data.vocabulary_path,
                             spec.data.source_vocabulary_path)
-  actions.check_evaluable(config.mixture_or_task_name, spec.evaluation,
+  per_direction.check_evaluable(config.mixture_or_task_name, spec.evaluation,
                           [spec.evaluation.split] + ['test'] * config.evaluate_test_split)
   if spec.model.decoder_only and config.early_stopping_patience:
     raise UserError(f'{run_config.setting_name("early_stopping_patience")}: stops on '
