@@ -14,6 +14,8 @@ from t5x_mt.model import layers
 from t5x_mt.model import models
 from t5x_mt.model import network
 from t5x_mt.model import parameter_layout
+from t5x_mt.model.norm_placements import post
+from t5x_mt.model.norm_placements import post_b2t
 from t5x_mt.core.errors import UserError
 
 from test_network import TINY, check_beam_scores_are_teacher_forced
@@ -154,7 +156,7 @@ def test_a_decoder_layer_of_each_variant_computes_its_formulas(name):
 def test_b2t_without_its_bottom_to_top_residual_fails_the_formula(monkeypatch):
   config = variant('post_b2t')
   assert encoder_layer_matches_numpy(config)
-  monkeypatch.setattr(network, '_bottom', lambda cfg, x: None)
+  monkeypatch.setattr(post_b2t.PostB2T, 'layer', post.PostLN.layer)  # No bottom-to-top sum.
   assert not encoder_layer_matches_numpy(config)
 
 

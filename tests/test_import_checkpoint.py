@@ -24,7 +24,7 @@ import data_tasks
 from t5x_mt.config import configurables
 from t5x_mt.config import gin_utils
 from t5x_mt.core import languages
-from t5x_mt.model import layers
+from t5x_mt.model.position_embeddings.sinusoidal import SINUSOIDS
 from t5x_mt.config import run_loading
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
@@ -167,7 +167,7 @@ def _with_tensor(name: str, tensor: np.ndarray):
 def _saved_sinusoids(scale: float) -> np.ndarray:
   """NLLB's position table as transformers keeps it (row 1, padding's, zero), times
   `scale`."""
-  table = layers.sinusoidal_table(66, 16)
+  table = SINUSOIDS.fixed_table(66, 16)
   table[1] = 0.0
   return table * scale
 

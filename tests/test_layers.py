@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from t5x_mt.model import layers
+from t5x_mt.model.position_embeddings.sinusoidal import SINUSOIDS
+from t5x_mt.model.position_embeddings.sinusoidal_vaswani import VASWANI_SINUSOIDS
 
 
 def logical_axes(variables):
@@ -77,7 +79,7 @@ def test_embed_lookup_and_attend_share_one_table():
 
 
 def test_sinusoidal_table_values():
-  table = layers.sinusoidal_table(max_length=3, features=4)
+  table = SINUSOIDS.fixed_table(rows=3, features=4)
   # Timescales 1 and 1/10000 for features [sin, sin, cos, cos].
   np.testing.assert_allclose(table[0], [0, 0, 1, 1], atol=1e-7)
   np.testing.assert_allclose(table[2], [np.sin(2), np.sin(2e-4), np.cos(2), np.cos(2e-4)],
@@ -85,7 +87,7 @@ def test_sinusoidal_table_values():
 
 
 def test_sinusoidal_vaswani_table_has_the_papers_frequencies():
-  table = layers.sinusoidal_table(max_length=3, features=4, kind='sinusoidal_vaswani')
+  table = VASWANI_SINUSOIDS.fixed_table(rows=3, features=4)
   # PE(pos, 2i) = sin(pos / 10000^(2i/d)), i = 0, 1 with d = 4: timescales 1 and 1/100.
   np.testing.assert_allclose(table[2], [np.sin(2), np.sin(2e-2), np.cos(2), np.cos(2e-2)],
                              rtol=1e-6)
@@ -94,13 +96,13 @@ def test_sinusoidal_vaswani_table_has_the_papers_frequencies():
 def test_position_offset_reads_the_table_from_that_row():
   module = layers.PositionEmbedding(max_length=4, kind='sinusoidal', offset=2)
   _, y = init_and_apply(module, jnp.zeros((1, 3, 4)))
-  np.testing.assert_allclose(y[0], layers.sinusoidal_table(6, 4)[2:5], atol=1e-6)
+  np.testing.assert_allclose(y[0], SINUSOIDS.fixed_table(6, 4)[2:5], atol=1e-6)
 
 
 def test_position_embedding_uses_given_positions_then_cache_index():
   module = layers.PositionEmbedding(max_length=8, kind='sinusoidal')
   x = jnp.zeros((1, 3, 4))
-  table = layers.sinusoidal_table(8, 4)
+  table = SINUSOIDS.fixed_table(8, 4)
   _, y = init_and_apply(module, x, jnp.array([[0, 1, 0]]))
   np.testing.assert_allclose(y[0], table[[0, 1, 0]], atol=1e-6)
   cache = module.init(jax.random.key(0), x, decode=True)['cache']

@@ -3,9 +3,12 @@
 CTranslate2 runs encoder-decoder Transformers on CPUs, in float32 or with int8 weights; its
 `TransformerSpec` is the description its own converters fill. Each choice of
 `network.TransformerConfig` maps to one it computes exactly:
-- pre-LN: norms before each sublayer and a final norm per stack (`pre_norm`); post-LN: a
-  norm after each residual sum and no final norm. LayerNorm's epsilon is ours.
-- learned and sinusoidal absolute positions go in as tables from the row of the first
+- the norm placement and each stack's position embedding give the spec settings that
+  describe them (`ctranslate2_settings`: pre-LN's norms before each sublayer and a final
+  norm per stack are `pre_norm`; post-LN's after each residual sum, no final norm), or the
+  reason CTranslate2 cannot compute them (`ctranslate2_refusal`). LayerNorm's epsilon is
+  ours.
+- absolute positions, learned or fixed, go in as tables from the row of the first
   position on (CTranslate2's own sinusoids count positions from 1); embeddings are
   multiplied by sqrt(d) where ours are (`scale_embeddings`), and the decoder starts from
   our start token.
@@ -33,8 +36,8 @@ import numpy as np
 from ctranslate2.specs import common_spec
 from ctranslate2.specs import transformer_spec
 
-from t5x_mt.model import layers
 from t5x_mt.model import network
+from t5x_mt.model import position_embeddings
 from t5x_mt.model import parameter_layout as layout
 from t5x_mt.data import vocab
 from t5x_mt.core.errors import UserError
@@ -50,10 +53,11 @@ def check_exportable(config: network.TransformerConfig) -> None:
   """A UserError naming --checkpoint_dir when CTranslate2 cannot compute the model
   exactly."""
   flag = '--checkpoint_dir'
-  if config.layer_norm == 'post_b2t':
-    raise UserError(f"{flag}: layer_norm='post_b2t' has no CTranslate2 form: B2T adds each "
-                    "layer's input to its last sublayer's residual sum, and CTranslate2's "
-                    'post-LN layers have no such connection')
+  for setting, variant in (('layer_norm', config.norm_placement), (
+      'position_embedding', position_embeddings.get(config.position_embedding))):
+    if variant.ctranslate2_refusal:
+      raise UserError(f'{flag}: {setting}={variant.name!r} has no CTranslate2 form: '
+                      f'{variant.ctranslate2_refusal}')
   if config.adapter_keys:
     raise UserError(f'{flag}: the model has adapters (by {config.adapter_by}: '
                     f'{", ".join(config.adapter_keys)}), which CTranslate2 has no modules '
@@ -150,24 +154,20 @@ def _fill_inputs(stack_spec, config: network.TransformerConfig, params: Mapping,
                  stack: str) -> None:
   """`stack`'s absolute positions (if any) and its final norm (pre-LN)."""
   stack_spec.scale_embeddings = config.scale_embeddings
-  positions = config.absolute_positions_of(stack)
-  first = config.position_offset  # The row position 0 reads.
-  if positions == 'learned':
-    stack_spec.position_encodings.encodings = (
-        params[stack][layout.POSITION_EMBEDDING][layout.POSITION_TABLE][first:])
-  elif positions in layers.SINUSOIDAL_POSITION_EMBEDDINGS:
-    stack_spec.position_encodings.encodings = layers.sinusoidal_table(
-        config.max_length + first, config.emb_dim, positions)[first:]
+  positions = config.positions_of(stack)
+  if positions.absolute:
+    first = config.position_offset  # The row position 0 reads.
+    stack_spec.position_encodings.encodings = positions.exported_table(
+        params[stack], config.max_length + first, config.emb_dim)[first:]
   if layout.has_final_norm(config.layer_norm):
     _norm(stack_spec.layer_norm, params[stack][layout.FINAL_NORMS[stack]])
 
 
 def _stack_spec(spec_class, config: network.TransformerConfig, stack: str):
   return spec_class(getattr(config, f'num_{stack}_layers'), config.num_heads,
-                    pre_norm=config.layer_norm == 'pre',
-                    activation=ACTIVATIONS[config.mlp_activation],
-                    relative_position=bool(config.relative_distance_of(stack)),
-                    head_dim=config.head_dim)
+                    activation=ACTIVATIONS[config.mlp_activation], head_dim=config.head_dim,
+                    **config.norm_placement.ctranslate2_settings(),
+                    **config.positions_of(stack).ctranslate2_settings(config))
 
 
 def transformer_spec_of(config: network.TransformerConfig, params: Any,

@@ -9,18 +9,21 @@ and Ld target positions, a forward pass costs (a multiply-add is 2 FLOPs):
 
   encoder dense      per layer: 2 * (4*D*A + 2*D*F) * Le        (q, k, v, out; MLP in, out)
   encoder attention  per layer: 4 * A * Le * Le                 (scores q.k and weighted sum p.v)
-                                + 2 * T * A * R * Le             (relative positions, see below)
+                                + P(Le)                         (positions, see below)
   decoder dense      per layer: 2 * (4*D*A + 2*D*A + 2*D*F) * Ld  (self q, k, v, out; cross q,
                                 + 2 * (2*D*A) * Le                 out; MLP) + cross k, v
   decoder attention  per layer: 4 * A * Ld * Ld + 4 * A * Ld * Le  (self; cross)
-                                + 2 * T * A * R * Ld             (relative in the decoder)
+                                + P(Ld)                         (the decoder's positions)
   logits:                       2 * D * V * Ld
 
 A language model (`decoder_only`) has no encoder layers and no cross-attention terms.
 
-Shaw's relative positions (R = 2k + 1 table rows, T = 2 tables with values, 1 keys only)
-cost what their shared tables need: every query times every key row, and each query's
-probabilities, summed per row, times every value row.
+P(L) is what a stack's position embedding adds to a self-attention layer over L positions
+(`PositionEmbedding.self_attention_flops`). Shaw's relative positions (R = 2k + 1 table
+rows, T = 2 tables with values, 1 keys only) cost what their shared tables need, every
+query times every key row and each query's probabilities, summed per row, times every
+value row: P(L) = 2 * T * A * R * L. Absolute positions, added to the embeddings, add
+none, and neither do norm placements.
 
 The dense terms are 2 FLOPs per weight per token that meets the weight, i.e. the "6 N" rule
 once training's factor 3 is applied. Training costs 3 x forward: the backward pass computes
@@ -69,20 +72,18 @@ def forward_flops(config: network.TransformerConfig, inputs_length: int,
   return ForwardFlops(
       encoder_dense=config.num_encoder_layers * 2 * encoder_layer_weights * le,
       encoder_attention=config.num_encoder_layers * (
-          4 * a * le * le + _relative_flops(config, 'encoder', le)),
+          4 * a * le * le + _position_flops(config, 'encoder', le)),
       decoder_dense=config.num_decoder_layers * 2 * (decoder_layer_target_weights * ld
                                                      + decoder_layer_source_weights * le),
       decoder_attention=config.num_decoder_layers * (
-          4 * a * ld * (ld + cross * le) + _relative_flops(config, 'decoder', ld)),
+          4 * a * ld * (ld + cross * le) + _position_flops(config, 'decoder', ld)),
       logits=2 * d * v * ld)
 
 
-def _relative_flops(config: network.TransformerConfig, stack: str, length: int) -> int:
-  """One self-attention layer's relative-position FLOPs over `length` positions."""
-  distance = config.relative_distance_of(stack)
-  tables = 2 if config.relative_values else 1
-  return 2 * tables * config.num_heads * config.head_dim * (2 * distance + 1) * length if (
-      distance) else 0
+def _position_flops(config: network.TransformerConfig, stack: str, length: int) -> int:
+  """What `stack`'s position embedding adds to one self-attention layer over `length`
+  positions (Shaw's relative tables; absolute positions add none)."""
+  return config.positions_of(stack).self_attention_flops(config, length)
 
 
 def train_flops_per_step(config: network.TransformerConfig, batch_size: int, inputs_length: int,

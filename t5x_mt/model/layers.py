@@ -20,6 +20,7 @@ import numpy as np
 from t5x_mt.model import decode_cache
 from t5x_mt import kernels
 from t5x_mt.model import parameter_layout
+from t5x_mt.model import position_embeddings
 
 Array = jax.Array
 DType = Any
@@ -367,16 +368,6 @@ class Embed(nn.Module):
     return nn.with_logical_constraint(logits, ('batch', 'length', 'vocab'))
 
 
-# Fixed sinusoids, each half of the features spanning timescales 1 to 10^4 geometrically:
-# 'sinusoidal' over half - 1 steps (tensor2tensor, fairseq), 'sinusoidal_vaswani' over
-# half steps, the paper's 10000^(2i/d) (Marian).
-SINUSOIDAL_POSITION_EMBEDDINGS = ('sinusoidal', 'sinusoidal_vaswani')
-# Absolute positions added to the embeddings (learned, sinusoidal), or 'relative': Shaw's
-# tables in self-attention instead (TransformerConfig says on which side).
-ABSOLUTE_POSITION_EMBEDDINGS = ('learned', *SINUSOIDAL_POSITION_EMBEDDINGS)
-POSITION_EMBEDDINGS = (*ABSOLUTE_POSITION_EMBEDDINGS, 'relative')
-
-
 def relative_position_ids(q_positions: Array, kv_positions: Array, max_distance: int) -> Array:
   """[B, Lq, Lk] rows of a relative table of 2 * max_distance + 1 rows: key position minus
   query position, clipped to [-max_distance, max_distance], plus max_distance. Positions
@@ -385,31 +376,17 @@ def relative_position_ids(q_positions: Array, kv_positions: Array, max_distance:
   return jnp.clip(distance, -max_distance, max_distance).astype(jnp.int32) + max_distance
 
 
-def sinusoidal_table(max_length: int, features: int, kind: str = 'sinusoidal',
-                     max_scale: float = 10000.0) -> np.ndarray:
-  """Fixed [max_length, features] table laid out as tensor2tensor, fairseq and Marian do:
-  sin in the first half, cos after, timescales as `kind` (SINUSOIDAL_POSITION_EMBEDDINGS)
-  spreads them."""
-  half = features // 2
-  steps = max(half - 1, 1) if kind == 'sinusoidal' else half
-  position = np.arange(max_length, dtype=np.float64)[:, None]
-  inv_timescale = np.exp(-np.log(max_scale) * np.arange(half, dtype=np.float64) / steps)
-  angles = position * inv_timescale[None, :]
-  table = np.zeros((max_length, features), np.float32)
-  table[:, :half] = np.sin(angles)
-  table[:, half:2 * half] = np.cos(angles)
-  return table
-
-
 class PositionEmbedding(nn.Module):
-  """Adds absolute position embeddings, learned or sinusoidal, to [batch, length, embed].
+  """Adds absolute positions to [batch, length, embed]: a row per token of the table of
+  `kind`, a registered position embedding (`t5x_mt.model.position_embeddings`) that adds
+  one, learned or fixed.
 
   Positions come from `positions` [batch, length] (packed sequences restart at 0), else from
   the array index. With `decode=True` the position is a scalar int32 `cache_index` kept in
   the 'cache' collection (created on the first call, advanced on every later one).
   """
   max_length: int
-  kind: str = 'learned'
+  kind: str
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
   offset: int = 0  # The table row of position 0 (fairseq's sinusoids start at row 2).
@@ -418,17 +395,8 @@ class PositionEmbedding(nn.Module):
   def __call__(self, x: Array, positions: Optional[Array] = None, *,
                decode: bool = False) -> Array:
     _, length, features = x.shape
-    if self.kind == 'learned':
-      table = self.param(
-          parameter_layout.POSITION_TABLE,
-          nn.with_logical_partitioning(nn.initializers.normal(stddev=0.02), (None, 'embed')),
-          (self.max_length + self.offset, features), self.param_dtype)
-    elif self.kind in SINUSOIDAL_POSITION_EMBEDDINGS:
-      table = jnp.asarray(sinusoidal_table(self.max_length + self.offset, features, self.kind))
-    else:
-      raise ValueError(f'unknown position embedding {self.kind!r}; valid: '
-                       f'{", ".join(ABSOLUTE_POSITION_EMBEDDINGS)}')
-
+    table = position_embeddings.get(self.kind).table(self, self.max_length + self.offset,
+                                                     features, self.param_dtype)
     if decode:
       is_initialized = self.has_variable('cache', 'cache_index')
       cache_index = self.variable('cache', 'cache_index', lambda: jnp.array(0, jnp.int32))

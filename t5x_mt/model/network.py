@@ -1,16 +1,15 @@
 """Transformer encoder-decoder for multilingual translation, in the seed systems' variants.
 
 Choices (docs/methods.md#model has the formulas of every variant):
-- `layer_norm` places the norms: 'pre' (fairseq's pre-LN of the WMT systems), x + Dropout(
-  Sublayer(LN(x))) with a final LayerNorm after each stack; 'post' (Vaswani et al.),
-  LN(x + Dropout(Sublayer(x))) and no final norm; 'post_b2t' (Takase et al. 2022, NT5),
-  post-LN whose last sublayer also adds the layer's input before its norm (the
-  bottom-to-top connection), with every weight of a stack's layers other than norms and
-  biases initialised N^-1/2 times smaller, N the stack's depth.
-- `position_embedding`: learned absolute positions ~ N(0, 0.02), fixed sinusoids, or
-  'relative': Shaw et al.'s (2018) key and value tables in the encoder's self-attention
-  (`relative_max_distance` k, tables of 2k + 1 rows shared across heads), no absolute
-  positions there, and sinusoids in the decoder unless `relative_in_decoder`.
+- `layer_norm` names a registered norm placement (`t5x_mt.model.norm_placements`: pre-LN,
+  post-LN, post-LN with B2T's bottom-to-top connection), which runs each layer's residual
+  sublayers with their norms, says whether a stack ends in a norm of its own and scales
+  the initial layer weights.
+- `position_embedding` names a registered position embedding
+  (`t5x_mt.model.position_embeddings`: learned absolute positions, fixed sinusoids in two
+  layouts, Shaw et al.'s relative tables in self-attention with their settings
+  `relative_max_distance`, `relative_values` and `relative_in_decoder`), which says for
+  each stack what it adds to the embeddings and the distance of its relative tables.
 - LayerNorm with scale and bias; dense layers with biases; ReLU MLP (GELU selectable),
   with a width per stack when `encoder_mlp_dim`/`decoder_mlp_dim` are set.
 - Token embeddings ~ N(0, 1) and not multiplied by sqrt(d). The decoder's input embedding
@@ -42,7 +41,9 @@ import jax.numpy as jnp
 from t5x_mt.model import adapters
 from t5x_mt import kernels
 from t5x_mt.model import layers
+from t5x_mt.model import norm_placements
 from t5x_mt.model import parameter_layout
+from t5x_mt.model import position_embeddings
 from t5x_mt.core import validation
 from t5x_mt.core import directions
 from t5x_mt.core.errors import UserError
@@ -65,9 +66,9 @@ class TransformerConfig:
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
   share_encoder_embedding: bool = True  # The decoder's input and output are always shared.
-  layer_norm: str = 'pre'  # A key of LAYER_NORMS.
-  position_embedding: str = 'learned'  # A key of layers.POSITION_EMBEDDINGS.
-  relative_max_distance: int = 16  # Shaw's k, with position_embedding='relative'.
+  layer_norm: str = norm_placements.DEFAULT  # A name in norm_placements.
+  position_embedding: str = position_embeddings.DEFAULT  # A name in position_embeddings.
+  relative_max_distance: int = 16  # Shaw's k, with relative positions.
   relative_values: bool = True  # False: relative key tables only.
   relative_in_decoder: bool = False  # Relative decoder self-attention instead of sinusoids.
   max_length: int = 512
@@ -109,12 +110,12 @@ class TransformerConfig:
                   'decoder_mlp_dim', 'position_offset', 'decoder_start_token'):
       validation.integer(name(field), getattr(self, field), minimum=0)
     validation.integer(name('relative_max_distance'), self.relative_max_distance, minimum=1)
-    validation.choice(name('layer_norm'), self.layer_norm, LAYER_NORMS)
+    validation.choice(name('layer_norm'), self.layer_norm, norm_placements.names())
     for field in ('dropout_rate', 'attention_dropout_rate'):
       validation.number(name(field), getattr(self, field), at_least=0.0, below=1.0)
     validation.number(name('layer_norm_epsilon'), self.layer_norm_epsilon, above=0.0)
     validation.choice(name('position_embedding'), self.position_embedding,
-                      layers.POSITION_EMBEDDINGS)
+                      position_embeddings.names())
     validation.choice(name('mlp_activation'), self.mlp_activation, layers.ACTIVATIONS)
     validation.choice(name('attention_implementation'), self.attention_implementation,
                       ('auto', *kernels.implementations()))
@@ -125,40 +126,32 @@ class TransformerConfig:
 
   def _check_combinations(self, name) -> None:
     """Settings that each hold but not together."""
-    relative = self.position_embedding == 'relative'
     if self.decoder_only and self.num_encoder_layers:
       raise UserError(f"{name('decoder_only')}: a language model has no encoder; set "
                       f"{name('num_encoder_layers')} = 0, not {self.num_encoder_layers}")
-    if self.relative_in_decoder and not relative:
-      raise UserError(f"{name('relative_in_decoder')}: needs position_embedding = "
-                      f"'relative', not {self.position_embedding!r}")
-    if relative and self.relative_values and self.attention_implementation not in (
-        'auto', 'xla'):
-      raise UserError(f"{name('attention_implementation')}: {self.attention_implementation!r} "
-                      "has no relative value tables; use 'auto' or 'xla', or set "
-                      f"{name('relative_values')} = False")
+    position_embeddings.check(self, name)
+
+  @property
+  def norm_placement(self) -> norm_placements.NormPlacement:
+    """The norm placement `layer_norm` names."""
+    return norm_placements.get(self.layer_norm)
 
   def mlp_dim_of(self, stack: str) -> int:
     """The feed-forward width of `stack`'s layers ('encoder' or 'decoder')."""
     return getattr(self, f'{stack}_mlp_dim') or self.mlp_dim
 
+  def positions_of(self, stack: str) -> position_embeddings.PositionEmbedding:
+    """The position embedding of `stack` ('encoder' or 'decoder'): the one
+    `position_embedding` names, or the one it leaves that stack."""
+    return position_embeddings.get(self.position_embedding).for_stack(self, stack)
+
   def relative_distance_of(self, stack: str) -> int:
     """Shaw's k in `stack`'s self-attention, 0 where it has no relative positions."""
-    if self.position_embedding != 'relative' or (
-        stack == 'decoder' and not self.relative_in_decoder):
-      return 0
-    return self.relative_max_distance
-
-  def absolute_positions_of(self, stack: str) -> str | None:
-    """The absolute positions added to `stack`'s embeddings, None with relative ones."""
-    if self.position_embedding in layers.ABSOLUTE_POSITION_EMBEDDINGS:
-      return self.position_embedding
-    return None if self.relative_distance_of(stack) else 'sinusoidal'  # The decoder's.
+    return self.positions_of(stack).relative_distance(self)
 
   def init_scale_of(self, stack: str) -> float:
-    """What B2T multiplies `stack`'s initial layer weights by: depth^-1/2, else 1."""
-    depth = getattr(self, f'num_{stack}_layers')
-    return depth ** -0.5 if self.layer_norm == 'post_b2t' and depth else 1.0
+    """What `stack`'s initial layer weights are multiplied by (B2T's depth^-1/2, else 1)."""
+    return self.norm_placement.init_scale(getattr(self, f'num_{stack}_layers'))
 
 
 # What the backward pass keeps of a layer's forward activations ('none': everything, no
@@ -169,8 +162,6 @@ REMAT_POLICIES = {
     'dots': jax.checkpoint_policies.dots_saveable,
     'dots_with_no_batch_dims': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-# Where each layer's norms sit (parameter_layout.layer_norm_names names them).
-LAYER_NORMS = ('pre', 'post', 'post_b2t')
 
 
 def _segment_ids(tokens: Array, segment_ids: Optional[Array]) -> Array:
@@ -179,22 +170,15 @@ def _segment_ids(tokens: Array, segment_ids: Optional[Array]) -> Array:
   return valid if segment_ids is None else segment_ids.astype(jnp.int32) * valid
 
 
-def _sublayer(cfg: TransformerConfig, x: Array, sublayer, name: str, deterministic: bool,
-              bottom: Optional[Array] = None) -> Array:
-  """x through one residual sublayer with its norm where `cfg.layer_norm` puts it; `bottom`
-  (B2T: the layer's input) joins the residual sum before the post-norm."""
+def _sublayer(cfg: TransformerConfig, apply, name: str,
+              deterministic: bool) -> norm_placements.Sublayer:
+  """The residual sublayer `name` computing `apply`, with its norm and its dropout, for
+  the norm placement to run."""
   dropout = nn.Dropout(cfg.dropout_rate)
   norm = layers.LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=cfg.dtype,
                           name=parameter_layout.layer_norm_name(name, cfg.layer_norm))
-  if cfg.layer_norm == 'pre':
-    return x + dropout(sublayer(norm(x)), deterministic=deterministic)
-  y = x + dropout(sublayer(x), deterministic=deterministic)
-  return norm(y if bottom is None else y + bottom)
-
-
-def _bottom(cfg: TransformerConfig, x: Array) -> Optional[Array]:
-  """The layer input that B2T adds before the layer's last norm, None otherwise."""
-  return x if cfg.layer_norm == 'post_b2t' else None
+  return norm_placements.Sublayer(
+      apply, norm, lambda y: dropout(y, deterministic=deterministic))
 
 
 def _attention(cfg: TransformerConfig, stack: str, sublayer: str, fixed_kv: bool = False):
@@ -221,11 +205,12 @@ class EncoderLayer(nn.Module):
     cfg = self.config
     attention_sublayer, mlp_sublayer = parameter_layout.SUBLAYERS['encoder']
     attention = _attention(cfg, 'encoder', attention_sublayer)
-    h = _sublayer(cfg, x, lambda y: attention(
-        y, y, q_segment_ids=segment_ids, kv_segment_ids=segment_ids,
-        relative_ids=relative_ids, deterministic=deterministic), attention_sublayer,
-                  deterministic)
-    h = _sublayer(cfg, h, _mlp(cfg, 'encoder'), mlp_sublayer, deterministic, _bottom(cfg, x))
+    h = cfg.norm_placement.layer(x, [
+        _sublayer(cfg, lambda y: attention(
+            y, y, q_segment_ids=segment_ids, kv_segment_ids=segment_ids,
+            relative_ids=relative_ids, deterministic=deterministic), attention_sublayer,
+                  deterministic),
+        _sublayer(cfg, _mlp(cfg, 'encoder'), mlp_sublayer, deterministic)])
     return nn.with_logical_constraint(h, ('batch', 'length', 'embed'))
 
 
@@ -240,17 +225,17 @@ class DecoderLayer(nn.Module):
     cfg = self.config
     own_sublayer, cross_sublayer, mlp_sublayer = parameter_layout.SUBLAYERS['decoder']
     own = _attention(cfg, 'decoder', own_sublayer)
-    cross = None if cfg.decoder_only else _attention(cfg, 'decoder', cross_sublayer,
-                                                      fixed_kv=True)
-    h = _sublayer(cfg, x, lambda y: own(
+    sublayers = [_sublayer(cfg, lambda y: own(
         y, y, q_segment_ids=segment_ids, kv_segment_ids=segment_ids, causal=True,
         relative_ids=relative_ids, decode=decode, max_decode_length=max_decode_length,
-        deterministic=deterministic), own_sublayer, deterministic)
+        deterministic=deterministic), own_sublayer, deterministic)]
     if not cfg.decoder_only:
-      h = _sublayer(cfg, h, lambda y: cross(
+      cross = _attention(cfg, 'decoder', cross_sublayer, fixed_kv=True)
+      sublayers.append(_sublayer(cfg, lambda y: cross(
           y, encoded, q_segment_ids=segment_ids, kv_segment_ids=encoder_segment_ids,
-          decode=decode, deterministic=deterministic), cross_sublayer, deterministic)
-    h = _sublayer(cfg, h, _mlp(cfg, 'decoder'), mlp_sublayer, deterministic, _bottom(cfg, x))
+          decode=decode, deterministic=deterministic), cross_sublayer, deterministic))
+    sublayers.append(_sublayer(cfg, _mlp(cfg, 'decoder'), mlp_sublayer, deterministic))
+    h = cfg.norm_placement.layer(x, sublayers)
     return nn.with_logical_constraint(h, ('batch', 'length', 'embed'))
 
 
@@ -276,9 +261,9 @@ def _embed(cfg: TransformerConfig, stack: str, embedding: layers.Embed, tokens: 
   x = embedding(tokens)
   if cfg.scale_embeddings:
     x = x * jnp.asarray(cfg.emb_dim ** 0.5, x.dtype)
-  kind = cfg.absolute_positions_of(stack)
-  if kind:
-    x = layers.PositionEmbedding(cfg.max_length, kind, dtype=cfg.dtype,
+  position_embedding = cfg.positions_of(stack)
+  if position_embedding.absolute:
+    x = layers.PositionEmbedding(cfg.max_length, position_embedding.name, dtype=cfg.dtype,
                                  offset=cfg.position_offset,
                                  name=parameter_layout.POSITION_EMBEDDING)(
                                      x, positions, decode=decode)

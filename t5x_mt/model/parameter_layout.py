@@ -10,8 +10,9 @@ Layout of a parameter tree (unrolled):
   {encoder,decoder}/layers_<i>/...  one layer: a module per sublayer (`SUBLAYER_MODULES`)
                                     and its norm (`layer_norm_names`)
   {encoder,decoder}/adapters_<i>    adapters after layer i (`adapter_name`)
-  {encoder,decoder}/posembed        learned absolute positions (`pos_embedding`)
-  {encoder,decoder}/<final norm>    pre-LN only: `FINAL_NORMS`
+  {encoder,decoder}/posembed        a learned absolute position table (`POSITION_TABLE`)
+  {encoder,decoder}/<final norm>    where the norm placement ends a stack in one (pre-LN):
+                                    `FINAL_NORMS`
   decoder/logits_dense/kernel       the output projection when it is not tied
   decoder/logits_bias               a bias on the logits (`logits_bias`)
 Scanned stacks (`TransformerConfig.scan_layers`) hold the layers as [layers, ...] arrays
@@ -25,6 +26,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from t5x_mt.model import norm_placements
 
 
 STACKS = ('encoder', 'decoder')
@@ -74,9 +77,10 @@ def adapter_name(index: int) -> str:
 
 
 def layer_norm_name(sublayer: str, placement: str) -> str:
-  """The norm of `sublayer` under `placement`: 'pre_<sublayer>_norm' before it (pre-LN),
-  'post_<sublayer>_norm' after its residual sum (post-LN, B2T)."""
-  return f'{"pre" if placement == "pre" else "post"}_{sublayer}_norm'
+  """The norm of `sublayer` under the norm placement `placement` (a name in
+  `t5x_mt.model.norm_placements`): '<prefix>_<sublayer>_norm', the prefix saying where it
+  sits (before the sublayer, or after its residual sum)."""
+  return f'{norm_placements.get(placement).norm_prefix}_{sublayer}_norm'
 
 
 def layer_norm_names(stack: str, placement: str) -> tuple[str, ...]:
@@ -85,9 +89,9 @@ def layer_norm_names(stack: str, placement: str) -> tuple[str, ...]:
 
 
 def has_final_norm(placement: str) -> bool:
-  """Whether each stack ends in a norm of its own: only pre-LN stacks, whose layers leave
-  their output unnormalised."""
-  return placement == 'pre'
+  """Whether each stack ends in a norm of its own (`FINAL_NORMS`) under the norm placement
+  `placement`: pre-LN stacks, whose layers leave their output unnormalised."""
+  return norm_placements.get(placement).final_norm
 
 
 def encoder_embedding_name(shared: bool) -> str:

@@ -11,7 +11,9 @@ files. t5x_mt's Transformer expresses each architecture exactly:
 - Marian (MarianMTModel): post-LN layers; the paper's sinusoids from row 0; swish; a bias
   on the logits; the decoder starting from padding; a SentencePiece model per side.
 Both: PyTorch's LayerNorm epsilon 1e-5 and one token embedding for both stacks and the
-output, scaled by sqrt(d_model) on the way in (`scale_embedding`), logits not scaled.
+output, scaled by sqrt(d_model) on the way in (`scale_embedding`), logits not scaled. The
+norm placement and the position embedding are the registered variants that list the
+checkpoint's model type (`huggingface_model_types`).
 
 The import writes a run folder every command reads: vocab.model (and source_vocab.model
 for Marian: `hf_vocabulary`), config.gin (the architecture, tag strategy and vocabularies,
@@ -33,10 +35,12 @@ import safetensors.numpy
 
 from t5x_mt.runs import checkpoints
 from t5x_mt.core import files
-from t5x_mt.model import layers
+from t5x_mt.core.registry import Registry
 from t5x_mt.model import models
 from t5x_mt.model import network
+from t5x_mt.model import norm_placements
 from t5x_mt.model import parameter_layout as layout
+from t5x_mt.model import position_embeddings
 from t5x_mt.runs import run_layout
 from t5x_mt.runs import run_vocabulary
 from t5x_mt.data import tags
@@ -112,14 +116,22 @@ def model_settings(config: dict[str, Any], directory: pathlib.Path) -> dict[str,
       emb_dim=get('d_model'), num_heads=heads, head_dim=get('d_model') // heads,
       mlp_dim=get('encoder_ffn_dim'), encoder_mlp_dim=get('encoder_ffn_dim'),
       decoder_mlp_dim=get('decoder_ffn_dim'), num_encoder_layers=get('encoder_layers'),
-      num_decoder_layers=get('decoder_layers'), layer_norm='post' if marian else 'pre',
-      position_embedding='sinusoidal_vaswani' if marian else 'sinusoidal',
+      num_decoder_layers=get('decoder_layers'),
+      layer_norm=_variant_of(norm_placements.REGISTRY, config['model_type']),
+      position_embedding=_variant_of(position_embeddings.REGISTRY, config['model_type']),
       position_offset=0 if marian else get('pad_token_id') + 1,
       max_length=get('max_position_embeddings'), share_encoder_embedding=True,
       logits_via_embedding=True, logits_bias=marian, mlp_activation=ACTIVATIONS[activation],
       scale_embeddings=bool(config.get('scale_embedding', False)),
       layer_norm_epsilon=LAYER_NORM_EPSILON,
       decoder_start_token=get('decoder_start_token_id'))
+
+
+def _variant_of(registry: Registry, model_type: str) -> str:
+  """The name of the variant in `registry` (norm placements, position embeddings) that
+  transformers' `model_type` is built with."""
+  return next(variant.name for variant in registry
+              if model_type in variant.huggingface_model_types)
 
 
 def tag_strategy(config: dict[str, Any], vocabulary: hf_vocabulary.ConvertedVocabulary) -> str:
@@ -232,7 +244,7 @@ def _check_position_tables(weights: _Weights, config: network.TransformerConfig,
     saved = weights[name]
     if saved.ndim != 2:
       continue  # fairseq's placeholder for the table's dtype and device.
-    ours = layers.sinusoidal_table(len(saved), saved.shape[1], config.position_embedding)
+    ours = position_embeddings.get(config.position_embedding).fixed_table(*saved.shape)
     first = config.position_offset
     if not np.allclose(saved[first:], ours[first:], atol=1e-5):
       raise UserError(f'{directory}: {name} is not the {config.position_embedding} table '
