@@ -28,7 +28,8 @@ def integer(name: str, value: Any, minimum: int | None = None) -> int:
 
 
 def number(name: str, value: Any, *, above: float | None = None,
-           at_least: float | None = None, below: float | None = None) -> float:
+           at_least: float | None = None, below: float | None = None,
+           at_most: float | None = None) -> float:
   """`value` as a float if it is a real number within the given bounds."""
   if isinstance(value, bool) or not isinstance(value, (int, float)):
     raise UserError(f'{name}: must be a number, got {value!r}')
@@ -38,4 +39,6 @@ def number(name: str, value: Any, *, above: float | None = None,
     raise UserError(f'{name}: must be >= {at_least}, got {value}')
   if below is not None and not value < below:
     raise UserError(f'{name}: must be < {below}, got {value}')
+  if at_most is not None and not value <= at_most:
+    raise UserError(f'{name}: must be <= {at_most}, got {value}')
   return float(value)
