@@ -88,6 +88,7 @@ def validation_loss(layout: run_layout.RunLayout, step: int) -> float:
   """Label-smoothed cross-entropy per target token over the validation split."""
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top  (after the flags)
   from t5x_mt.training import baselines  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data import mixtures  # pylint: disable=g-import-not-at-top
   from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   translator = run_loading.load_translator(str(layout.root), step)
@@ -95,7 +96,7 @@ def validation_loss(layout: run_layout.RunLayout, step: int) -> float:
   from_gin.configure_data(translator.vocabulary_file)
   run = configurables.train_config()  # The run's settings, from its config.gin.
   result = baselines.group_losses(
-      translator, TASK, split='validation', inputs_length=run.inputs_length,
+      translator, mixtures.mixture_view(TASK), split='validation', inputs_length=run.inputs_length,
       targets_length=run.targets_length, label_smoothing=run.label_smoothing,
       loss_chunk_length=run.loss_chunk_length)
   tokens = result['tokens']

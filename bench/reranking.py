@@ -67,10 +67,12 @@ def split_pairs(mixture: str, split: str, sentences: int | None
   """{direction name: (direction, sources, references)} of `split`, as the run's
   evaluations read them (under the run's config.gin, loaded with its model)."""
   from t5x_mt.evaluation import per_direction  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data import mixtures  # pylint: disable=g-import-not-at-top
   from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
   config = dataclasses.replace(configurables.eval_config(), max_sentences=sentences)
   return {direction.name: (direction, *map(list, zip(*pairs)))
-          for direction, pairs in per_direction.evaluation_pairs(mixture, config, split)}
+          for direction, pairs in per_direction.evaluation_pairs(
+              mixtures.mixture_view(mixture), config, split)}
 
 
 def nbest_lists(translator, split: str, pairs, args: argparse.Namespace

@@ -66,7 +66,7 @@ def measure(files: list[str], vocabulary: str, batches: int, in_memory: bool) ->
     corpora.register_streamed_tsv('bench_corpus', 'eng_Latn', 'fra_Latn', files)
   data_tasks.register_corpora_and_mixtures(mixtures={'bench_mixture': [
       'bench_corpus_eng_Latn.fra_Latn', 'bench_corpus_fra_Latn.eng_Latn']})
-  mixtures.check_train_examples('bench_mixture')
+  mixtures.check_train_examples(mixtures.mixture_view('bench_mixture'))
   config = run_config.TrainConfig(model_dir='unused', train_steps=1, batch_size=BATCH_SIZE,
                                   mixture_or_task_name='bench_mixture',
                                   inputs_length=LENGTH, targets_length=LENGTH)

@@ -47,10 +47,11 @@ def main(argv: list[str]) -> int:
   from_gin.configure_data(translator.vocabulary_file)
   with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--mixture'):
     data_tasks.get_mixture_or_task(args.mixture)
-    mixtures.check_train_examples(args.mixture)
+    mixture = mixtures.mixture_view(args.mixture)
+    mixtures.check_train_examples(mixture)
   run = configurables.train_config()  # The run's settings, from its config.gin.
   result = baselines.group_losses(
-      translator, args.mixture, grouping=args.grouping, batch_size=args.batch_size,
+      translator, mixture, grouping=args.grouping, batch_size=args.batch_size,
       inputs_length=run.inputs_length, targets_length=run.targets_length,
       label_smoothing=run.label_smoothing, max_batches_per_task=args.max_batches_per_task,
       loss_chunk_length=run.loss_chunk_length)

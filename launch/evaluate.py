@@ -102,23 +102,24 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
                                       spm_model_path=args.spm_model, baseline=args.baseline)
 
 
-def _check_task(name: str) -> None:
+def _mixture(name: str) -> Any:
+  """The registered mixture or task --tasks names, as a `mixtures.MixtureView`."""
   import data_tasks  # pylint: disable=g-import-not-at-top
   with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--tasks'):
     data_tasks.get_mixture_or_task(name)
+    return data_tasks.mixture_view(name)
 
 
-def _check_split(names: list[str], split: str, corpus: str | None) -> None:
+def _check_split(task_mixtures: list[Any], split: str, corpus: str | None) -> None:
   """A UserError before any translation when no corpus the tasks read (or --corpus) has
   the split: it names the splits they have."""
-  import data_tasks  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import corpora  # pylint: disable=g-import-not-at-top
   corpus_names = [corpus] if corpus else [
-      member.corpus for name in names for member in data_tasks.mixture_view(name).members]
+      member.corpus for mixture in task_mixtures for member in mixture.members]
   splits = dict.fromkeys(name for corpus_name in dict.fromkeys(corpus_names)
                          for name in corpora.get_corpus(corpus_name).splits())
   if split not in splits:
-    read = f'--corpus {corpus}' if corpus else ', '.join(names)
+    read = f'--corpus {corpus}' if corpus else ', '.join(mixture.name for mixture in task_mixtures)
     raise UserError(f'--split: {read} has no {split!r} split (it has: {", ".join(splits)})')
 
 
@@ -139,13 +140,12 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   translator = decoding_flags.load_model(args, step, decoding)
   # The (first) run's config.gin may import or name its own corpora and mixtures.
   run_loading.adopt_run_config(*decoding_flags.first_run(args))
-  import data_tasks  # pylint: disable=g-import-not-at-top
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
   from_gin.configure_data()
-  for name in names:
-    _check_task(name)
-    if args.family_models is not None:  # A missing group fails before any translation.
-      for direction in data_tasks.mixture_view(name).directions():
+  task_mixtures = [_mixture(name) for name in names]
+  if args.family_models is not None:  # A missing group fails before any translation.
+    for mixture in task_mixtures:
+      for direction in mixture.directions():
         translator.model_for(direction.tgt_lang)
   options: dict[str, Any] = {'split': args.split}
   if args.max_sentences is not None:
@@ -156,7 +156,7 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
     except UserError as error:
       raise UserError(f'--corpus: {error}') from None
     options['corpus'] = args.corpus
-  _check_split(names, args.split, args.corpus)
+  _check_split(task_mixtures, args.split, args.corpus)
   if args.spm_model is not None:
     options['spm_model_path'] = args.spm_model
   if args.baseline is not None:
@@ -164,8 +164,8 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   # The flags given replace the run's own evaluation settings (its config.gin).
   settings = dataclasses.replace(configurables.eval_config(), **options)
   direction_scores = {}
-  for name in names:
-    summary = per_direction.evaluate_directions(translator, name, step, settings,
+  for mixture in task_mixtures:
+    summary = per_direction.evaluate_directions(translator, mixture, step, settings,
                                                 progress_bar=True)
     direction_scores.update(summary['directions'])
   summary = scoring.summarize(step, direction_scores)

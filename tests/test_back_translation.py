@@ -238,8 +238,10 @@ def test_direction_trained_on_genuine_and_synthetic_pairs_is_evaluated_once(trai
   data_tasks.register_corpora_and_mixtures(mixtures={name: ['cldr_eng_Latn.hau_Latn', name]})
   assert len(data_tasks.mixture_view(name).members) == 2
   settings = per_direction.EvalConfig(max_sentences=4)
-  both = per_direction.evaluate_directions(translator, name, 4, settings)
-  genuine = per_direction.evaluate_directions(translator, 'cldr_eng_Latn.hau_Latn', 4, settings)
+  both = per_direction.evaluate_directions(translator, data_tasks.mixture_view(name), 4,
+                                           settings)
+  genuine = per_direction.evaluate_directions(
+      translator, data_tasks.mixture_view('cldr_eng_Latn.hau_Latn'), 4, settings)
   assert list(both['directions']) == ['eng_Latn-hau_Latn']
   assert both['directions'] == genuine['directions']
 

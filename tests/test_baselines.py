@@ -37,12 +37,12 @@ def test_group_losses_per_direction_and_per_target(trained_run):
   data_tasks.register_corpora_and_mixtures(mixtures={'test_baselines': TASKS})
   by_direction = {task: _first_batch_loss(translator, task) for task in TASKS}
   from t5x_mt.training import baselines  # pylint: disable=g-import-not-at-top
-  result = baselines.group_losses(translator, 'test_baselines', batch_size=8, inputs_length=32,
+  result = baselines.group_losses(translator, data_tasks.mixture_view('test_baselines'), batch_size=8, inputs_length=32,
                                   targets_length=32, max_batches_per_task=1)
   assert result['losses'] == pytest.approx({
       'eng_Latn-hau_Latn': by_direction[TASKS[0]][0] / by_direction[TASKS[0]][1],
       'fra_Latn-hau_Latn': by_direction[TASKS[1]][0] / by_direction[TASKS[1]][1]}, rel=1e-5)
-  target = baselines.group_losses(translator, 'test_baselines', grouping='target',
+  target = baselines.group_losses(translator, data_tasks.mixture_view('test_baselines'), grouping='target',
                                   batch_size=8, inputs_length=32, targets_length=32,
                                   max_batches_per_task=1)
   total_loss = sum(loss for loss, _ in by_direction.values())
@@ -51,7 +51,7 @@ def test_group_losses_per_direction_and_per_target(trained_run):
   assert target['tokens'] == {'hau_Latn': total_tokens}
   # A held-out split scores as the training split does (bench/architectures.py's loss).
   held_out_loss, held_out_tokens = _first_batch_loss(translator, TASKS[0], 'validation')
-  held_out = baselines.group_losses(translator, TASKS[0], batch_size=8, inputs_length=32,
+  held_out = baselines.group_losses(translator, data_tasks.mixture_view(TASKS[0]), batch_size=8, inputs_length=32,
                                     targets_length=32, max_batches_per_task=1,
                                     split='validation')
   assert held_out['losses'] == pytest.approx(

@@ -38,7 +38,7 @@ def model_path(tmp_path_factory) -> str:
                           overwrite=True)
   if MIXTURE not in seqio.MixtureRegistry.names():
     data_tasks.register_mixture(MIXTURE, CORPUS, MIXTURE_DIRECTIONS)
-  return vocab.train_sentencepiece(mixtures.training_sentences(MIXTURE),
+  return vocab.train_sentencepiece(mixtures.training_sentences(data_tasks.mixture_view(MIXTURE)),
                                    str(tmp_path_factory.mktemp('spm') / 'mix.model'),
                                    vocab_size=1000)
 
@@ -67,7 +67,7 @@ def test_registry_names_tasks_by_corpus_and_direction():
 
 
 def test_training_sentences_are_distinct_per_language():
-  sentences = mixtures.training_sentences(MIXTURE)
+  sentences = mixtures.training_sentences(data_tasks.mixture_view(MIXTURE))
   assert {lang: len(lines) for lang, lines in sentences.items()} == {
       'eng_Latn': 100, 'fra_Latn': 100, 'hau_Latn': 20, 'swh_Latn': 4}
   assert sentences['swh_Latn'][3] == 'ripoti 3 iko tayari'
@@ -162,7 +162,7 @@ def test_mixture_over_corpora_shares_each_direction_rate_by_size(tmp_path):
   # Directions from one corpus keep |D|^(1/5).
   assert rates[f'{CORPUS}_eng_Latn.fra_Latn'] == pytest.approx(100 ** 0.2)
   assert rates[f'{SYNTHETIC}_eng_Latn.zul_Latn'] == pytest.approx(5 ** 0.2)
-  assert mixtures.check_train_examples('test_data_tasks_with_bt') == 100 + 20 + 4 + 60 + 5
+  assert mixtures.check_train_examples(data_tasks.mixture_view('test_data_tasks_with_bt')) == 100 + 20 + 4 + 60 + 5
 
 
 def test_mixture_member_must_name_a_mixture_task_or_directed_corpus():
@@ -178,7 +178,7 @@ def test_mixture_over_zero_examples_is_refused():
   data_tasks.register_task_mixture(
       name, [data_tasks.register_direction_task(name, 'eng_Latn', 'hau_Latn')], overwrite=True)
   with pytest.raises(UserError, match=f"'{name}' has no training examples .*eng_Latn-hau_Latn"):
-    mixtures.check_train_examples(name)
+    mixtures.check_train_examples(data_tasks.mixture_view(name))
 
 
 # input_pipeline: from the mixture to packed batches.

@@ -53,7 +53,7 @@ def _row_directions(batch: dict[str, np.ndarray]) -> list[str]:
 
 @pytest.fixture
 def sampler_factory(tiny_mixture, tmp_path):
-  run_vocabulary.run_vocabulary(str(tmp_path / 'vocab.model'), tiny_mixture,
+  run_vocabulary.run_vocabulary(str(tmp_path / 'vocab.model'), data_tasks.mixture_view(tiny_mixture),
                                 run_vocabulary.VocabularyConfig(vocab_size=700),
                                 tmp_path / 'run' / 'vocab.model')
   data_tasks.use_vocabulary(tmp_path / 'vocab.model')

@@ -58,7 +58,7 @@ def test_held_out_lines_are_validation_and_never_trained_on(home):
   mixture = data_tasks.mixture_view(name)
   assert [(m.task, m.direction.name, m.pairs) for m in mixture.members] == [
       (f'{name}_{ENG}.{HAU}', f'{ENG}-{HAU}', 24)]
-  assert mixtures.training_sentences(name)[ENG] == [src for src, _ in EXPECTED_TRAIN]
+  assert mixtures.training_sentences(data_tasks.mixture_view(name))[ENG] == [src for src, _ in EXPECTED_TRAIN]
 
 
 def test_mixture_named_as_its_corpus_follows_the_corpus_when_registered_again(home):
@@ -92,7 +92,7 @@ WHERE = "data_tasks.register_from_config.corpora_files['parallel_files']"
 
 
 @pytest.mark.parametrize('macros, error', [
-    ({'SRC_FILE': "'~/nope.eng'"}, '{home}/nope.eng: no such file'),
+    ({'SRC_FILE': "'~/nope.eng'"}, 'SRC_FILE: {home}/nope.eng: no such file'),
     ({'TGT_FILE': "'~/test.hau'"},
      '{home}/train.eng has 30 lines but {home}/test.hau has 4: parallel files must have one '
      'line per segment'),

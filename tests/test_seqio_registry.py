@@ -88,7 +88,7 @@ print(json.dumps({'vocabulary': str(vocabulary), 'vocab_size': vocabulary.vocab_
 
 @pytest.fixture(scope='module')
 def model_path(tmp_path_factory) -> str:
-  return vocab.train_sentencepiece(mixtures.training_sentences(MIXTURE),
+  return vocab.train_sentencepiece(mixtures.training_sentences(data_tasks.mixture_view(MIXTURE)),
                                    str(tmp_path_factory.mktemp('spm') / 'cldr.model'),
                                    vocab_size=1000)
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from t5x_mt.data import mixtures
 from t5x_mt.runs import run_vocabulary
 from test_multiprocess import REPO
 from test_multiprocess import free_port
@@ -51,7 +52,8 @@ def corpus(tmp_path_factory):
   read_streamed_batches.register(files)
   vocabulary = folder / 'vocab.model'
   run_vocabulary.build_vocabulary(run_vocabulary.VocabularyConfig(vocab_size=700),
-                                  read_streamed_batches.TASK, str(vocabulary))
+                                  mixtures.mixture_view(read_streamed_batches.TASK),
+                                  str(vocabulary))
   return files, vocabulary
 
 

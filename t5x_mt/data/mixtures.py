@@ -103,21 +103,20 @@ def mixture_view(mixture_or_task_name: str) -> MixtureView:
       for task, rate in rated))
 
 
-def run_files(mixture_or_task_name: str) -> dict[str, bytes]:
+def run_files(mixture: MixtureView) -> dict[str, bytes]:
   """{file name: content} that the mixture's corpora keep with every run trained on them:
   what a corpus's optional `run_files()` gives (a Yoruba diacritics corpus's marking
   lexicon, which restoration reads beside the model)."""
   kept: dict[str, bytes] = {}
-  for corpus in sorted({member.corpus for member in mixture_view(mixture_or_task_name).members}):
+  for corpus in sorted({member.corpus for member in mixture.members}):
     kept.update(getattr(corpora.get_corpus(corpus), 'run_files', dict)())
   return kept
 
 
-def check_train_examples(mixture_or_task_name: str) -> int:
+def check_train_examples(mixture: MixtureView) -> int:
   """Training pairs of a mixture or task; a UserError if it has none to sample from."""
-  mixture = mixture_view(mixture_or_task_name)
   if not mixture.total_pairs():
-    raise UserError(f'MIXTURE_OR_TASK_NAME: {mixture_or_task_name!r} has no training '
+    raise UserError(f'MIXTURE_OR_TASK_NAME: {mixture.name!r} has no training '
                     'examples (its tasks: ' + ', '.join(
                         f'{m.corpus} {m.direction.name}' for m in mixture.members) + ')')
   return mixture.total_pairs()
@@ -141,11 +140,11 @@ def check_vocabulary(mixture_or_task_name: str, vocabulary_path: str,
                         "run's data settings first")
 
 
-def training_sentences(mixture_or_task_name: str) -> dict[str, list[str]]:
+def training_sentences(mixture: MixtureView) -> dict[str, list[str]]:
   """Every distinct training sentence per language on either side of the mixture (of a
   streamed corpus, of `corpora.STREAMED_VOCABULARY_SAMPLE` pairs per direction)."""
   per_language: dict[str, dict[str, None]] = {}
-  for member in mixture_view(mixture_or_task_name).members:
+  for member in mixture.members:
     src_lang, tgt_lang = member.direction
     for src, tgt in corpora.training_pairs(member.corpus, src_lang, tgt_lang):
       per_language.setdefault(src_lang, {})[src] = None

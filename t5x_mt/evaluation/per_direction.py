@@ -51,7 +51,7 @@ class EvalConfig:
 
 
 def evaluate_directions(translator: inference.Translator | inference.FamilyTranslator,
-                        mixture_or_task_name: str, step: int | None,
+                        mixture: mixtures.MixtureView, step: int | None,
                         config: EvalConfig, split: str | None = None, *,
                         progress_bar: bool = False) -> dict[str, Any]:
   """Translates each direction's split (`config.split` unless given) and scores it (the
@@ -60,11 +60,11 @@ def evaluate_directions(translator: inference.Translator | inference.FamilyTrans
   baseline. A direction several corpora train is evaluated once. The progress bar counts
   the sentences of every direction, once per leg of a pivoted one."""
   split = split or config.split
-  directions = list(evaluation_pairs(mixture_or_task_name, config, split))
+  directions = list(evaluation_pairs(mixture, config, split))
   total = sum(len(pairs) * len(translator.legs(direction.src_lang, direction.tgt_lang))
               for direction, pairs in directions)
   scores = {}
-  with progress.bar(total=total, desc=f'{mixture_or_task_name} {split}', unit='sentence',
+  with progress.bar(total=total, desc=f'{mixture.name} {split}', unit='sentence',
                     shown=progress_bar) as bar:
     for direction, pairs in directions:
       sources, references = zip(*pairs)
@@ -74,15 +74,15 @@ def evaluate_directions(translator: inference.Translator | inference.FamilyTrans
           list(sources), hypotheses, list(references), spm_model_path=config.spm_model_path,
           baseline=config.baseline)
   summary = scoring.summarize(step, scores)
-  summary.update(split=split, task=mixture_or_task_name)
+  summary.update(split=split, task=mixture.name)
   return summary
 
 
-def evaluation_pairs(mixture_or_task_name: str, config: EvalConfig, split: str
+def evaluation_pairs(mixture: mixtures.MixtureView, config: EvalConfig, split: str
                      ) -> Iterator[tuple[Direction, list[tuple[str, str]]]]:
   """Each direction the run scores, once, with the pairs of `split` it is scored on."""
   seen = set()
-  for member in mixtures.mixture_view(mixture_or_task_name).members:
+  for member in mixture.members:
     direction = member.direction
     source = corpora.get_corpus(config.corpus or member.corpus)
     if direction in seen or (config.corpus is None and split not in source.splits()):
@@ -93,12 +93,12 @@ def evaluation_pairs(mixture_or_task_name: str, config: EvalConfig, split: str
       yield direction, pairs
 
 
-def check_evaluable(mixture_or_task_name: str, config: EvalConfig,
+def check_evaluable(mixture: mixtures.MixtureView, config: EvalConfig,
                     splits: Sequence[str]) -> None:
   """A UserError before training where a split the run scores would score no direction
   (a streamed corpus, for one, has only a train split)."""
   for split in splits:
-    if next(evaluation_pairs(mixture_or_task_name, config, split), None) is None:
-      raise UserError(f'no direction of {mixture_or_task_name!r} has {split} pairs in its '
+    if next(evaluation_pairs(mixture, config, split), None) is None:
+      raise UserError(f'no direction of {mixture.name!r} has {split} pairs in its '
                       'corpora; name a corpus that has them with '
                       'evaluation.EvalConfig.corpus')

@@ -40,10 +40,10 @@ class VocabularyConfig:
                       vocab.MODEL_TYPES)
 
 
-def build_vocabulary(config: VocabularyConfig, mixture_or_task_name: str,
+def build_vocabulary(config: VocabularyConfig, mixture: mixtures.MixtureView,
                      output_path: str) -> str:
   """Trains the SentencePiece model on the training side of the mixture."""
-  sentences = mixtures.training_sentences(mixture_or_task_name)
+  sentences = mixtures.training_sentences(mixture)
   return vocab.train_sentencepiece(sentences, output_path, vocab_size=config.vocab_size,
                                    alpha=config.alpha, num_sentences=config.num_sentences,
                                    seed=config.seed, model_type=config.model_type)
@@ -58,13 +58,13 @@ def num_pieces(model: bytes) -> int:
   return spm.SentencePieceProcessor(model_proto=model).get_piece_size()
 
 
-def run_vocabulary(path: str, mixture_or_task_name: str, config: VocabularyConfig,
+def run_vocabulary(path: str, mixture: mixtures.MixtureView, config: VocabularyConfig,
                    local_copy: pathlib.Path) -> bytes:
   """The SentencePiece model at `path` (VOCABULARY_PATH), built from the mixture if it does
   not exist yet, checked against the run's `local_copy` from an earlier start."""
   if not tf.io.gfile.exists(path):
-    logging.info('Vocabulary %s not found: building it from %s', path, mixture_or_task_name)
-    build_vocabulary(config, mixture_or_task_name, path)
+    logging.info('Vocabulary %s not found: building it from %s', path, mixture.name)
+    build_vocabulary(config, mixture, path)
   configured = tf.io.gfile.GFile(path, 'rb').read()
   if local_copy.exists() and local_copy.read_bytes() != configured:
     if not vocab_merge.extends(local_copy.read_bytes(), configured):

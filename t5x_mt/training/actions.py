@@ -216,8 +216,8 @@ class Evaluate(Action):
   def evaluate(self, run: Run, step: int, split: str | None = None) -> dict[str, Any]:
     """`evaluate_directions` of the run's mixture with the translator's parameters, under
     a progress bar where the run shows one."""
-    return per_direction.evaluate_directions(run.translator, run.config.mixture_or_task_name, step,
-                               self.config, split, progress_bar=run.config.progress_bar)
+    return per_direction.evaluate_directions(run.translator, run.mixture, step, self.config,
+                                             split, progress_bar=run.config.progress_bar)
 
   def write(self, run: Run, summary: dict[str, Any], test: bool) -> None:
     """Process 0 writes the scores (every process computed the same) as the record of
@@ -242,7 +242,7 @@ class EvaluateLanguageModel(Evaluate):
     split = split or self.config.split
     config = run.config
     held_out = baselines.group_losses(
-        run.translator, config.mixture_or_task_name, inputs_length=config.inputs_length,
+        run.translator, run.mixture, inputs_length=config.inputs_length,
         targets_length=config.targets_length, label_smoothing=0.0,
         loss_chunk_length=config.loss_chunk_length, split=split)
     summary = scoring.summarize_losses(step, held_out['losses'], held_out['tokens'])

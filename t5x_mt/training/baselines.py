@@ -19,15 +19,14 @@ from t5x_mt.data import mixtures
 from t5x_mt.core.directions import Direction
 
 
-def group_losses(translator: inference.Translator, mixture_or_task_name: str, *,
+def group_losses(translator: inference.Translator, mixture: mixtures.MixtureView, *,
                  grouping: str = 'direction', batch_size: int = 32, inputs_length: int = 128,
                  targets_length: int = 128, label_smoothing: float = 0.1,
                  max_batches_per_task: int | None = None,
                  loss_chunk_length: int = 0, split: str = 'train') -> dict[str, Any]:
   """{'losses': {group: per-token loss}, 'tokens': {group: tokens}} of the run's model
   on `split` (the training data for DRO; another split measures held-out loss)."""
-  mixtures.check_vocabulary(mixture_or_task_name, translator.vocabulary_file)
-  mixture = mixtures.mixture_view(mixture_or_task_name)
+  mixtures.check_vocabulary(mixture.name, translator.vocabulary_file)
   ids = [direction.id for direction in mixture.directions()]
   eval_step = trainer.make_eval_step(translator.model, direction_ids=ids,
                                      label_smoothing=label_smoothing,

@@ -17,6 +17,7 @@ from t5x_mt.model import models
 from t5x_mt.core import partitioning
 from t5x_mt.core import processes
 from t5x_mt.training import run_config
+from t5x_mt.data import mixtures
 from t5x_mt.runs import run_layout
 from t5x_mt.training import trainer
 
@@ -40,6 +41,7 @@ class Run:
   batches: Any
   checkpoints: checkpoints.RunCheckpoints
   translator: inference.Translator
+  mixture: mixtures.MixtureView
   direction_names: list[str]
   start_step: int
   host_states: dict[str, checkpoints.HostState]

@@ -44,7 +44,8 @@ from t5x_mt.data import tags
 from t5x_mt.core.errors import UserError
 from t5x_mt.evaluation import per_direction
 
-def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, vocabulary: bytes,
+def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec,
+                     mixture: mixtures.MixtureView, vocabulary: bytes,
                      direction_names: Sequence[str], robust: dro.DroTraining | None) -> None:
   """config.gin, the vocabulary's copy, the trained directions (with those of the run it
   starts from), DRO's groups and the files its corpora keep with it: what a run's
@@ -61,18 +62,18 @@ def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec, voc
   if robust:
     files.write_text_atomically(layout.dro_groups, json.dumps(
         robust.groups_record(), indent=2, sort_keys=True) + '\n')
-  for name, content in mixtures.run_files(spec.train.mixture_or_task_name).items():
+  for name, content in mixtures.run_files(mixture).items():
     files.write_bytes_atomically(layout.corpus_file(name), content)
 
 
-def _shared_vocabulary(spec: run_config.RunSpec, layout: run_layout.RunLayout) -> bytes:
+def _shared_vocabulary(spec: run_config.RunSpec, mixture: mixtures.MixtureView,
+                       layout: run_layout.RunLayout) -> bytes:
   """The run's SentencePiece model: process 0 reads (or builds) it and sends it to the
   others, which keep a copy at VOCABULARY_PATH where their input pipelines read it (hosts
   of a pod need not share a disk)."""
   path = spec.data.vocabulary_path
   vocabulary = processes.from_primary(lambda: run_vocabulary.run_vocabulary(
-      path, spec.train.mixture_or_task_name,
-      spec.vocabulary or run_vocabulary.VocabularyConfig(), layout.vocabulary))
+      path, mixture, spec.vocabulary or run_vocabulary.VocabularyConfig(), layout.vocabulary))
   if not processes.is_primary() and not (
       tf.io.gfile.exists(path) and tf.io.gfile.GFile(path, 'rb').read() == vocabulary):
     tf.io.gfile.makedirs(os.path.dirname(path))
@@ -91,28 +92,28 @@ def _check_targets_are_tagged(strategy: str, direction_names: Sequence[str]) -> 
                     f'({", ".join(targets)}); choose a strategy with a target tag')
 
 
-def _run_directions(config: run_config.TrainConfig,
+def _run_directions(mixture: mixtures.MixtureView,
                     model: network.TransformerConfig) -> tuple[list[int], list[str]]:
   """The ids and names of the mixture's directions; adapters must cover them all."""
-  run_directions = mixtures.mixture_view(config.mixture_or_task_name).directions()
+  run_directions = mixture.directions()
   if model.adapter_keys:
     adapters.check_directions(run_directions, model.adapter_by, model.adapter_keys,
                               'MIXTURE_OR_TASK_NAME')
   return [d.id for d in run_directions], [d.name for d in run_directions]
 
 
-def _robust_training(config: dro.DroConfig, mixture_or_task_name: str,
+def _robust_training(config: dro.DroConfig, mixture: mixtures.MixtureView,
                      direction_names: Sequence[str]) -> dro.DroTraining:
   """DRO's host-side state for the run's groups; p_g and sampling shares from the data."""
-  mixture = mixtures.mixture_view(mixture_or_task_name)
   return dro.DroTraining(
       config, direction_names,
       proportions=group_sampler.group_shares(mixture, config.grouping, config.proportions),
       sampling_shares=group_sampler.group_shares(mixture, config.grouping, 'rates'))
 
 
-def training_batches(config: run_config.TrainConfig, robust: dro.DroTraining | None,
-                      mesh: jax.sharding.Mesh, num_shards: int) -> sharded_input.ShardedBatches:
+def training_batches(config: run_config.TrainConfig, mixture: mixtures.MixtureView,
+                     robust: dro.DroTraining | None, mesh: jax.sharding.Mesh,
+                     num_shards: int) -> sharded_input.ShardedBatches:
   """The run's global batches: the mixture at its fixed rates, or DRO's group sampler,
   read in `num_shards` input shards."""
   def open_shard(shard: seqio.ShardInfo, rows: int) -> sharded_input.ShardStream:
@@ -120,8 +121,7 @@ def training_batches(config: run_config.TrainConfig, robust: dro.DroTraining | N
                     targets_length=config.targets_length, seed=config.seed, pack=config.pack,
                     shard=shard)
     if robust and robust.config.mode == 'sampling':
-      return group_sampler.GroupSampler(mixtures.mixture_view(config.mixture_or_task_name),
-                                        grouping=robust.config.grouping, **settings)
+      return group_sampler.GroupSampler(mixture, grouping=robust.config.grouping, **settings)
     with streamed_pipeline.opened_streams() as streams:
       dataset = input_pipeline.train_dataset(config.mixture_or_task_name, **settings)
     return sharded_input.DatasetStream(dataset, streams)
@@ -168,31 +168,31 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   trainer.check_microbatches(config.batch_size, config.num_microbatches,
                              partitioning.batch_shards(mesh))
   optimizer = config.make_optimizer()
-  mixtures.check_train_examples(config.mixture_or_task_name)
+  mixture = mixtures.mixture_view(config.mixture_or_task_name)
+  mixtures.check_train_examples(mixture)
   mixtures.check_vocabulary(config.mixture_or_task_name, spec.data.vocabulary_path,
                             spec.data.source_vocabulary_path)
-  per_direction.check_evaluable(config.mixture_or_task_name, spec.evaluation,
-                          [spec.evaluation.split] + ['test'] * config.evaluate_test_split)
+  per_direction.check_evaluable(mixture, spec.evaluation,
+                                [spec.evaluation.split] + ['test'] * config.evaluate_test_split)
   if spec.model.decoder_only and config.early_stopping_patience:
     raise UserError(f'{run_config.setting_name("early_stopping_patience")}: stops on '
                     'validation chrF++, which a language model (network.TransformerConfig.'
                     'decoder_only) has none of')
-  direction_ids, direction_names = _run_directions(config, spec.model)
+  direction_ids, direction_names = _run_directions(mixture, spec.model)
   _check_targets_are_tagged(spec.data.tag_strategy, direction_names)
-  vocabulary = _shared_vocabulary(spec, layout)
+  vocabulary = _shared_vocabulary(spec, mixture, layout)
   model = models.TranslationModel(dataclasses.replace(spec.model, vocab_size=(
       run_vocabulary.padded_vocab_size(run_vocabulary.num_pieces(vocabulary)))))
   state, state_shardings = partitioning.shard_init(
       lambda rng: trainer.init_train_state(model, optimizer, rng, config.inputs_length,
                                            config.targets_length),
       mesh, rules, jax.random.PRNGKey(config.seed))
-  robust = config.dro and _robust_training(config.dro, config.mixture_or_task_name,
-                                           direction_names)
+  robust = config.dro and _robust_training(config.dro, mixture, direction_names)
   with files.removed_on_failure(run_dir) if processes.is_primary() else contextlib.nullcontext():
     run_checkpoints = checkpoints.RunCheckpoints(config.model_dir, keep=config.keep_checkpoints,
                                                  asynchronous=config.async_checkpointing)
     start_step, state = _restore_latest_readable(run_checkpoints, state)
-    batches = training_batches(config, robust, mesh, _input_shard_count(
+    batches = training_batches(config, mixture, robust, mesh, _input_shard_count(
         config, run_checkpoints, start_step, mesh))
     update_dro = robust and actions.UpdateDro(
         robust, [stream for stream in batches.streams.values()
@@ -205,7 +205,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
       state = state.replace(params=fine_tuning.initial_params(
           config.init_from, vocabulary, state.params, spec.data.source_vocabulary_path))
     if processes.is_primary():
-      _write_run_files(layout, spec, vocabulary, direction_names, robust)
+      _write_run_files(layout, spec, mixture, vocabulary, direction_names, robust)
   train_step = trainer.jit_train_step(
       trainer.make_train_step(model, optimizer, direction_ids=direction_ids,
                               label_smoothing=config.label_smoothing,
@@ -223,7 +223,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
                     state=state, train_step=train_step,
                     schedule=config.learning_rate_schedule, batches=batches,
                     checkpoints=run_checkpoints, translator=translator,
-                    direction_names=direction_names, start_step=start_step,
+                    mixture=mixture, direction_names=direction_names, start_step=start_step,
                     host_states=host_states)
   if update_dro:
     run.direction_scales = update_dro.direction_scales

@@ -158,7 +158,8 @@ def streamed_mixture(tmp_path):
                             for d in (('eng_Latn', 'hau_Latn'), ('hau_Latn', 'eng_Latn'))]
       + ['cldr_eng_Latn.fra_Latn'], overwrite=True)
   vocabulary = tmp_path / 'vocab.model'
-  run_vocabulary.build_vocabulary(run_vocabulary.VocabularyConfig(vocab_size=700), name,
+  run_vocabulary.build_vocabulary(run_vocabulary.VocabularyConfig(vocab_size=700),
+                                  data_tasks.mixture_view(name),
                                   str(vocabulary))
   data_tasks.use_vocabulary(vocabulary)
   return name

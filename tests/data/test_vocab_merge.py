@@ -89,12 +89,14 @@ def test_non_unigram_model_is_refused(tmp_path, models):
 
 
 def test_a_resumed_run_takes_a_grown_vocabulary_but_no_other(models, tmp_path):
+  import data_tasks  # pylint: disable=g-import-not-at-top
   from t5x_mt.runs import run_vocabulary  # pylint: disable=g-import-not-at-top
   base, new, merged, _, _ = models
   run_copy = tmp_path / 'vocab.model'
   run_copy.write_bytes(open(base, 'rb').read())
   settings = run_vocabulary.VocabularyConfig()
-  assert (run_vocabulary.run_vocabulary(merged, 'cldr_demo', settings, run_copy) ==
+  assert (run_vocabulary.run_vocabulary(merged, data_tasks.mixture_view('cldr_demo'), settings,
+                                       run_copy) ==
           open(merged, 'rb').read())
   with pytest.raises(UserError, match='does not extend it'):
-    run_vocabulary.run_vocabulary(new, 'cldr_demo', settings, run_copy)
+    run_vocabulary.run_vocabulary(new, data_tasks.mixture_view('cldr_demo'), settings, run_copy)
