@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--output', default=None,
                       help="where to write the model (default: the run's VOCABULARY_PATH)")
   args = parser.parse_args(rest)
-  gin_utils.check_gin_files(args.gin_file)
+  gin_utils.check_recipe(args.gin_file, args.gin_bindings + bindings)
   if args.output is not None:
     files.check_output(args.output, '--output')
   cli.start_tensorflow()

@@ -97,12 +97,23 @@ def _score_columns(spec: str) -> tuple[tuple[str, int], ...]:
   return tuple(columns)
 
 
-def _step_names(args, bindings: list[str]) -> list[str]:
-  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top  (gin names)
+def _gin_files(args) -> list[str]:
+  """The preset's gin file, then --gin_file's: the steps' parameters."""
   if bool(args.preset) == bool(args.filters):
     raise UserError('give exactly one of --preset and --filters')
-  gin_files = [str(pipeline.preset_file(args.preset))] if args.preset else []
-  gin_utils.parse_gin(gin_files + args.gin_file, bindings)
+  return ([str(pipeline.preset_file(args.preset))] if args.preset else []) + args.gin_file
+
+
+def _check_input_files(args) -> None:
+  """The input files given exist: a typo is named before TensorFlow starts."""
+  for flag in ('src_file', 'tgt_file', 'tsv_file'):
+    if getattr(args, flag):
+      files.check_input(getattr(args, flag), f'--{flag}')
+
+
+def _step_names(args, gin_files: list[str], bindings: list[str]) -> list[str]:
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top  (gin names)
+  gin_utils.parse_gin(gin_files, bindings)
   if args.filters:
     return [name.strip() for name in args.filters.split(',') if name.strip()]
   return list(configurables.cleaning_step_names())
@@ -116,9 +127,12 @@ def main(argv: list[str]) -> int:
   files.check_output(args.output_dir, '--output_dir', folder=True)
   if args.chunk_lines < 1:
     raise UserError(f'--chunk_lines: must be >= 1, got {args.chunk_lines}')
+  _check_input_files(args)
+  gin_files = _gin_files(args)
+  gin_utils.check_recipe(gin_files, bindings, inputs=False)
   cli.start_tensorflow()
   from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
-  specs = configurables.cleaning_specs(_step_names(args, bindings))
+  specs = configurables.cleaning_specs(_step_names(args, gin_files, bindings))
   sources = _sources(args)
   options = dict(write_dropped=args.dropped, overwrite=args.overwrite,
                  chunk_lines=args.chunk_lines)

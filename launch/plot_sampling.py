@@ -24,11 +24,11 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--gin_file', action='append', default=[], help='run config (repeatable)')
   args = parser.parse_args(argv)
   files.check_output(args.output, '--output')
-  gin_utils.check_gin_files(args.gin_file)
   if args.temperature is not None:
     if args.temperature <= 0:
       raise UserError(f'--temperature: must be > 0, got {args.temperature}')
     bindings.append(f'temperature_rate.temperature = {args.temperature}')
+  gin_utils.check_recipe(args.gin_file, bindings)
   cli.start_tensorflow()
   import data_tasks  # pylint: disable=g-import-not-at-top
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top

@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
   args = parser.parse_args(rest)
   if args.topology and not args.dry_run:
     raise UserError('--topology: only with --dry_run')
-  gin_utils.check_gin_files(args.gin_file)
+  gin_utils.check_recipe(args.gin_file, args.gin_bindings + bindings, inputs=not args.dry_run)
   cli.start_jax(args)
   # pylint: disable=g-import-not-at-top  (gin needs the configurables)
   from data_tasks import from_gin

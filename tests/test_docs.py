@@ -363,8 +363,9 @@ def test_a_command_with_a_wrong_flag_value_gin_file_or_binding_is_caught(monkeyp
       "gin: binding 'TRAIN_STEP = 3': no binding reads the macro TRAIN_STEP "
       '(did you mean TRAIN_STEPS?)']
   assert mistakes('launch/train.py', '--gin_file=gin/runs/demo.gin',
-                  '--gin.MODEL_DIR=/tmp/x')[0].startswith(
-                      "gin: binding 'MODEL_DIR = /tmp/x': Unable to parse value")
+                  '--gin.MODEL_DIR=/tmp/x') == [
+                      '--gin.MODEL_DIR=/tmp/x: a string needs quotes: '
+                      '--gin.MODEL_DIR="\'/tmp/x\'"']
   assert mistakes('launch/clean.py', '--corpus=cldr', '--filters=long_word', '--output_dir=o',
                   '--gin.long_word.max_chars=60') == []
 

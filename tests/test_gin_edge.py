@@ -128,6 +128,29 @@ def test_a_macro_read_by_a_later_binding_is_accepted():
   assert configurables.train_config().train_steps == 9
 
 
+def test_a_recipe_check_follows_macros_to_the_file_they_name(tmp_path):
+  """A macro set to another macro is followed to its value; a *_FILE macro that only a
+  replaced binding read is no input."""
+  recipe = tmp_path / 'mine.gin'
+  recipe.write_text("include 'gin/runs/parallel_files.gin'\nCORPUS = '%s'\n"
+                    "SRC_FILE = %%CORPUS\nTGT_FILE = %%CORPUS\nSRC_LANG = 'eng_Latn'\n"
+                    "TGT_LANG = 'fra_Latn'\n" % (tmp_path / 'pairs.tsv'), encoding='utf-8')
+  with pytest.raises(UserError) as refused:
+    gin_utils.check_recipe([str(recipe)], [])
+  assert str(refused.value) == f'SRC_FILE: {tmp_path}/pairs.tsv: no such file'
+  (tmp_path / 'pairs.tsv').write_text('a\tb\n', encoding='utf-8')
+  gin_utils.check_recipe([str(recipe)], [])
+  gin_utils.check_recipe([str(recipe)], ['SRC_FILE = %CORPUS', "CORPUS = 'nope'",
+                                         "data_tasks.register_from_config.corpora_files = {}"])
+
+
+def test_a_recipe_whose_inputs_are_not_read_may_leave_them_unset():
+  """A dry run reads no data: the recipe's unset SRC_FILE is no mistake there."""
+  gin_utils.check_recipe(['gin/runs/parallel_files.gin'], [], inputs=False)
+  with pytest.raises(UserError, match='the macro SRC_LANG is not set'):
+    gin_utils.check_recipe(['gin/runs/parallel_files.gin'], [])
+
+
 @pytest.mark.parametrize('binding, error', [
     ('train_loop.train.train_step = 5', "Configurable 'train_loop.train' doesn't have a "
      "parameter named 'train_step' (did you mean train_steps?)"),

@@ -225,18 +225,19 @@ def test_missing_gin_file_is_named_before_any_import(workdir):
   assert finished.imported == []
 
 
-@pytest.mark.slow
-def test_gin_file_with_an_unclosed_parenthesis_is_named(workdir):
+def test_gin_file_with_an_unclosed_parenthesis_is_named_before_any_import(workdir):
+  (workdir / 'in.txt').write_text('hello\n', encoding='utf-8')
   (workdir / 'steps.gin').write_text('duplicates.bloom_error_rate = (1e-7\n', encoding='utf-8')
   finished = launch('clean.py', '--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
                     '--tgt_lang=hau_Latn', '--preset=default', '--gin_file=steps.gin',
                     '--output_dir=cleaned', cwd=workdir)
   assert_refused(finished, 'error: gin: steps.gin: ends inside a bracket or quote left open')
-  assert files_under(workdir) == ['steps.gin']
+  assert finished.imported == [] and files_under(workdir) == ['in.txt', 'steps.gin']
 
 
 @pytest.mark.slow
 def test_gin_mistake_names_the_file_and_line(workdir):
+  (workdir / 'in.txt').write_text('hello\n', encoding='utf-8')
   (workdir / 'steps.gin').write_text('# Tighter duplicates.\nduplicates.bloom_error = 1e-7\n',
                                      encoding='utf-8')
   finished = launch('clean.py', '--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
@@ -247,14 +248,54 @@ def test_gin_mistake_names_the_file_and_line(workdir):
 
 
 
-@pytest.mark.slow
-def test_unquoted_string_binding_says_how_to_quote_it(workdir):
-  finished = launch('clean.py', '--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
-                    '--tgt_lang=hau_Latn', '--preset=default', '--gin.MODEL_DIR=/tmp/x',
-                    '--output_dir=cleaned', cwd=workdir)
-  assert_refused(finished, "error: gin: binding 'MODEL_DIR = /tmp/x': Unable to parse value. "
-                 """(a string needs quotes: --gin.MODEL_DIR="'/tmp/x'")""")
-  assert files_under(workdir) == []
+@pytest.mark.parametrize('script, flags', [
+    ('train.py', ['--gin_file=gin/runs/parallel_files.gin']),
+    ('clean.py', ['--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
+                  '--tgt_lang=hau_Latn', '--preset=default', '--output_dir=cleaned']),
+])
+@pytest.mark.parametrize('binding', ['--gin.SRC_LANG=eng_Latn', '--gin.MODEL_DIR=/tmp/x',
+                                     '--gin.network.TransformerConfig.mlp_activation=gelu'])
+def test_unquoted_string_binding_says_how_to_quote_it_before_any_import(script, flags,
+                                                                         binding, workdir):
+  """Whatever the macro or setting: the shell took the quotes a string needs off."""
+  finished = launch(script, *flags, binding, cwd=workdir)
+  name, _, value = binding.partition('=')
+  assert_refused(finished, f'error: {binding}: a string needs quotes: {name}="\'{value}\'"')
+  assert finished.imported == [] and files_under(workdir) == []
+
+
+def test_unquoted_string_in_a_gin_file_says_how_to_quote_it_before_any_import(workdir):
+  (workdir / 'mine.gin').write_text("include 'gin/runs/demo.gin'\n\nTAG_STRATEGY = tgt\n",
+                                    encoding='utf-8')
+  finished = launch('train.py', '--gin_file=mine.gin', cwd=workdir)
+  assert_refused(finished, "error: gin: mine.gin, line 3: a string needs quotes: "
+                 "TAG_STRATEGY = 'tgt'")
+  assert finished.imported == []
+
+
+def parallel_files_flags(**macros: str) -> list[str]:
+  """train.py's flags for gin/runs/parallel_files.gin, each macro given its gin value."""
+  return ['--gin_file=gin/runs/parallel_files.gin', "--gin.MODEL_DIR='run'",
+          *(f'--gin.{name}={value}' for name, value in macros.items())]
+
+
+def test_a_recipe_macro_left_unset_is_named_before_any_import(workdir):
+  (workdir / 'train.fra').write_text('bonjour\n', encoding='utf-8')
+  finished = launch('train.py', *parallel_files_flags(
+      SRC_LANG="'eng_Latn'", TGT_LANG="'fra_Latn'", TGT_FILE="'train.fra'"), cwd=workdir)
+  assert_refused(finished, 'error: gin: the macro SRC_FILE is not set '
+                 '(gin/runs/parallel_files.gin, line 21 reads it); give it with '
+                 '--gin.SRC_FILE=...')
+  assert finished.imported == [] and files_under(workdir) == ['train.fra']
+
+
+def test_a_missing_file_a_recipe_macro_names_is_named_before_any_import(workdir):
+  (workdir / 'train.fra').write_text('bonjour\n', encoding='utf-8')
+  finished = launch('train.py', *parallel_files_flags(
+      SRC_LANG="'eng_Latn'", TGT_LANG="'fra_Latn'", SRC_FILE="'train.eng'",
+      TGT_FILE="'train.fra'"), cwd=workdir)
+  assert_refused(finished, 'error: SRC_FILE: train.eng: no such file')
+  assert finished.imported == [] and files_under(workdir) == ['train.fra']
 
 
 @pytest.mark.slow

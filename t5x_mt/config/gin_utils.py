@@ -9,10 +9,10 @@ from collections.abc import Iterator, Sequence
 import contextlib
 import difflib
 import inspect
-import pathlib
 import re
 import tokenize
 import traceback
+from typing import Any, NamedTuple
 
 import gin
 from gin import config_parser
@@ -26,17 +26,31 @@ gin.config.register_file_reader(lambda name: files.path(name).open(), files.on_o
 
 
 def split_gin_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-  """Separates `--gin.NAME=VALUE` arguments (as gin bindings) from the others."""
+  """Separates `--gin.NAME=VALUE` arguments (as gin bindings) from the others.
+
+  A VALUE that is a bare word or path (`--gin.SRC_LANG=eng_Latn`: the shell took the
+  quotes off) is refused here, naming the flag and how to quote it.
+  """
   bindings, rest = [], []
   for arg in argv:
     if arg.startswith('--gin.'):
       name, sep, value = arg[len('--gin.'):].partition('=')
       if not sep:
         raise UserError(f'{arg}: expected --gin.NAME=VALUE')
+      if _BARE_STRING.fullmatch(value) and not _parses(f'{name} = {value}'):
+        raise UserError(f'{arg}: a string needs quotes: {_quoted_flag(name, value)}')
       bindings.append(f'{name} = {value}')
     else:
       rest.append(arg)
   return bindings, rest
+
+
+def _parses(binding: str) -> bool:
+  try:
+    list(config_parser.ConfigParser(binding, _MacroUse()))
+  except (SyntaxError, tokenize.TokenError):
+    return False
+  return True
 
 
 def check_gin_files(gin_files: Sequence[str]) -> None:
@@ -44,6 +58,22 @@ def check_gin_files(gin_files: Sequence[str]) -> None:
   for gin_file in gin_files:
     if not files.path(gin_file).exists() and not (REPO_ROOT / gin_file).exists():
       raise UserError(f'--gin_file: {gin_file} not found')
+
+
+def check_recipe(gin_files: Sequence[str], bindings: Sequence[str], *,
+                 inputs: bool = True) -> None:
+  """Checks what gin's text alone shows, so that a command names a mistake there before
+  TensorFlow starts (nothing here imports it, nor any configurable): each --gin_file and
+  file it includes exists and parses, the bindings parse, and each macro defined is read
+  (`parse_gin` says the same). With `inputs` (a command that reads the run's data), each
+  macro that the bindings in force read is set, and one named *_FILE (SRC_FILE) names a
+  file that exists.
+  """
+  check_gin_files(gin_files)
+  use = _MacroUse.of(gin_files, bindings)
+  use.check_all_read()
+  if inputs:
+    use.check_inputs()
 
 
 def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
@@ -57,74 +87,149 @@ def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
   """
   check_gin_files(gin_files)
   gin.add_config_file_search_path(str(REPO_ROOT))
-  parsed_files = []
   for gin_file in gin_files:
     with _mistakes_named(gin_file, binding=None):
-      parsed_files.append(gin.parse_config_file(gin_file, skip_unknown))
+      gin.parse_config_file(gin_file, skip_unknown)
   for binding in bindings:
     with _mistakes_named(None, binding):
       gin.parse_config(binding, skip_unknown)
   if not skip_unknown:
-    _check_macros_are_read(parsed_files, bindings)
+    _MacroUse.of(gin_files, bindings).check_all_read()
 
 
-def _check_macros_are_read(parsed_files: Sequence[gin.config.ParsedConfigFileIncludesAndImports],
-                           bindings: Sequence[str]) -> None:
-  """A UserError naming the first macro that no statement reads, where its definition in
-  force is (a binding, or a file and line) and the closest macro that is read.
-
-  A macro read only by a binding that a later file overrides still counts as read: the
-  recipe that defines it is right, the one that derives from it just does not use it.
-  """
-  use = _MacroUse()
-  for parsed in parsed_files:
-    use.read_file(parsed)
-  for binding in bindings:
-    use.read_text(binding, f'binding {binding!r}')
-  unread = [name for name in use.definitions if name not in use.read]
-  if unread:
-    raise UserError(f'gin: {use.definitions[unread[0]]}: no binding reads the macro '
-                    f'{unread[0]}{_did_you_mean(unread[0], use.read)}')
+class _MacroReference(NamedTuple):
+  """`%NAME` where gin's text reads a macro."""
+  name: str
 
 
 class _MacroUse(config_parser.ParserDelegate):
-  """The macros that statements define (where, in the order gin reads them) and read."""
+  """Gin's reading of files and bindings without the configurables: the macros that
+  statements define and read, and the statements in force (the last of each binding)."""
 
   def __init__(self):
-    self.definitions: dict[str, str] = {}
-    self.read: set[str] = set()
+    self.definitions: dict[str, str] = {}  # Where each macro's definition in force is.
+    self.read: set[str] = set()  # Read by any statement, even one a later one replaces.
+    # (scope, selector, parameter) -> (the statement in force, its place, the macros it reads)
+    self._in_force: dict[tuple[str, str, str],
+                         tuple[config_parser.BindingStatement, str, list[str]]] = {}
+    self._reading: list[str] = []  # The macros of the statement being parsed.
+
+  @classmethod
+  def of(cls, gin_files: Sequence[str], bindings: Sequence[str]) -> '_MacroUse':
+    """The use of the files (and those they include), then of the bindings; a mistake in
+    them is a UserError as `parse_gin` names it."""
+    use = cls()
+    for gin_file in gin_files:
+      use.read_file(gin_file)
+    for binding in bindings:
+      use.read_text(binding, f'binding {binding!r}', binding=binding)
+    return use
 
   def configurable_reference(self, scoped_configurable_name, evaluate):
     return scoped_configurable_name
 
   def macro(self, macro_name):
     self.read.add(macro_name)
-    return macro_name
+    self._reading.append(macro_name)
+    return _MacroReference(macro_name)
 
-  def read_file(self, parsed: gin.config.ParsedConfigFileIncludesAndImports) -> None:
-    """Reads a parsed file's statements, and its includes' where gin read them."""
-    includes = iter(parsed.includes)
-    for statement in config_parser.ConfigParser(_read_gin_file(parsed.filename), self):
-      if isinstance(statement, config_parser.IncludeStatement):
-        self.read_file(next(includes))
-      else:
-        self._note(statement, f'{parsed.filename}, line {statement.location.line_num}')
+  def read_file(self, gin_file: str) -> None:
+    """Reads a gin file's statements, and its includes' where it includes them; a file
+    is found where gin finds it: here, else in the repository."""
+    path = files.path(gin_file)
+    with (path if path.exists() else files.path(str(REPO_ROOT / gin_file))).open() as text:
+      for statement in self._statements(text, gin_file, None):
+        if isinstance(statement, config_parser.IncludeStatement):
+          self._include(statement, gin_file)
+        elif isinstance(statement, config_parser.BindingStatement):
+          self._note(statement, f'{gin_file}, line {statement.location.line_num}')
 
-  def read_text(self, text: str, where: str) -> None:
-    for statement in config_parser.ConfigParser(text, self):
-      self._note(statement, where)
+  def _include(self, statement: config_parser.IncludeStatement, gin_file: str) -> None:
+    included = statement.filename
+    if not files.path(included).exists() and not (REPO_ROOT / included).exists():
+      raise UserError(f'gin: {gin_file}, line {statement.location.line_num}: includes '
+                      f'{included}, found neither here nor in the repository')
+    self.read_file(included)
 
-  def _note(self, statement, where: str) -> None:
+  def read_text(self, text: str, where: str, binding: str | None = None) -> None:
+    for statement in self._statements(text, None, binding):
+      if isinstance(statement, config_parser.BindingStatement):
+        self._note(statement, where)
+
+  def _statements(self, text, gin_file: str | None, binding: str | None):
+    """The statements of `text`, each once gin parsed it (its macros in `_reading`)."""
+    statements = iter(config_parser.ConfigParser(text, self))
+    while True:
+      self._reading = []
+      with _mistakes_named(gin_file, binding):
+        statement = next(statements, None)
+      if statement is None:
+        return
+      yield statement
+
+  def _note(self, statement: config_parser.BindingStatement, where: str) -> None:
     """A macro's latest definition goes last, as the one in force."""
-    if isinstance(statement, config_parser.BindingStatement) and not statement.arg_name:
-      self.definitions.pop(statement.selector, None)
-      self.definitions[statement.selector] = where
+    key = (statement.scope, statement.selector, statement.arg_name)
+    self._in_force.pop(key, None)
+    self._in_force[key] = (statement, where, self._reading)
+    if not statement.arg_name:
+      self.definitions.pop(_macro_name(key), None)
+      self.definitions[_macro_name(key)] = where
+
+  def check_all_read(self) -> None:
+    """A UserError naming the first macro that no statement reads, where its definition in
+    force is (a binding, or a file and line) and the closest macro that is read.
+
+    A macro read only by a binding that a later file overrides still counts as read: the
+    recipe that defines it is right, the one that derives from it just does not use it.
+    """
+    unread = [name for name in self.definitions if name not in self.read]
+    if unread:
+      raise UserError(f'gin: {self.definitions[unread[0]]}: no binding reads the macro '
+                      f'{unread[0]}{_did_you_mean(unread[0], self.read)}')
+
+  def check_inputs(self) -> None:
+    """A UserError naming the first macro that a binding in force reads (itself, or through
+    the macros it reads) but nothing sets, and where it is read; then one naming the first
+    such macro called *_FILE whose file does not exist. Gin's own (`%gin.REQUIRED`) are set.
+    """
+    definitions = {_macro_name(key): value for key, value in self._in_force.items()
+                   if not key[2]}
+    pending = [(name, where) for key, (_, where, reads) in self._in_force.items() if key[2]
+               for name in reads]
+    needed = {}
+    while pending:
+      name, where = pending.pop(0)
+      if name in needed:
+        continue
+      needed[name] = where
+      if name in definitions:
+        _, defined_at, reads = definitions[name]
+        pending += [(read, defined_at) for read in reads]
+      elif '.' not in name:
+        raise UserError(f'gin: the macro {name} is not set ({where} reads it); give it '
+                        f'with --gin.{name}=...')
+    for name in needed:
+      value = _macro_value(name, definitions)
+      if (name.endswith('_FILE') and isinstance(value, str) and not files.on_object_store(value)
+          and not files.path(files.expand(value)).is_file()):
+        raise UserError(f'{name}: {files.expand(value)}: no such file')
 
 
-def _read_gin_file(gin_file: str) -> str:
-  """A gin file's text, found where gin found it: here, else in the repository."""
-  path = files.path(gin_file)
-  return (path if path.exists() else files.path(str(REPO_ROOT / gin_file))).read_text()
+def _macro_name(key: tuple[str, str, str]) -> str:
+  """How gin names the macro a statement keyed (scope, selector, '') defines."""
+  scope, selector, _ = key
+  return f'{scope}/{selector}' if scope else selector
+
+
+def _macro_value(name: str, definitions: dict) -> Any:
+  """The value macro `name` is set to, through the macros it names (`A = %B`)."""
+  value, seen = _MacroReference(name), set()
+  while (isinstance(value, _MacroReference) and value.name in definitions
+         and value.name not in seen):
+    seen.add(value.name)
+    value = definitions[value.name][0].value
+  return value
 
 
 def _did_you_mean(name: str, known: Sequence[str]) -> str:
@@ -157,7 +262,7 @@ def _describe(error: Exception, gin_file: str | None, binding: str | None) -> st
     what = 'ends inside a bracket or quote left open'
     in_file = _innermost_file(error, gin_file) if binding is None else None
   elif isinstance(error, SyntaxError):  # From gin's parser, with the location in its fields.
-    what = error.msg + _quoting_hint(error, binding)
+    what = _unparsable_value(error, binding)
     in_file = error.filename and f'{error.filename}, line {error.lineno}'
   else:
     what, *details = str(error).strip().splitlines() or [type(error).__name__]
@@ -185,15 +290,29 @@ def _closest_configurable_name(complaint: str) -> str:
   return ''
 
 
-def _quoting_hint(error: SyntaxError, binding: str | None) -> str:
-  """For an unquoted value gin cannot parse, how to quote it (a string, most likely)."""
+# A value that gin cannot parse but a string's quotes would make one: a word, a path.
+_BARE_STRING = re.compile(r'[^\'"()\[\]{},@%#\s]+(?: [^\'"()\[\]{},@%#\s]+)*')
+# How gin names the word it could not parse.
+_UNPARSED_TOKEN = re.compile(r"Failed to parse token '(?P<token>.*)'")
+
+
+def _unparsable_value(error: SyntaxError, binding: str | None) -> str:
+  """Gin's complaint about a statement it cannot parse; for an unquoted string (which it
+  reports as an ast node), how to quote it."""
   name, sep, value = ((error.text or '') if binding is None else binding).partition('=')
   name, value = name.strip(), value.strip()
-  if not error.msg.startswith('Unable to parse value') or not sep or value[:1] in '\'"':
-    return ''
-  if binding is None:
-    return f" (a string needs quotes: {name} = '{value}')"
-  return f' (a string needs quotes: --gin.{name}="\'{value}\'")'
+  unparsed_value = error.msg.startswith(('Unable to parse value', 'malformed node'))
+  if unparsed_value and sep and _BARE_STRING.fullmatch(value):
+    return 'a string needs quotes: ' + (f"{name} = '{value}'" if binding is None
+                                         else _quoted_flag(name, value))
+  if token := _UNPARSED_TOKEN.search(error.msg):
+    return f"cannot parse {token['token']} (a string needs quotes: '{token['token']}')"
+  return error.msg.splitlines()[0]
+
+
+def _quoted_flag(name: str, value: str) -> str:
+  """--gin.NAME="'VALUE'": the shell's quotes around gin's."""
+  return f'--gin.{name}="\'{value}\'"'
 
 
 def _innermost_file(error: Exception, default: str) -> str:

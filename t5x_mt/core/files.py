@@ -189,6 +189,25 @@ def _replace_folder(new: pathlib.Path, final: pathlib.Path) -> None:
   shutil.rmtree(previous)
 
 
+def check_input(location: str | os.PathLike, flag: str, folder: bool = False) -> None:
+  """Refuses an input (a file, or a `folder`) that is not there, naming `flag`.
+
+  Checked before anything loads, so a typo costs a moment, not TensorFlow's start. A
+  file may be any readable thing but a folder (a pipe: `--input=<(zcat f.gz)`). A location
+  on an object store is left to whoever reads it: looking it up would start the store's
+  client.
+  """
+  if on_object_store(expand(location)):
+    return
+  target = path(location)
+  if folder and not target.is_dir():
+    raise UserError(f'{flag}: {location} is not a directory')
+  if not folder and not target.exists():
+    raise UserError(f'{flag}: {location}: no such file')
+  if not folder and target.is_dir():
+    raise UserError(f'{flag}: {location} is a folder, not a file')
+
+
 def check_output(output: str | os.PathLike, flag: str, folder: bool = False) -> None:
   """Refuses an output (a file, or a `folder` to create or add to) that cannot be written.
 
