@@ -97,6 +97,34 @@ def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
     _MacroUse.of(gin_files, bindings).check_all_read()
 
 
+@contextlib.contextmanager
+def isolated_config() -> Iterator[None]:
+  """Runs its body on an empty gin config of its own, and leaves the process's config as it
+  was: what a saved run's config.gin binds is read without replacing the bindings of the
+  command that reads it.
+
+  Gin keeps one global config and offers no way to swap it, so this saves and restores the
+  parts `gin.clear_config` clears.
+  """
+  # pylint: disable=protected-access
+  state = gin.config
+  saved = ({selector: dict(values) for selector, values in state._CONFIG.items()},
+           dict(state._SINGLETONS), set(state._IMPORTS), dict(state._OPERATIVE_CONFIG),
+           gin.config_is_locked())
+  gin.clear_config()
+  try:
+    yield
+  finally:
+    gin.clear_config()
+    config, singletons, imports, operative, locked = saved
+    state._CONFIG.update(config)
+    state._SINGLETONS.update(singletons)
+    state._IMPORTS.update(imports)
+    state._OPERATIVE_CONFIG.update(operative)
+    state._set_config_is_locked(locked)
+  # pylint: enable=protected-access
+
+
 class _MacroReference(NamedTuple):
   """`%NAME` where gin's text reads a macro."""
   name: str
