@@ -15,7 +15,6 @@ from typing import Any, Callable, Optional, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from t5x_mt.model import decode_cache
 from t5x_mt import kernels
