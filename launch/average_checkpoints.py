@@ -35,6 +35,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
     except ValueError:
       raise UserError(f'--steps: {args.steps!r} is not a comma-separated list of steps'
                       ) from None
+  files.check_input(args.checkpoint_dir, '--checkpoint_dir', folder=True)
   return args
 
 

@@ -51,6 +51,8 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
   files.check_output(args.output, '--output', folder=True)
   if not args.monolingual and not args.from_corpus:
     raise UserError('give --monolingual files or --from_corpus corpora (or both)')
+  for path in args.monolingual:
+    files.check_input(path, '--monolingual')
   if args.max_sentences is not None and args.max_sentences < 1:
     raise UserError(f'--max_sentences: must be >= 1, got {args.max_sentences}')
   return args

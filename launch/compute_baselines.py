@@ -33,6 +33,7 @@ def main(argv: list[str]) -> int:
     if value is not None and value < 1:
       raise UserError(f'--{flag}: must be >= 1, got {value}')
   files.check_output(args.output, '--output')
+  files.check_input(args.checkpoint_dir, '--checkpoint_dir', folder=True)
   cli.start_tensorflow()
   import data_tasks  # pylint: disable=g-import-not-at-top
   from data_tasks import from_gin  # pylint: disable=g-import-not-at-top

@@ -61,7 +61,8 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
   parser.add_argument('--max_sentences', type=int, default=None,
                       help="sentences per direction of --tasks (default: the run's setting)")
   args = parser.parse_args(argv)
-  decoding_flags.decoding_overrides(args)  # Fails on bad decoding flags before anything loads.
+  if args.output_json is not None:
+    files.check_output(args.output_json, '--output_json')
   if args.max_sentences is not None and args.max_sentences < 1:
     raise UserError(f'--max_sentences: must be >= 1, got {args.max_sentences}')
   given = [f'--{name}' for name in SINGLE_DIRECTION_FLAGS if getattr(args, name) is not None]
@@ -73,8 +74,10 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
       raise UserError(f'{", ".join(missing)}: required unless --tasks is given')
     languages.check_language(args.src_lang, '--src_lang')
     languages.check_language(args.tgt_lang, '--tgt_lang')
-  if args.output_json is not None:
-    files.check_output(args.output_json, '--output_json')
+  for flag in ('src_file', 'ref_file', 'spm_model'):
+    if getattr(args, flag) is not None:
+      files.check_input(getattr(args, flag), f'--{flag}')
+  decoding_flags.decoding_overrides(args)  # Fails on bad decoding flags before anything loads.
   return args
 
 

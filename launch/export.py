@@ -36,6 +36,7 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--output_dir', required=True, help='model folder to write')
   args = parser.parse_args(argv)
   files.check_output(args.output_dir, '--output_dir', folder=True)
+  files.check_input(args.checkpoint_dir, '--checkpoint_dir', folder=True)
   cli.start_tensorflow()
   from t5x_mt.export import ctranslate2_export  # pylint: disable=g-import-not-at-top
   exported = ctranslate2_export.export_run(args.checkpoint_dir, args.output_dir,

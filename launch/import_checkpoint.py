@@ -36,6 +36,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
                            'commands refuse other targets (default: none recorded)')
   args = parser.parse_args(argv)
   files.check_output(args.output_dir, '--output_dir', folder=True)
+  files.check_input(args.path, '--path', folder=True)
   return args
 
 

@@ -107,6 +107,11 @@ def _check_flags(args: argparse.Namespace) -> None:
   for flag in ('save_weights', 'output'):
     if getattr(args, flag) is not None:
       files.check_output(getattr(args, flag), f'--{flag}')
+  for flag in ('nbest', 'source', 'reference', 'weights'):
+    if getattr(args, flag) is not None:
+      files.check_input(getattr(args, flag), f'--{flag}')
+  for flag, run_dir in _runs(args).items():
+    files.check_input(run_dir, f'--{flag}', folder=True)
 
 
 def main(argv: list[str]) -> int:

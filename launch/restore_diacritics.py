@@ -52,6 +52,9 @@ def main(argv: list[str]) -> int:
     raise UserError(f'--batch_size: must be >= 1, got {args.batch_size}')
   if args.output is not None:
     files.check_output(args.output, '--output')
+  files.check_input(args.checkpoint_dir, '--checkpoint_dir', folder=True)
+  if args.input is not None:
+    files.check_input(args.input, '--input')
   cli.start_tensorflow()
   # pylint: disable=g-import-not-at-top  (imports JAX)
   from t5x_mt.config import run_loading

@@ -56,9 +56,11 @@ def main(argv: list[str]) -> int:
   _check_nbest(args)
   src_lang = languages.check_language(args.src_lang, '--src_lang')
   tgt_lang = languages.check_language(args.tgt_lang, '--tgt_lang')
-  overrides = _decoding_overrides(args)
   if args.output is not None:
     files.check_output(args.output, '--output')
+  if args.input is not None:
+    files.check_input(args.input, '--input')
+  overrides = _decoding_overrides(args)
   total = _line_count(args.input)
   cli.start_jax(args)
   # pylint: disable=g-import-not-at-top  (JAX loads after start_jax)
@@ -121,6 +123,7 @@ def _decoding_overrides(args: argparse.Namespace) -> dict:
     for flag in ('checkpoint_dir', 'family_models', 'ensemble', 'step'):
       if getattr(args, flag) is not None:
         raise UserError(f'--{flag}: not with --ctranslate2, whose folder is the model')
+    files.check_input(args.ctranslate2, '--ctranslate2', folder=True)
   return decoding_flags.decoding_overrides(args)
 
 

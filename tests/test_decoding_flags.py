@@ -69,3 +69,25 @@ def test_family_models_read_lines_in_batches_of_the_runs_size_unless_given(
 def test_a_given_decoding_flag_below_one_is_refused(flag):
   with pytest.raises(UserError, match=f'{flag.partition("=")[0]}: must be >= 1, got 0'):
     evaluate_flags(['--checkpoint_dir=d', flag])
+
+
+@pytest.mark.parametrize('text, members', [
+    ('gs://bucket/run', [('gs://bucket/run', 1.0)]),
+    ('gs://bucket/run:2,/data/a:b:0.5', [('gs://bucket/run', 2.0), ('/data/a:b', 0.5)]),
+    ('hdfs://host:8020/run, runs/x', [('hdfs://host:8020/run', 1.0), ('runs/x', 1.0)]),
+])
+def test_an_ensemble_weight_follows_the_last_colon_unless_a_path_does(text, members):
+  assert decoding_flags.parse_ensemble(text) == members
+
+
+@pytest.mark.parametrize('text, error', [
+    ('RUN:abc', "--ensemble: RUN:abc: 'abc' is not a weight (a number > 0)"),
+    ('a,b:0', "--ensemble: b:0: '0' is not a weight (a number > 0)"),
+    ('gs://bucket/run:nan', "--ensemble: gs://bucket/run:nan: 'nan' is not a weight "
+     '(a number > 0)'),
+    (':2', "--ensemble: ':2' names no run (RUN[:WEIGHT])"),
+])
+def test_an_ensemble_weight_that_is_no_number_above_zero_is_named(text, error):
+  with pytest.raises(UserError) as refused:
+    decoding_flags.parse_ensemble(text)
+  assert str(refused.value) == error

@@ -189,6 +189,64 @@ def test_output_in_an_unwritable_folder_is_refused_before_any_work(script, workd
   assert len(finished.stderr.splitlines()) == 1 and not output.exists()
 
 
+# A command, its flags, and the flag that names a file or folder that is not there.
+MISSING_INPUTS = [
+    ('translate.py', ['--checkpoint_dir=run', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn'],
+     'error: --checkpoint_dir: run is not a directory'),
+    ('translate.py', ['--ensemble=.:2,gs://bucket/run,run:0.5', '--src_lang=eng_Latn',
+                      '--tgt_lang=hau_Latn'], 'error: --ensemble: run is not a directory'),
+    ('translate.py', ['--ctranslate2=model', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn'],
+     'error: --ctranslate2: model is not a directory'),
+    ('translate.py', ['--checkpoint_dir=.', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+                      '--input=in.txt'], 'error: --input: in.txt: no such file'),
+    ('translate.py', ['--checkpoint_dir=.', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+                      '--yoruba_diacritics=marks'],
+     'error: --yoruba_diacritics: marks is not a directory'),
+    ('evaluate.py', ['--checkpoint_dir=.', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+                     '--src_file=.', '--ref_file=ref.txt'],
+     'error: --src_file: . is a folder, not a file'),
+    ('evaluate.py', ['--family_models=1=.,3=lfg3', '--tasks=cldr_demo'],
+     'error: --family_models: lfg3 is not a directory'),
+    ('back_translate.py', ['--checkpoint_dir=.', '--lang=hau_Latn', '--into=eng_Latn',
+                           '--monolingual=hau.txt', '--output=bt'],
+     'error: --monolingual: hau.txt: no such file'),
+    ('distill.py', ['--checkpoint_dir=run', '--corpus=cldr', '--directions=eng_Latn-hau_Latn',
+                    '--output=distilled'], 'error: --checkpoint_dir: run is not a directory'),
+    ('average_checkpoints.py', ['--checkpoint_dir=run', '--last=2', '--output_dir=averaged'],
+     'error: --checkpoint_dir: run is not a directory'),
+    ('export.py', ['--checkpoint_dir=run', '--format=ctranslate2', '--output_dir=exported'],
+     'error: --checkpoint_dir: run is not a directory'),
+    ('compute_baselines.py', ['--checkpoint_dir=run', '--mixture=cldr_demo',
+                              '--output=baselines.json'],
+     'error: --checkpoint_dir: run is not a directory'),
+    ('import_checkpoint.py', ['--path=hf', '--output_dir=imported'],
+     'error: --path: hf is not a directory'),
+    ('restore_diacritics.py', ['--checkpoint_dir=run'],
+     'error: --checkpoint_dir: run is not a directory'),
+    ('rerank.py', ['--nbest=.', '--mbr', '--output=chosen.txt'],
+     'error: --nbest: . is a folder, not a file'),
+    ('rerank.py', ['--nbest=in.nbest', '--source=in.nbest', '--src_lang=eng_Latn',
+                   '--tgt_lang=hau_Latn', '--backward=run', '--weights=in.nbest',
+                   '--output=chosen.txt'], 'error: --backward: run is not a directory'),
+    ('clean.py', ['--tsv_file=pairs.tsv', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+                  '--preset=default', '--output_dir=cleaned'],
+     'error: --tsv_file: pairs.tsv: no such file'),
+]
+
+
+@pytest.mark.parametrize('script, flags, error_line', MISSING_INPUTS,
+                         ids=[f'{script} {error.split(":")[1].strip()}'
+                              for script, _, error in MISSING_INPUTS])
+def test_a_missing_input_file_or_run_folder_is_named_before_any_import(script, flags,
+                                                                       error_line, workdir):
+  """The folders and files a command reads are looked up before TensorFlow starts (a
+  gs:// folder is left to its reader)."""
+  (workdir / 'in.nbest').write_text('0 ||| a ||| forward=-1 ||| -1\n', encoding='utf-8')
+  finished = launch(script, *flags, cwd=workdir)
+  assert_refused(finished, error_line)
+  assert finished.imported == [] and files_under(workdir) == ['in.nbest']
+
+
 @pytest.mark.parametrize('flags, error_line', [
     (['--coordinator_address=127.0.0.1:4000', '--num_processes=2', '--process_id=2'],
      'error: --process_id: 2 is out of range for --num_processes=2 (0 to 1)'),

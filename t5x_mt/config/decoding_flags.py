@@ -4,8 +4,10 @@ language family) and how to decode with it, checked before anything loads, and t
 of what they name."""
 
 import argparse
+import math
 from typing import Any
 
+from t5x_mt.core import files
 from t5x_mt.core import languages
 from t5x_mt.core.errors import UserError
 
@@ -59,8 +61,10 @@ def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = Fa
 
 def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
   """The Translator settings the decoding flags given fix, checked so a typo fails before
-  loading; a flag left out leaves the run's setting (its config.gin) in force."""
-  if getattr(args, 'ctranslate2', None) is None:  # An exported folder names the model.
+  loading (the flags' values first, then the folders they name); a flag left out leaves
+  the run's setting (its config.gin) in force."""
+  names_runs = getattr(args, 'ctranslate2', None) is None  # An exported folder names the model.
+  if names_runs:
     _check_model_flags(args)
   overrides = {}
   for name, at_least in (('beam_size', 1), ('alpha', None), ('batch_size', 1),
@@ -76,6 +80,12 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides['pivot_directions'] = ('*',)
   if args.yoruba_diacritics is not None:
     overrides['yoruba_diacritics'] = args.yoruba_diacritics
+  for flag, folder in (_runs_named(args) if names_runs else []) + [
+      ('--yoruba_diacritics', args.yoruba_diacritics)]:
+    if folder is not None:
+      files.check_input(folder, flag, folder=True)
+  if names_runs and args.ensemble is not None:
+    _check_ensemble_combination(args.ensemble_combination)
   return overrides
 
 
@@ -86,17 +96,26 @@ def _check_model_flags(args: argparse.Namespace) -> None:
   if sum(getattr(args, name) is not None for name in names) != 1:
     flags = [f'--{name}' for name in names]
     raise UserError(f'give exactly one of {", ".join(flags[:-1])} or {flags[-1]}')
-  if args.ensemble is not None:
-    parse_ensemble(args.ensemble)
-    from t5x_mt.decoding import ensemble  # pylint: disable=g-import-not-at-top  (imports JAX, uses none)
-    if args.ensemble_combination not in ensemble.COMBINATIONS:
-      raise UserError(f'--ensemble_combination: one of {", ".join(ensemble.COMBINATIONS)}, '
-                      f'got {args.ensemble_combination!r}')
-  if getattr(args, 'family_models', None) is not None:
-    parse_family_models(args.family_models)
+  model_choice(args)  # Parses --ensemble and --family_models.
   if args.step is not None and args.checkpoint_dir is None:
     raise UserError('--step: only with --checkpoint_dir; ensembles and family models '
                     'each load their runs\' latest checkpoints')
+
+
+def _check_ensemble_combination(combination: str) -> None:
+  """Checked last: its names come with the ensemble's module, which imports JAX."""
+  from t5x_mt.decoding import ensemble  # pylint: disable=g-import-not-at-top
+  if combination not in ensemble.COMBINATIONS:
+    raise UserError(f'--ensemble_combination: one of {", ".join(ensemble.COMBINATIONS)}, '
+                    f'got {combination!r}')
+
+
+def _runs_named(args: argparse.Namespace) -> list[tuple[str, str | None]]:
+  """(flag, run folder) of each run the model flags name (None: the flag left out)."""
+  choice = model_choice(args)
+  return ([('--checkpoint_dir', choice['checkpoint_dir'])]
+          + [('--ensemble', run) for run, _ in choice['ensemble_members'] or []]
+          + [('--family_models', run) for run in (choice['family_models'] or {}).values()])
 
 
 def model_choice(args: argparse.Namespace) -> dict[str, Any]:
@@ -126,20 +145,31 @@ def load_model(args: argparse.Namespace, step: int | None, overrides: dict[str, 
 
 
 def parse_ensemble(text: str) -> list[tuple[str, float]]:
-  """[(run folder, weight)] from 'RUN[:WEIGHT],RUN[:WEIGHT],...' (--ensemble). A colon
-  ends a weight only where a number follows it, so gs:// folders need none."""
+  """[(run folder, weight)] from 'RUN[:WEIGHT],RUN[:WEIGHT],...' (--ensemble). What
+  follows an entry's last colon is its weight unless it holds a '/': gs://bucket/run has
+  none, and a folder whose name ends in ':x' is written with its weight, runs/a:x:1."""
   members = []
   for entry in filter(None, (e.strip() for e in text.split(','))):
     directory, sep, weight = entry.rpartition(':')
-    try:
-      members.append((directory, float(weight)) if sep else (entry, 1.0))
-    except ValueError:
-      members.append((entry, 1.0))
-    if not members[-1][0] or not members[-1][1] > 0:
-      raise UserError(f'--ensemble: {entry!r} is not RUN[:WEIGHT] with a weight > 0')
+    if not sep or '/' in weight:
+      directory, weight = entry, '1'
+    if not directory:
+      raise UserError(f'--ensemble: {entry!r} names no run (RUN[:WEIGHT])')
+    members.append((directory, _ensemble_weight(weight, entry)))
   if not members:
     raise UserError('--ensemble: give at least one RUN[:WEIGHT]')
   return members
+
+
+def _ensemble_weight(text: str, entry: str) -> float:
+  """The weight `text` of --ensemble's `entry`: a finite number > 0."""
+  try:
+    weight = float(text)
+  except ValueError:
+    weight = math.nan
+  if not (math.isfinite(weight) and weight > 0):
+    raise UserError(f'--ensemble: {entry}: {text!r} is not a weight (a number > 0)')
+  return weight
 
 
 def family_models(args: argparse.Namespace) -> dict[int, str] | None:
