@@ -32,7 +32,7 @@ Choices (docs/methods.md#model has the formulas of every variant):
 """
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import flax.linen as nn
 import jax
@@ -170,7 +170,7 @@ def _segment_ids(tokens: Array, segment_ids: Optional[Array]) -> Array:
   return valid if segment_ids is None else segment_ids.astype(jnp.int32) * valid
 
 
-def _sublayer(cfg: TransformerConfig, apply, name: str,
+def _sublayer(cfg: TransformerConfig, apply: Callable[[Array], Array], name: str,
               deterministic: bool) -> norm_placements.Sublayer:
   """The residual sublayer `name` computing `apply`, with its norm and its dropout, for
   the norm placement to run."""
