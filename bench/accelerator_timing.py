@@ -36,6 +36,7 @@ from t5x_mt.config import gin_utils  # pylint: disable=g-import-not-at-top,wrong
 from t5x_mt import kernels  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt.model import models  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5x_mt.decoding import prediction  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5x_mt.decoding import search as search_methods  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 SETTINGS = ('xla', 'auto')
 
@@ -50,8 +51,8 @@ def beam_search_runner(config, batch: int, length: int, beam_size: int, seed: in
   def search():
     return prediction.predict_batch(
         model, params, tokens, input_length=length, direction=0, prefix_id=None,
-        max_decode_length=length, beam_size=beam_size, alpha=0.6, stop='beam_full',
-        num_pieces=config.vocab_size)
+        max_decode_length=length, alpha=0.6, num_pieces=config.vocab_size,
+        search_settings=search_methods.BeamSettings(beam_size=beam_size))
 
   jax.block_until_ready(search())
 

@@ -11,7 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5x_mt.decoding import search
+from t5x_mt.decoding.search import beam_search
+from t5x_mt.decoding.search import common
+from t5x_mt.decoding.search import greedy_search
 from t5x_mt.core.errors import UserError
 
 VOCAB = 5
@@ -88,7 +90,7 @@ def _brute_force(table, initial_state, prefix_token, alpha, top):
 
 @functools.lru_cache(maxsize=None)
 def _jitted_beam_search(seed, beam_size, alpha, has_prefix):
-  fn = functools.partial(search.beam_search, _toy_tokens_to_logits(_toy_table(seed)),
+  fn = functools.partial(beam_search.beam_search, _toy_tokens_to_logits(_toy_table(seed)),
                          beam_size=beam_size, alpha=alpha, max_decode_length=LENGTH,
                          eos_id=EOS)
   if has_prefix:
@@ -165,7 +167,7 @@ HAND_PROBS = [[0.1, 0.3, 0.6], [0.1, 0.6, 0.3], [0.1, 0.2, 0.7]]
     (0.0, [[2, 1, 0], [1, 0, 0]], [math.log(0.36), math.log(0.3)]),
 ])
 def test_beam_of_two_matches_hand_worked_example(alpha, want_sequences, want_scores):
-  sequences, scores = search.beam_search(
+  sequences, scores = beam_search.beam_search(
       _fixed_distribution_model(HAND_PROBS),
       {'index': jnp.array(0, jnp.int32), 'seen': jnp.zeros((1,), jnp.int32)},
       prefix=None, beam_size=2, alpha=alpha, max_decode_length=3, eos_id=EOS)
@@ -181,9 +183,9 @@ def test_beam_of_one_equals_greedy_when_eos_is_never_likely():
   prefixes = jnp.array([3, 2, 4, 0], jnp.int32)
   cache = _initial_cache([0, 1, 2, 1])
   tokens_to_logits = _toy_tokens_to_logits(table)
-  beam, _ = jax.jit(lambda c, p: search.beam_search(
+  beam, _ = jax.jit(lambda c, p: beam_search.beam_search(
       tokens_to_logits, c, prefix=p, beam_size=1, max_decode_length=LENGTH))(cache, prefixes)
-  greedy = jax.jit(lambda c, p: search.greedy_search(
+  greedy = jax.jit(lambda c, p: greedy_search.greedy_search(
       tokens_to_logits, c, prefix=p, max_decode_length=LENGTH))(cache, prefixes)
   np.testing.assert_array_equal(np.asarray(beam[:, 0]), np.asarray(greedy))
   assert np.all(np.asarray(greedy[:, 0]) == np.asarray(prefixes))
@@ -191,7 +193,7 @@ def test_beam_of_one_equals_greedy_when_eos_is_never_likely():
 
 
 def test_greedy_takes_argmax_and_pads_after_eos():
-  greedy = search.greedy_search(
+  greedy = greedy_search.greedy_search(
       _fixed_distribution_model([[0.1, 0.3, 0.6], [0.1, 0.6, 0.3], [0.1, 0.2, 0.7]]),
       {'index': jnp.array(0, jnp.int32), 'seen': jnp.zeros((2,), jnp.int32)},
       prefix=None, max_decode_length=3, eos_id=EOS)
@@ -199,7 +201,7 @@ def test_greedy_takes_argmax_and_pads_after_eos():
 
 
 def test_greedy_forces_prefix():
-  greedy = search.greedy_search(
+  greedy = greedy_search.greedy_search(
       _fixed_distribution_model(HAND_PROBS),
       {'index': jnp.array(0, jnp.int32), 'seen': jnp.zeros((2,), jnp.int32)},
       prefix=jnp.array([0, 1], jnp.int32), max_decode_length=3, eos_id=EOS)
@@ -209,7 +211,7 @@ def test_greedy_forces_prefix():
 
 def test_negative_alpha_is_rejected():
   with pytest.raises(UserError, match='alpha'):
-    search.beam_search(_toy_tokens_to_logits(_toy_table()), _initial_cache([0]),
+    beam_search.beam_search(_toy_tokens_to_logits(_toy_table()), _initial_cache([0]),
                          prefix=None, alpha=-1.0, max_decode_length=LENGTH)
 
 
@@ -218,9 +220,9 @@ def test_stopping_at_the_best_keeps_the_best_hypothesis(alpha):
   table = _toy_table(2)
   initial_states = [0, 1, 2]
   cache = _initial_cache(initial_states)
-  full = search.beam_search(_toy_tokens_to_logits(table), cache, prefix=None, beam_size=2,
+  full = beam_search.beam_search(_toy_tokens_to_logits(table), cache, prefix=None, beam_size=2,
                               alpha=alpha, max_decode_length=LENGTH, eos_id=EOS)
-  best = search.beam_search(_toy_tokens_to_logits(table), cache, prefix=None, beam_size=2,
+  best = beam_search.beam_search(_toy_tokens_to_logits(table), cache, prefix=None, beam_size=2,
                               alpha=alpha, max_decode_length=LENGTH, eos_id=EOS,
                               stop='best')
   np.testing.assert_array_equal(np.asarray(best[0][:, 0]), np.asarray(full[0][:, 0]))
@@ -265,7 +267,7 @@ def test_growing_cache_decodes_as_a_full_one(cache_lengths):
   initial_states = [0, 1, 2]
   prefix = jnp.array([2, 3, 4], jnp.int32)
   model = _history_tokens_to_logits(table)
-  run = functools.partial(search.beam_search, model, prefix=prefix, beam_size=3,
+  run = functools.partial(beam_search.beam_search, model, prefix=prefix, beam_size=3,
                              max_decode_length=LENGTH, eos_id=EOS)
   full = run(_history_cache(initial_states, LENGTH))
   grown = run(_history_cache(initial_states, cache_lengths[0]),
@@ -273,11 +275,11 @@ def test_growing_cache_decodes_as_a_full_one(cache_lengths):
   np.testing.assert_array_equal(np.asarray(grown[0]), np.asarray(full[0]))
   np.testing.assert_allclose(np.asarray(grown[1]), np.asarray(full[1]), rtol=1e-6)
   # The same model with its state in the cache directly: the history is a faithful copy.
-  direct = search.beam_search(_toy_tokens_to_logits(table), _initial_cache(initial_states),
+  direct = beam_search.beam_search(_toy_tokens_to_logits(table), _initial_cache(initial_states),
                                 prefix=prefix, beam_size=3, max_decode_length=LENGTH,
                                 eos_id=EOS)
   np.testing.assert_array_equal(np.asarray(full[0]), np.asarray(direct[0]))
-  greedy = functools.partial(search.greedy_search, model, prefix=prefix,
+  greedy = functools.partial(greedy_search.greedy_search, model, prefix=prefix,
                              max_decode_length=LENGTH, eos_id=EOS)
   np.testing.assert_array_equal(
       np.asarray(greedy(_history_cache(initial_states, cache_lengths[0]),
@@ -290,7 +292,7 @@ def test_a_cache_that_never_grows_changes_the_toy_model():
   # Guards the test above: without growth, the clamped history decodes something else.
   table = _toy_table(4)
   model = _history_tokens_to_logits(table)
-  run = functools.partial(search.beam_search, model, prefix=None, beam_size=3,
+  run = functools.partial(beam_search.beam_search, model, prefix=None, beam_size=3,
                              max_decode_length=LENGTH, eos_id=EOS)
   full = run(_history_cache([0, 1, 2], LENGTH))
   short = run(_history_cache([0, 1, 2], 1))
@@ -304,7 +306,7 @@ def test_a_cache_that_never_grows_changes_the_toy_model():
 ])
 def test_bad_cache_lengths_are_rejected(cache_lengths, extend, match):
   with pytest.raises(UserError, match=match):
-    search.beam_search(_history_tokens_to_logits(_toy_table()), _history_cache([0], 1),
+    beam_search.beam_search(_history_tokens_to_logits(_toy_table()), _history_cache([0], 1),
                          prefix=None, max_decode_length=LENGTH, cache_lengths=cache_lengths,
                          extend_cache=extend)
 
@@ -319,7 +321,7 @@ def test_blocked_top_k_equals_lax_top_k_ties_included(n, k, distinct):
   x = (rng.standard_normal((6, n)) if distinct else rng.integers(-3, 4, (6, n)))
   x = jnp.asarray(x, jnp.float32).at[0, -5:].set(100.0)  # Best candidates in the last block.
   want_values, want_indices = lax.top_k(x, k)
-  values, indices = jax.jit(search.top_k, static_argnums=1)(x, k)
+  values, indices = jax.jit(common.top_k, static_argnums=1)(x, k)
   np.testing.assert_array_equal(values, want_values)
   np.testing.assert_array_equal(indices, want_indices)
 
@@ -331,7 +333,7 @@ def test_blocked_top_k_takes_the_lower_index_of_a_tie_across_blocks():
   x[0, 10] = 3.0
   x[0, 256] = 5.0
   x[0, 257] = 3.0
-  values, indices = search.top_k(jnp.asarray(x), 2)
+  values, indices = common.top_k(jnp.asarray(x), 2)
   np.testing.assert_array_equal(values, [[5.0, 3.0]])
   np.testing.assert_array_equal(indices, [[256, 10]])
 
@@ -367,25 +369,25 @@ def _no_repeat_reference(n: int, length: int, prefix: list[int]) -> list[int]:
 
 
 def test_no_repeat_ngram_size_never_repeats_an_ngram():
-  got = search.greedy_search(_looping_tokens_to_logits(), _rows(1), prefix=None,
+  got = greedy_search.greedy_search(_looping_tokens_to_logits(), _rows(1), prefix=None,
                                max_decode_length=8, eos_id=EOS, no_repeat_ngram_size=2)
   # By hand: 5 5, then "5 5" is taken, so 6; "6 5" is new; after 5, both "5 5" and
   # "5 6" are taken, so 7; and so on.
   assert np.asarray(got)[0].tolist() == [5, 5, 6, 5, 7, 5, 8, 5] == _no_repeat_reference(
       2, 8, [])
-  unlimited = search.greedy_search(_looping_tokens_to_logits(), _rows(1), prefix=None,
+  unlimited = greedy_search.greedy_search(_looping_tokens_to_logits(), _rows(1), prefix=None,
                                      max_decode_length=8, eos_id=EOS)
   assert np.asarray(unlimited)[0].tolist() == [5] * 8
 
 
 def test_beam_search_hypotheses_repeat_no_ngram():
-  sequences, scores = search.beam_search(
+  sequences, scores = beam_search.beam_search(
       _looping_tokens_to_logits(), _rows(1), prefix=None, beam_size=3, max_decode_length=8,
       eos_id=EOS, no_repeat_ngram_size=2)
   for hypothesis in np.asarray(sequences)[0].tolist():
     bigrams = list(zip(hypothesis, hypothesis[1:]))
     assert len(bigrams) == len(set(bigrams)), hypothesis
-  assert np.all(np.asarray(scores) > search.NEG_INF / 2)  # Three real hypotheses.
+  assert np.all(np.asarray(scores) > common.NEG_INF / 2)  # Three real hypotheses.
 
 
 def test_beam_searchs_first_step_bans_no_ngram():
@@ -393,7 +395,7 @@ def test_beam_searchs_first_step_bans_no_ngram():
   a ban there is constant work that XLA folds at compile time, slowly enough to log an
   alarm on a real vocabulary. Only the loop's steps scatter banned tokens."""
   def outside_the_loop(no_repeat_ngram_size):
-    run = lambda: search.beam_search(
+    run = lambda: beam_search.beam_search(
         _looping_tokens_to_logits(), _rows(1), prefix=None, beam_size=3, max_decode_length=8,
         eos_id=EOS, no_repeat_ngram_size=no_repeat_ngram_size)
     return collections.Counter(
@@ -404,22 +406,22 @@ def test_beam_searchs_first_step_bans_no_ngram():
 
 
 def test_no_repeat_trigrams_with_a_forced_prefix_match_the_reference():
-  got = search.greedy_search(_looping_tokens_to_logits(), {}, prefix=jnp.array([11]),
+  got = greedy_search.greedy_search(_looping_tokens_to_logits(), {}, prefix=jnp.array([11]),
                                max_decode_length=12, eos_id=EOS, no_repeat_ngram_size=3)
   assert np.asarray(got)[0].tolist() == _no_repeat_reference(3, 12, [11])
 
 
 @pytest.mark.parametrize('method', ['greedy', 'beam'])
 def test_max_lengths_end_each_row_with_eos(method):
-  max_lengths = search.OutputLimits(max_length_ratio=1.0, max_length_offset=2).max_lengths(
+  max_lengths = common.OutputLimits(max_length_ratio=1.0, max_length_offset=2).max_lengths(
       jnp.array([1, 4]))
   assert max_lengths.tolist() == [3, 6]
   kwargs = dict(prefix=jnp.array([11, 11]), max_decode_length=10, eos_id=EOS,
                 max_lengths=max_lengths)
   if method == 'greedy':
-    got = np.asarray(search.greedy_search(_looping_tokens_to_logits(), {}, **kwargs))
+    got = np.asarray(greedy_search.greedy_search(_looping_tokens_to_logits(), {}, **kwargs))
   else:
-    got = np.asarray(search.beam_search(_looping_tokens_to_logits(), {}, beam_size=2,
+    got = np.asarray(beam_search.beam_search(_looping_tokens_to_logits(), {}, beam_size=2,
                                           **kwargs)[0])[:, 0]
   # The prefix, then 3 and 6 generated tokens, the last of them EOS.
   assert got.tolist() == [[11, 5, 5, EOS] + [0] * 6, [11, 5, 5, 5, 5, 5, EOS] + [0] * 3]
@@ -440,8 +442,8 @@ def _tag_loving_search(method, banned_ids):
   cache = {'index': jnp.array(0, jnp.int32), 'seen': jnp.zeros((2,), jnp.int32)}
   model = _fixed_distribution_model(TAG_LOVING_PROBS)
   if method == 'greedy':
-    return np.asarray(search.greedy_search(model, cache, **kwargs))[:, None], None
-  sequences, scores = search.beam_search(model, cache, beam_size=2, alpha=1.0, **kwargs)
+    return np.asarray(greedy_search.greedy_search(model, cache, **kwargs))[:, None], None
+  sequences, scores = beam_search.beam_search(model, cache, beam_size=2, alpha=1.0, **kwargs)
   return np.asarray(sequences), np.asarray(scores)
 
 
@@ -464,7 +466,7 @@ def test_banned_tokens_are_never_generated_after_the_prefix_and_eos_still_ends(b
 
 
 def test_banned_tokens_hold_from_the_first_step_without_a_prefix():
-  got = search.greedy_search(_looping_tokens_to_logits(), _rows(1), prefix=None,
+  got = greedy_search.greedy_search(_looping_tokens_to_logits(), _rows(1), prefix=None,
                                max_decode_length=4, eos_id=EOS,
                                banned_tokens=np.isin(np.arange(12), PREFERRED[:2]))
   assert np.asarray(got)[0].tolist() == [PREFERRED[2]] * 4
@@ -476,7 +478,7 @@ def test_a_row_gets_the_outputs_it_gets_alone_whatever_else_its_batch_holds(stop
   the hypotheses it returns do not depend on which rows share its batch."""
   initial_states = [0, 1, 2]
   for seed in range(8):
-    run = jax.jit(lambda cache, seed=seed: search.beam_search(
+    run = jax.jit(lambda cache, seed=seed: beam_search.beam_search(
         _toy_tokens_to_logits(_toy_table(seed)), cache, prefix=None, beam_size=2, alpha=0.0,
         max_decode_length=LENGTH, eos_id=EOS, stop=stop))
     together = run(_initial_cache(initial_states))
@@ -494,7 +496,7 @@ def test_fairseqs_stop_rule_finishes_hypotheses_only_among_the_beams_best(stop, 
   table = np.full((LENGTH, VOCAB, NUM_STATES, VOCAB), -1e9, np.float32)
   table[0, 0, :, 2], table[0, 0, :, EOS] = np.log(0.6), np.log(0.4)
   table[1, 2, :, 2], table[1, 2, :, EOS] = np.log(0.5), np.log(0.5)
-  sequences, scores = search.beam_search(
+  sequences, scores = beam_search.beam_search(
       _toy_tokens_to_logits(table), _initial_cache([0]), prefix=None, beam_size=1,
       alpha=0.0, max_decode_length=2, eos_id=EOS, stop=stop)
   np.testing.assert_array_equal(sequences[0, 0], want)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from t5x_mt.decoding import search
+from t5x_mt.decoding.search import common
 from t5x_mt.decoding import ensemble
 from t5x_mt.model import models
 from t5x_mt.decoding import prediction
@@ -80,8 +81,9 @@ def test_each_hypothesis_scores_the_combined_teacher_forced_log_probs_of_two_arc
   beam_size, length = 3, 8
   found = prediction.predict_batch(
       model, params, np.asarray(encoder_tokens), input_length=encoder_tokens.shape[1],
-      direction=0, prefix_id=None, max_decode_length=length, beam_size=beam_size,
-      alpha=1.0, stop='exact', num_pieces=TINY.vocab_size, nbest=beam_size,
+      direction=0, prefix_id=None, max_decode_length=length,
+      search_settings=search.BeamSettings(beam_size=beam_size, stop='exact'),
+      alpha=1.0, num_pieces=TINY.vocab_size, nbest=beam_size,
       # Padding inside a target would be masked in teacher forcing; translation bans it too.
       banned_pieces=np.arange(TINY.vocab_size) == 0)
   targets = np.asarray(found.sequences).reshape(-1, length)
@@ -98,7 +100,7 @@ def test_each_hypothesis_scores_the_combined_teacher_forced_log_probs_of_two_arc
                              atol=1e-5)
   np.testing.assert_allclose(
       np.asarray(found.scores).reshape(-1),
-      np.asarray(want) / np.asarray(search.length_penalty(lengths, 1.0)), rtol=1e-5)
+      np.asarray(want) / np.asarray(common.length_penalty(lengths, 1.0)), rtol=1e-5)
   # The members disagree, so the combination is neither of them alone.
   assert not np.allclose(members[0], members[1], atol=1e-2)
 

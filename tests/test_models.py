@@ -14,6 +14,7 @@ from t5x_mt.model import models
 from t5x_mt.model import network
 from t5x_mt.model import parameter_layout
 from t5x_mt.decoding import prediction
+from t5x_mt.decoding import search
 from t5x_mt.core.errors import UserError
 
 from test_network import PAIRS, TINY, padded_batch, random_params
@@ -98,8 +99,8 @@ def test_predict_batch_greedy_is_the_argmax_of_teacher_forcing(scan_layers):
   encoder_tokens = np.asarray(padded_batch(PAIRS, encoder_length=8)[0])
   predicted = prediction.predict_batch(
       model, parameter_layout.convert_layout(params, scanned=scan_layers), encoder_tokens,
-      input_length=4, direction=3, prefix_id=None, max_decode_length=6, beam_size=1, alpha=1.0,
-      stop='beam_full', num_pieces=18)
+      input_length=4, direction=3, prefix_id=None, max_decode_length=6,
+      search_settings=search.BeamSettings(beam_size=1), alpha=1.0, num_pieces=18)
   expected = _greedy_by_teacher_forcing(params, encoder_tokens[:, :4], 6, 18)
   np.testing.assert_array_equal(np.asarray(predicted), expected)
 
@@ -107,13 +108,13 @@ def test_predict_batch_greedy_is_the_argmax_of_teacher_forcing(scan_layers):
 def test_predict_batch_beams_are_the_same_in_both_layouts_and_force_the_prefix():
   params = random_params(CONFIG, seed=2)
   encoder_tokens = np.asarray(padded_batch(PAIRS, encoder_length=8)[0])
-  search = dict(input_length=4, direction=3, prefix_id=5, max_decode_length=6, beam_size=3,
-                alpha=1.0, stop='beam_full', num_pieces=20)
+  options = dict(input_length=4, direction=3, prefix_id=5, max_decode_length=6,
+                 search_settings=search.BeamSettings(beam_size=3), alpha=1.0, num_pieces=20)
   unrolled = prediction.predict_batch(models.TranslationModel(CONFIG), params, encoder_tokens,
-                                      **search)
+                                      **options)
   scanned_model = models.TranslationModel(dataclasses.replace(CONFIG, scan_layers=True))
   scanned = prediction.predict_batch(scanned_model, parameter_layout.to_scanned(params),
-                                     encoder_tokens, **search)
+                                     encoder_tokens, **options)
   np.testing.assert_array_equal(np.asarray(scanned), np.asarray(unrolled))
   assert (np.asarray(unrolled)[:, 0] == 5).all()
 

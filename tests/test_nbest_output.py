@@ -4,7 +4,7 @@ each list the 1-best translation, and --ensemble in place of --checkpoint_dir.""
 import numpy as np
 import pytest
 
-from t5x_mt.decoding import search
+from t5x_mt.decoding.search import common
 from t5x_mt.decoding import nbest
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
@@ -49,7 +49,7 @@ def test_the_first_of_each_nbest_list_is_the_translation(trained_run, source, tm
       # alpha 1: the beam's score is the summed log-probability over the length.
       np.testing.assert_allclose(
           features['forward'],
-          features['forward_normalized'] * search.length_penalty(features['length'], 1.0),
+          features['forward_normalized'] * common.length_penalty(features['length'], 1.0),
           rtol=1e-5)
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from t5x_mt.model import decode_cache
-from t5x_mt.decoding import search
+from t5x_mt.decoding.search import beam_search
+from t5x_mt.decoding.search import common
 from t5x_mt.model import models
 from t5x_mt.model import network
 from t5x_mt.core.errors import UserError
@@ -162,7 +163,7 @@ def check_beam_scores_are_teacher_forced(config, cache_lengths, seed=3):
           method=network.Transformer.decode)
       return logits[:, -1], decode_cache.split_fixed(variables['cache'])[1]
 
-    return search.beam_search(
+    return beam_search.beam_search(
         tokens_to_logits, cache, prefix=None, beam_size=beam_size, alpha=alpha,
         max_decode_length=max_decode_length, cache_lengths=cache_lengths,
         extend_cache=decode_cache.extend, expand_cache=decode_cache.expand)
@@ -179,7 +180,7 @@ def check_beam_scores_are_teacher_forced(config, cache_lengths, seed=3):
                       for row in targets])
   for row, length in enumerate(lengths):
     token_log_probs = log_probs[row, np.arange(length), targets[row, :length]]
-    want = token_log_probs.sum() / search.length_penalty(length, alpha)
+    want = token_log_probs.sum() / common.length_penalty(length, alpha)
     np.testing.assert_allclose(np.asarray(scores).reshape(-1)[row], want, rtol=1e-5,
                                atol=1e-5)
   assert len({tuple(row) for row in targets}) > len(PAIRS)  # Beams differ, so they reorder.

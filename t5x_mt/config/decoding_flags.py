@@ -1,7 +1,13 @@
 """The flags of every command that decodes (translate.py, evaluate.py, back_translate.py,
 distill.py, rerank.py, ...): which model to load (a run, an ensemble of runs, one run per
 language family) and how to decode with it, checked before anything loads, and the loading
-of what they name."""
+of what they name.
+
+The search method is --search (the registered methods, `decoding.search`), and each
+method's settings are flags named after the fields of its settings dataclass, declared
+there once: --beam_size and --stop (beam), --temperature, --top_k, --top_p, --epsilon and
+--seed (sampling). They are the names gin binds too (`decoding.DecodeSettings.<field>`).
+"""
 
 import argparse
 import math
@@ -9,7 +15,9 @@ from typing import Any
 
 from t5x_mt.core import files
 from t5x_mt.core import languages
+from t5x_mt.core import validation
 from t5x_mt.core.errors import UserError
+from t5x_mt.decoding import search
 
 
 def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = False) -> None:
@@ -33,8 +41,14 @@ def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = Fa
                         '1=DIR,2=DIR,...; each direction goes to its target\'s group (swh: 3)')
   parser.add_argument('--step', type=int, default=None,
                       help='checkpoint step to load (default: the latest)')
-  parser.add_argument('--beam_size', type=int, default=None,
-                      help="beam width; 1 is greedy (default: the run's setting, else 4)")
+  parser.add_argument('--search', default=None,
+                      help=f'search method: {", ".join(search.names())} (default: the '
+                      "method whose setting flags are given, else the run's, else "
+                      f'{search.DEFAULT})')
+  for name, (method, field) in search.setting_fields().items():
+    parser.add_argument(f'--{name}', type=field.type, default=None,
+                        help=f'{method.name}: {field.metadata["help"]} (default: the run\'s '
+                        f'setting, else {field.default})')
   parser.add_argument('--alpha', type=float, default=None,
                       help="length penalty exponent (default: the run's setting, else 1.0)")
   parser.add_argument('--batch_size', type=int, default=None,
@@ -66,8 +80,8 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
   names_runs = getattr(args, 'ctranslate2', None) is None  # An exported folder names the model.
   if names_runs:
     _check_model_flags(args)
-  overrides = {}
-  for name, at_least in (('beam_size', 1), ('alpha', None), ('batch_size', 1),
+  overrides = search_overrides(args)
+  for name, at_least in (('alpha', None), ('batch_size', 1),
                          ('parallel_batches', 1), ('no_repeat_ngram_size', 0),
                          ('max_length_ratio', 0), ('max_length_offset', 0)):
     value = getattr(args, name)
@@ -87,6 +101,30 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
   if names_runs and args.ensemble is not None:
     _check_ensemble_combination(args.ensemble_combination)
   return overrides
+
+
+def search_overrides(args: argparse.Namespace) -> dict[str, Any]:
+  """--search and the search methods' setting flags given, checked: the method and its
+  settings. Without --search, setting flags choose the method they belong to (--top_k:
+  sampling; --beam_size=1 still means a greedy beam); a flag of another method than the
+  one chosen is refused."""
+  fields = search.setting_fields()
+  given = {name: getattr(args, name) for name in fields if getattr(args, name) is not None}
+  owners = {name: fields[name][0].name for name in given}
+  chosen = args.search
+  if chosen is not None:
+    validation.choice('--search', chosen, search.names())
+  elif len(set(owners.values())) > 1:
+    flags = ', '.join(f'--{name} ({owner})' for name, owner in owners.items())
+    raise UserError(f'{flags}: settings of different search methods; give --search')
+  elif owners:
+    chosen = next(iter(owners.values()))
+  for name, value in given.items():
+    if owners[name] != chosen:
+      raise UserError(f'--{name}: a setting of --search={owners[name]}, not of '
+                      f'--search={chosen}')
+    search.check_setting(name, value, f'--{name}')
+  return ({'search': chosen} if chosen is not None else {}) | given
 
 
 def _check_model_flags(args: argparse.Namespace) -> None:

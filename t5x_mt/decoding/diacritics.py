@@ -27,7 +27,7 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-from t5x_mt.decoding import search
+from t5x_mt.decoding.search import common
 from t5x_mt.decoding import inference
 from t5x_mt.model import models
 from t5x_mt.core import partitioning
@@ -235,7 +235,7 @@ def _constrained_greedy(model: models.TranslationModel, params: Any, encoder_tok
     candidates_here, allowed_here, prior_here = step_inputs
     logits, cache = step(token, cache)
     scores = jnp.take_along_axis(logits, candidates_here, axis=1) + prior_here
-    choice = jnp.argmax(jnp.where(allowed_here, scores, search.NEG_INF), axis=-1)
+    choice = jnp.argmax(jnp.where(allowed_here, scores, common.NEG_INF), axis=-1)
     output = jnp.take_along_axis(candidates_here, choice[:, None], axis=1)
     return (output, cache), choice.astype(jnp.int32)
 

@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from t5x_mt.decoding import search
+from t5x_mt.decoding.search import common
 from t5x_mt.model import models
 from t5x_mt.core.directions import Direction
 from t5x_mt.core.errors import UserError
@@ -79,7 +79,7 @@ class Ensemble:
 
   def start_decoding(self, params: Sequence[Any], encoded: Sequence[Any],
                      encoder_tokens: Array, direction: Array, cache_length: int
-                     ) -> tuple[search.TokensToLogits, search.Cache]:
+                     ) -> tuple[common.TokensToLogits, common.Cache]:
     """(the combined step, the members' caches as a tuple)."""
     started = [member.start_decoding(member_params, member_encoded, encoder_tokens,
                                      direction, cache_length)
@@ -98,7 +98,7 @@ class Ensemble:
     """A member's log-probabilities over the vocabulary's pieces."""
     is_piece = jnp.arange(logits.shape[-1]) < self.num_pieces
     return jax.nn.log_softmax(
-        jnp.where(is_piece, logits.astype(jnp.float32), search.NEG_INF), axis=-1)
+        jnp.where(is_piece, logits.astype(jnp.float32), common.NEG_INF), axis=-1)
 
   def combine(self, log_probs: Sequence[Array]) -> Array:
     """The members' log-probabilities [N, V] combined into the ensemble's scores [N, V]."""
@@ -107,12 +107,12 @@ class Ensemble:
     weighted = jnp.stack([lp + jnp.log(w) for w, lp in zip(self.weights, log_probs)])
     return jax.nn.logsumexp(weighted, axis=0)
 
-  def expand_cache(self, caches: Sequence[search.Cache], beam_size: int
-                   ) -> tuple[search.Cache, ...]:
+  def expand_cache(self, caches: Sequence[common.Cache], beam_size: int
+                   ) -> tuple[common.Cache, ...]:
     return tuple(member.expand_cache(cache, beam_size)
                  for member, cache in zip(self.members, caches))
 
-  def extend_cache(self, caches: Sequence[search.Cache], length: int
-                   ) -> tuple[search.Cache, ...]:
+  def extend_cache(self, caches: Sequence[common.Cache], length: int
+                   ) -> tuple[common.Cache, ...]:
     return tuple(member.extend_cache(cache, length)
                  for member, cache in zip(self.members, caches))

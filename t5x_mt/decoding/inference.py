@@ -1,4 +1,4 @@
-"""Text in, text out: tags, length-bucketed batching, beam search, detokenisation.
+"""Text in, text out: tags, length-bucketed batching, search, detokenisation.
 
 The same path serves `launch/translate.py`, `launch/evaluate.py` and evaluation during
 training, so the scores a run reports are the scores its users get.
@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from t5x_mt.decoding import search
+from t5x_mt.decoding.search import common
 from t5x_mt.core import partitioning
 from t5x_mt.decoding import prediction
 from t5x_mt.core import processes
@@ -25,7 +26,7 @@ from t5x_mt.data import wmt22
 from t5x_mt.core.directions import Direction
 from t5x_mt.core.errors import UserError
 
-# The beam search's inputs are padded up to one of these lengths, so a corpus compiles few
+# The search's inputs are padded up to one of these lengths, so a corpus compiles few
 # search programs (the encoder runs before, at the batch's own longest length: its
 # program has no loop and compiles in a fraction of the search's time). Steps of at most
 # 1.5x keep the cross-attention's padding under a third.
@@ -55,24 +56,30 @@ class Hypothesis(NamedTuple):
   """One of a sentence's n-best translations and the search's scores of it."""
   text: str
   log_prob: float  # summed log-probability of its pieces, EOS included (ensemble: score)
-  score: float     # log_prob / length ** alpha, by which beam search ranks it
+  score: float     # log_prob / length ** alpha, by which n-best lists are ranked
   length: int      # generated pieces, EOS included, the forced tag not
 
 
+@search.with_method_settings
 @dataclasses.dataclass(frozen=True)
 class DecodeSettings:
   """How a Translator decodes; bound in gin as `decoding.DecodeSettings.<field>`.
 
+  Besides the fields below it has every registered search method's settings as fields
+  of the same names (`search.with_method_settings`): beam_size and stop (beam search),
+  temperature, top_k, top_p, epsilon and seed (sampling). `search` chooses the method;
+  the others' settings are kept, unused, so that a config may hold them for a command
+  that chooses another method (`--search`).
+
   Attributes:
-    beam_size: beam width; 1 decodes greedily.
+    search: the search method's name (`search.names()`): 'beam' (with beam_size 1:
+      greedy), 'greedy' or 'sampling'.
     alpha: length penalty: hypotheses are ranked by sum log p / length^alpha, length
       counting generated tokens up to and including EOS (fairseq's --lenpen).
     batch_size: sentences per decoding batch (rounded up to the data-parallel devices).
     max_input_length: source tokens kept (tag and EOS included); longer input is cut.
     max_decode_length: generated tokens at most; each batch allows twice its bucketed
       input length plus 16, up to this limit.
-    stop: when beam search ends early (search.beam_search): 'beam_full' (as fairseq:
-      once beam_size hypotheses have finished), 'best' or 'exact'.
     pivot_language: the language pivoted directions go through.
     pivot_directions: directions ('hau_Latn-zul_Latn') translated X -> pivot -> Y instead
       of directly; '*' pivots every direction that does not involve the pivot language.
@@ -89,12 +96,11 @@ class DecodeSettings:
       yoruba_diacritics.gin) whose model restores the tone marks and underdots of outputs
       into yor_Latn, as `run_loading.load_model` wires it (None: outputs as decoded).
   """
-  beam_size: int = 4
+  search: str = search.DEFAULT
   alpha: float = 1.0
   batch_size: int = 64
   max_input_length: int = 256
   max_decode_length: int = 256
-  stop: str = 'beam_full'
   pivot_language: str = 'eng_Latn'
   pivot_directions: Sequence[str] = ()
   no_repeat_ngram_size: int = 0
@@ -106,26 +112,32 @@ class DecodeSettings:
   def __post_init__(self):
     # gin may give a list; the settings are hashable values.
     object.__setattr__(self, 'pivot_directions', tuple(self.pivot_directions))
-    name = lambda field: f'decoding.DecodeSettings.{field}'
-    for field in ('beam_size', 'batch_size', 'max_input_length', 'max_decode_length'):
+    name = search.binding_name
+    validation.choice(name('search'), self.search, search.names())
+    for field in ('batch_size', 'max_input_length', 'max_decode_length'):
       validation.integer(name(field), getattr(self, field), minimum=1)
     validation.number(name('alpha'), self.alpha)
     validation.integer(name('no_repeat_ngram_size'), self.no_repeat_ngram_size, minimum=0)
     validation.number(name('max_length_ratio'), self.max_length_ratio, at_least=0.0)
     validation.integer(name('max_length_offset'), self.max_length_offset, minimum=0)
-    validation.choice(name('stop'), self.stop, search.STOP_CRITERIA)
     if self.parallel_batches is not None:
       validation.integer(name('parallel_batches'), self.parallel_batches, minimum=1)
+    search.check_method_settings(self)
 
-  def output_limits(self) -> search.OutputLimits:
-    return search.OutputLimits(self.no_repeat_ngram_size, self.max_length_ratio,
+  @property
+  def search_settings(self) -> Any:
+    """The chosen method's settings (`search.BeamSettings`, ...), from the fields."""
+    return search.get(self.search).settings_from(self)
+
+  def output_limits(self) -> common.OutputLimits:
+    return common.OutputLimits(self.no_repeat_ngram_size, self.max_length_ratio,
                                  self.max_length_offset)
 
 
 class Translator:
   """Translates sentences with a model's parameters and the run's vocabulary: text to
-  tagged ids, ids to length-bucketed batches, batches through the model's beam search
-  (`prediction.predict_batch`), ids back to text; pivoted directions leg by leg. The
+  tagged ids, ids to length-bucketed batches, batches through the search method its
+  settings choose (`prediction.predict_batch`), ids back to text; pivoted directions leg by leg. The
   model is a run's `models.TranslationModel` or an `ensemble.Ensemble` of runs.
 
   `target_languages`: the languages the model was trained to translate into; any other
@@ -229,12 +241,12 @@ class Translator:
     return self._search_batch(encoder_ids, prefix_id, direction, 0)
 
   def _run_nbest_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
-                       direction: int, nbest: int) -> prediction.NBest:
+                       direction: int, nbest: int) -> common.NBest:
     """The batch's `nbest` best outputs per sentence and their scores."""
     return self._search_batch(encoder_ids, prefix_id, direction, nbest)
 
   def _search_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
-                    direction: int, nbest: int) -> np.ndarray | prediction.NBest:
+                    direction: int, nbest: int) -> np.ndarray | common.NBest:
     """`prediction.predict_batch` over the batch, gathered from every process."""
     length, decode_length = self.batch_lengths(encoder_ids)
     rows = self._batch_rows(len(encoder_ids))
@@ -251,8 +263,8 @@ class Translator:
           self.model, self.params, self._global_rows(tokens),
           input_length=max(len(ids) for ids in encoder_ids), direction=direction,
           prefix_id=prefix_id, max_decode_length=decode_length,
-          beam_size=self.settings.beam_size, alpha=self.settings.alpha,
-          stop=self.settings.stop, num_pieces=self.tokenizer.get_piece_size(),
+          search_settings=self.settings.search_settings, alpha=self.settings.alpha,
+          num_pieces=self.tokenizer.get_piece_size(),
           limits=self.settings.output_limits(), banned_pieces=self._reserved_pieces,
           nbest=nbest)
       return jax.tree_util.tree_map(processes.gather, outputs)
@@ -302,9 +314,10 @@ class Translator:
   def translate_nbest(self, sentences: Sequence[str], src_lang: str, tgt_lang: str,
                       nbest: int, on_batch: Callable[[int], None] | None = None
                       ) -> list[list[Hypothesis]]:
-    """The `nbest` (<= beam size) best translations of each sentence from src_lang into
-    tgt_lang by the model alone, best first, as beam search ranks them (fewer where fewer
-    hypotheses exist); `on_batch` as in `translate`. A pivoted direction is refused:
+    """The `nbest` best translations of each sentence from src_lang into tgt_lang by the
+    model alone, best first by their scores: beam search's `nbest` best (at most its
+    beam; fewer where fewer hypotheses exist), or `nbest` independent samples;
+    `on_batch` as in `translate`. A pivoted direction is refused:
     its n-best list would rank the second leg's outputs of the first leg's best."""
     if self.pivots(src_lang, tgt_lang):
       raise UserError(f'n-best lists: {src_lang}-{tgt_lang} pivots through '
@@ -314,13 +327,13 @@ class Translator:
       outputs[index] = [
           Hypothesis(self.decode_target(ids), float(log_prob), float(score), int(length))
           for ids, score, log_prob, length in zip(*found)
-          if score > search.NEG_INF / 2]
+          if score > common.NEG_INF / 2]
     return outputs
 
   def _decoded(self, sentences: Sequence[str], src_lang: str, tgt_lang: str, nbest: int,
                on_batch: Callable[[int], None] | None) -> Iterator[tuple[int, Any]]:
     """(index, the search's output for it) for every sentence, batch by batch: its ids,
-    or with `nbest` its rows of `prediction.NBest`."""
+    or with `nbest` its rows of `common.NBest`."""
     self.check_target(tgt_lang)
     self.model.check_direction(Direction(src_lang, tgt_lang), 'translate')
     direction = Direction(src_lang, tgt_lang).id

@@ -135,11 +135,14 @@ def readme(exported: Export, checkpoint_dir: str, translator: inference.Translat
   origin = _paragraphs(
       f'Exported by t5x_mt from run `{checkpoint_dir}`, checkpoint {exported.step}, with '
       f'{exported.quantization} weights: {exported.model}.')
+  chosen = ', '.join(f'{name} {value}' for name, value
+                     in dataclasses.asdict(settings.search_settings).items())
   serving = _paragraphs(
       'translate.py reads this folder as it reads a run: the same tokenisation '
-      '(`vocab.model`), language tags, pivots and decoding settings (`config.gin`: beam '
-      f'{settings.beam_size}, length penalty {settings.alpha}, batches of '
-      f'{settings.batch_size}); its decoding flags override them.')
+      '(`vocab.model`), language tags, pivots and decoding settings (`config.gin`: '
+      f'{settings.search} search{f" ({chosen})" if chosen else ""}, length penalty '
+      f'{settings.alpha}, batches of {settings.batch_size}); its decoding flags override '
+      'them.')
   rules = _paragraphs(
       f'Tag strategy `{translator.tag_strategy}`. The source is '
       f"{_tag_rule(direction_tags.encoder_tag, src_lang, tgt_lang)}, the sentence's "

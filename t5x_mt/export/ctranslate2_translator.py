@@ -7,13 +7,17 @@ sentences are tagged, cut, sorted into batches, given each batch's output limit,
 pivoted and detokenised by `inference.Translator`'s own code; only each batch's search
 runs in CTranslate2, on CPU, `parallel_batches` batches at once (its `inter_threads`).
 
-The search is CTranslate2's. Settings it cannot honour exactly are refused in one line:
-`max_length_ratio` (CTranslate2's output limit holds for a whole batch and does not end
-a translation with EOS) and a `stop` rule other than 'beam_full' (its beam search ends a
-sentence once beam_size hypotheses have finished). Its length penalty counts the forced
-target tag; the best translation is chosen among its finished hypotheses by the run's
-own score, sum log p / (generated length incl. EOS) ** alpha. docs/serving.md lists
-where its beam search may still choose another translation than ours.
+The search is CTranslate2's: the registered search methods it runs are in
+SEARCH_OPTIONS (beam, greedy, sampling with top-k, top-p and temperature), and any other
+is refused in one line, as are settings it cannot honour exactly: `max_length_ratio`
+(CTranslate2's output limit holds for a whole batch and does not end a translation with
+EOS), a `stop` rule other than 'beam_full' (its beam search ends a sentence once
+beam_size hypotheses have finished) and sampling's `epsilon` (it has no epsilon
+sampling). Its length penalty counts the forced target tag; the best translation is
+chosen among its finished hypotheses by the run's own score, sum log p / (generated
+length incl. EOS) ** alpha. docs/serving.md lists where its beam search may still choose
+another translation than ours. Its samples come from its own generator, seeded once with
+`seed`: unlike ours (`decoding.search.sampling`), they depend on a sentence's batch.
 """
 
 from collections.abc import Mapping, Sequence
@@ -25,6 +29,7 @@ import numpy as np
 
 from t5x_mt.core import files
 from t5x_mt.decoding import inference
+from t5x_mt.decoding import search
 from t5x_mt.model import models
 from t5x_mt.model import network
 from t5x_mt.runs import run_layout
@@ -33,6 +38,15 @@ from t5x_mt.data import tags
 from t5x_mt.core.errors import UserError
 
 FLAG = '--ctranslate2'
+
+# CTranslate2's `translate_batch` arguments for the settings of each search method it runs.
+SEARCH_OPTIONS = {
+    'beam': lambda beam: dict(beam_size=beam.beam_size, num_hypotheses=beam.beam_size),
+    'greedy': lambda greedy: dict(beam_size=1, num_hypotheses=1),
+    'sampling': lambda sampling: dict(
+        beam_size=1, num_hypotheses=1, sampling_topk=sampling.top_k,
+        sampling_topp=sampling.top_p, sampling_temperature=sampling.temperature),
+}
 
 
 def check_settings(settings: inference.DecodeSettings, overrides: Mapping[str, Any],
@@ -48,10 +62,18 @@ def check_settings(settings: inference.DecodeSettings, overrides: Mapping[str, A
     raise UserError(f'{where("max_length_ratio")}: CTranslate2 limits the output of a '
                     'whole batch and ends it without EOS, not each sentence at its own '
                     'length; give --max_length_ratio=0 to translate without that limit')
-  if settings.stop != 'beam_full':
+  if settings.search not in SEARCH_OPTIONS:
+    raise UserError(f'{where("search")}: CTranslate2 cannot decode with {settings.search} '
+                    f'search; it runs {", ".join(SEARCH_OPTIONS)}')
+  chosen = settings.search_settings
+  if isinstance(chosen, search.BeamSettings) and chosen.stop != 'beam_full':
     raise UserError(f"{where('stop')}: CTranslate2's beam search stops a sentence once "
                     "beam_size hypotheses have finished ('beam_full') and cannot stop "
                     'as this rule does')
+  if isinstance(chosen, search.SamplingSettings) and chosen.epsilon > 0:
+    raise UserError(f"{where('epsilon')}: CTranslate2 samples with top-k, top-p and "
+                    'temperature, not epsilon; give --epsilon=0, or decode with '
+                    '--checkpoint_dir')
 
 
 class CTranslate2Translator(inference.Translator):
@@ -73,6 +95,8 @@ class CTranslate2Translator(inference.Translator):
     self._engine = ctranslate2.Translator(
         model_dir, device='cpu', inter_threads=self.parallel_batches,
         intra_threads=max(1, cores // self.parallel_batches))
+    if isinstance(settings.search_settings, search.SamplingSettings):
+      ctranslate2.set_random_seed(settings.search_settings.seed)
     reserved = np.flatnonzero(tags.reserved_pieces(self.tokenizer))
     self._not_text = [[self.tokenizer.id_to_piece(int(i))] for i in reserved]
 
@@ -88,7 +112,7 @@ class CTranslate2Translator(inference.Translator):
     results = self._engine.translate_batch(
         [[pieces(i) for i in ids] for ids in encoder_ids],
         target_prefix=[prefix] * len(encoder_ids) if prefix else None,
-        beam_size=settings.beam_size, num_hypotheses=settings.beam_size,
+        **SEARCH_OPTIONS[settings.search](settings.search_settings),
         length_penalty=settings.alpha, no_repeat_ngram_size=settings.no_repeat_ngram_size,
         suppress_sequences=self._not_text, return_end_token=True, return_scores=True,
         max_input_length=0, max_decoding_length=decode_length, min_decoding_length=0)
