@@ -455,3 +455,33 @@ def test_a_commands_log_shows_warnings_in_the_projects_format_and_no_info(tmp_pa
                         env=command_environment(), capture_output=True, text=True,
                         timeout=120, check=False)
   assert (done.returncode, done.stderr, done.stdout) == (0, 'WARNING root: a warning\n', '')
+
+
+@pytest.mark.parametrize('flags, shown', [
+    ([], 'INFO t5x_mt.progress: step 1 of 2\nWARNING root: a warning\n'),
+    (['--verbosity=info'], 'INFO t5x_mt.progress: step 1 of 2\nINFO root: 3 pairs held out\n'
+     'WARNING root: a warning\n'),
+    (['--verbosity=warning'], 'WARNING root: a warning\n'),
+    (['--verbosity=error'], ''),
+])
+def test_verbosity_says_what_a_commands_log_shows(flags, shown, tmp_path):
+  """By default a log file gets the progress lines that stand in for a bar, and warnings."""
+  command = ('import logging\n'
+             'from t5x_mt.core import cli\n'
+             'def main(argv):\n'
+             "  cli.argument_parser('a command').parse_args(argv)\n"
+             "  logging.getLogger(cli.PROGRESS_LOG).info('step 1 of 2')\n"
+             "  logging.info('3 pairs held out')\n"
+             "  logging.warning('a warning')\n"
+             'cli.run(main)\n')
+  done = subprocess.run([sys.executable, '-c', command, *flags], cwd=tmp_path,
+                        env=command_environment(), capture_output=True, text=True,
+                        timeout=120, check=False)
+  assert (done.returncode, done.stderr, done.stdout) == (0, shown, '')
+
+
+def test_an_unknown_verbosity_is_one_line_naming_the_flag(workdir):
+  finished = launch('translate.py', '--verbosity=loud', cwd=workdir)
+  assert_refused(finished, "error: argument --verbosity: invalid choice: 'loud' (choose from "
+                 "'debug', 'info', 'warning', 'error'); see --help")
+  assert finished.imported == []

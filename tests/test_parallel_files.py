@@ -146,3 +146,21 @@ def test_recipe_trains_on_the_files_and_scores_held_out_and_test_lines(home, mon
   assert test['directions'][f'{ENG}-{HAU}']['n'] == len(TEST_PAIRS)
   assert (model_dir / 'vocab.model').is_file()
   assert not (home / 'unused.model').exists()
+
+
+@pytest.mark.parametrize('verbosity', [None, 'info'])
+def test_with_verbosity_info_the_log_says_how_many_pairs_repeat_a_held_out_one(
+    verbosity, home, monkeypatch, capsys, caplog):
+  """What docs/your_own_data.md says the log gives; hidden at the default verbosity."""
+  flags = recipe_flags(home / 'run', **GOOD_MACROS, VALIDATION_LINES=str(HELD_OUT), **{
+      'evaluation.EvalConfig.split': "'nope'"})  # Refused once the corpus is read.
+  code, _, stderr = run_in_process(
+      'train.py', flags + ([f'--verbosity={verbosity}'] if verbosity else []), monkeypatch,
+      capsys)
+  assert code == 2 and 'has nope pairs' in stderr
+  held_out = [record.getMessage() for record in caplog.records
+              if 'are its validation split' in record.getMessage()]
+  assert held_out == ([f"Corpus 'parallel_files': the last {HELD_OUT} lines of "
+                       f'{home}/train.eng and {home}/train.hau are its validation split (1 '
+                       'earlier training pairs repeat one of them and are left out)']
+                      if verbosity else [])

@@ -9,6 +9,7 @@ Bars show only on a terminal, so the tests hand the commands a stderr that says 
 import dataclasses
 import io
 import json
+import logging
 import os
 import re
 import sys
@@ -19,9 +20,11 @@ import pytest
 import tensorflow as tf
 import tqdm
 
+from t5x_mt.core import cli
 from t5x_mt.training import actions
 from t5x_mt.evaluation import scoring
 from t5x_mt.core import files
+from t5x_mt.core import progress
 from t5x_mt.runs import run_layout
 from t5x_mt.config import run_loading
 from t5x_mt.decoding import line_streaming
@@ -264,3 +267,41 @@ def test_a_table_names_its_split_and_task_and_shows_looping_and_copy():
   summary['split'] = 'test'
   assert scoring.format_table(summary).splitlines()[0] == (
       'test split of cldr_demo, family models')
+
+
+class _Clock:
+  """time.perf_counter that moves only when told."""
+
+  def __init__(self):
+    self.now = 0.0
+
+  def perf_counter(self) -> float:
+    return self.now
+
+
+@pytest.mark.parametrize('bar_drawn', [False, True])
+def test_a_run_without_a_bar_logs_its_progress_at_each_logged_step(bar_drawn, tmp_path,
+                                                                   monkeypatch, caplog):
+  """Step, loss, throughput and the time left at the window's pace, where no bar shows them
+  (a log file, a pipe); a terminal has the bar instead."""
+  clock = _Clock()
+  monkeypatch.setattr(actions, 'time', clock)
+  monkeypatch.setattr(sys, 'stderr', Terminal() if bar_drawn else io.StringIO())
+  bar = progress.bar(total=4, desc='train', unit='step')
+  run = types.SimpleNamespace(
+      layout=run_layout.RunLayout(tmp_path), start_step=0, paused_seconds=0.0,
+      config=types.SimpleNamespace(train_steps=4), schedule=lambda step: 1e-3,
+      direction_names=['eng_Latn-hau_Latn'], progress=bar)
+  log_metrics = actions.LogMetrics(run, every=2)
+  # 100 target tokens a step at a loss of 2.5; 5 s a step, then 10.
+  metrics = {'loss_sum': 250.0, 'tokens': 100.0, 'direction_loss_sums': [250.0],
+             'direction_tokens': [100.0], 'grad_norm': 1.0, 'nonfinite': 0}
+  with caplog.at_level(logging.INFO, logger=cli.PROGRESS_LOG):
+    for step, now in ((1, 5.0), (2, 10.0), (3, 20.0), (4, 30.0)):
+      clock.now = now
+      log_metrics.after_step(run, step, metrics)
+  bar.close()
+  lines = [record.getMessage() for record in caplog.records if record.name == cli.PROGRESS_LOG]
+  assert lines == ([] if bar_drawn else [
+      'step 2/4: loss 2.500, 20 tokens/s, 00:10 left',
+      'step 4/4: loss 2.500, 10 tokens/s, 00:00 left'])

@@ -3,6 +3,8 @@
 A command prints its own output and nothing else: TensorFlow's and XLA's start-up logging
 is kept off stderr, and `--help` and argument errors are answered before TensorFlow or JAX
 is imported at all (each command calls `start_tensorflow` once its flags are checked).
+Its log (stderr) shows warnings, and progress lines where no progress bar is drawn (a log
+file, a pipe); `--verbosity` on every command shows more or less (`set_verbosity`).
 """
 
 import argparse
@@ -27,6 +29,10 @@ EXIT_USER_ERROR = 2
 EXIT_RUN_FAILURE = 1
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a filter cut off.
 _COORDINATOR_ADDRESS = re.compile(r'^(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d+$')
+VERBOSITIES = ('debug', 'info', 'warning', 'error')
+# The logger of the lines that stand in for a progress bar where none is drawn
+# (`progress.report`): shown at a command's default verbosity.
+PROGRESS_LOG = 't5x_mt.progress'
 
 # Lines TensorFlow's native code prints while it loads and looks for GPUs, whatever
 # TF_CPP_MIN_LOG_LEVEL says: that absl logs before it is set up, (on CPUs with AVX-512
@@ -54,10 +60,8 @@ def run(main: Callable[[list[str]], int | None]) -> None:
   # that bad input stays one line. Set first: a module-level logging call made before it
   # (malloc's set-up logs one) would install Python's default handler instead.
   logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
+  set_verbosity(None)
   host_memory.retain_freed_memory()
-  # seqio warns that in-memory sources shuffle poorly across restarts; runs here restore
-  # the input iterator's exact position instead of restarting it.
-  logging.getLogger('absl').setLevel(logging.ERROR)
   logging.getLogger().addFilter(_not_a_gin_search_miss)
   try:
     code = main(sys.argv[1:])
@@ -74,6 +78,20 @@ def run(main: Callable[[list[str]], int | None]) -> None:
     _exit_with(UserError(f'{model_file}: cannot load this SentencePiece model '
                          f'({_first_line(error)})'))
   sys.exit(code or 0)
+
+
+def set_verbosity(verbosity: str | None) -> None:
+  """What a command's log shows: by default (None) warnings and errors, and the progress
+  lines that stand in for a bar where none is drawn; else that level of `VERBOSITIES`
+  and above (`info`: what a command does, such as the held-out lines of a corpus), progress
+  lines from `info` on, and the lines of absl's libraries at `debug` alone.
+  """
+  logging.getLogger().setLevel(logging.WARNING if verbosity is None else verbosity.upper())
+  logging.getLogger(PROGRESS_LOG).setLevel(logging.INFO if verbosity is None
+                                           else logging.NOTSET)
+  # seqio warns that in-memory sources shuffle poorly across restarts; runs here restore
+  # the input iterator's exact position instead of restarting it.
+  logging.getLogger('absl').setLevel(logging.DEBUG if verbosity == 'debug' else logging.ERROR)
 
 
 def _exit_reader_gone() -> NoReturn:
@@ -149,7 +167,8 @@ def _start_up_noise_dropped() -> Iterator[None]:
 class _ArgumentParser(argparse.ArgumentParser):
   """Argument errors are UserErrors: one line naming the flag, not the usage and a line.
 
-  A misspelt flag is named before the required flag it leaves missing.
+  A misspelt flag is named before the required flag it leaves missing. --verbosity takes
+  effect as the flags are parsed, before the command logs anything.
   """
 
   def parse_args(self, args=None, namespace=None):
@@ -161,7 +180,10 @@ class _ArgumentParser(argparse.ArgumentParser):
       if flag.startswith('--') and flag not in self._option_string_actions:
         close = difflib.get_close_matches(flag, self._option_string_actions, n=1)
         self.error(f'unknown flag {argument}' + (f' (did you mean {close[0]}?)' if close else ''))
-    return super().parse_args(args, namespace)
+    parsed = super().parse_args(args, namespace)
+    if parsed.verbosity is not None:
+      set_verbosity(parsed.verbosity)
+    return parsed
 
   def error(self, message: str) -> NoReturn:
     raise UserError(f'{message}; see --help')
@@ -171,10 +193,15 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
   """The flag parser of a command whose --help shows `description` (its docstring).
 
   Flags must be spelled in full: an abbreviation (`--src=` for `--src_lang`) could
-  silently mean another flag after a typo.
+  silently mean another flag after a typo. Every command has --verbosity (`set_verbosity`).
   """
-  return _ArgumentParser(description=description, allow_abbrev=False,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = _ArgumentParser(description=description, allow_abbrev=False,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--verbosity', choices=VERBOSITIES, default=None,
+                      help='what the log on stderr shows (default: warnings, and progress '
+                      'lines where no progress bar is drawn, as in a log file; info: also '
+                      'what the command does)')
+  return parser
 
 
 @contextlib.contextmanager

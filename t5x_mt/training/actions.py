@@ -30,6 +30,7 @@ from t5x_mt.evaluation import per_direction
 from t5x_mt.evaluation import scoring
 from t5x_mt.core import files
 from t5x_mt.core import processes
+from t5x_mt.core import progress
 from t5x_mt.runs import run_layout
 from t5x_mt.training.run import Run
 from t5x_mt.training import trainer
@@ -121,7 +122,8 @@ def _finite_or_not_a_number(value: Any) -> bool:
 
 class LogMetrics(Action):
   """Every `every` steps and at the last, one record of the window's token-weighted mean
-  losses, the learning rate, throughput and gradient norm (plus DRO's weights)."""
+  losses, the learning rate, throughput and gradient norm (plus DRO's weights); where the
+  run's bar is not drawn (a log file), a progress line in the log says the same."""
 
   def __init__(self, run: Run, every: int, robust: dro.DroTraining | None = None):
     self._every = every
@@ -129,6 +131,7 @@ class LogMetrics(Action):
     self.log = MetricsLog(run.layout, run.start_step)
     self._window_sums: Metrics | None = None
     self._window_start = time.perf_counter()
+    self._window_start_step = run.start_step
     self._paused_at_start = run.paused_seconds
     self.last_record: dict[str, Any] = {}
 
@@ -153,8 +156,19 @@ class LogMetrics(Action):
                         **(self._robust.log_record() if self._robust else {})}
     self.log.write(self.last_record)
     run.progress.set_postfix(loss=f'{summary["loss"]:.3f}')
+    progress.report(run.progress, _progress_line(
+        self.last_record, run.config.train_steps,
+        elapsed / (step - self._window_start_step)))
     self._window_sums, self._window_start = None, time.perf_counter()
+    self._window_start_step = step
     self._paused_at_start = run.paused_seconds
+
+
+def _progress_line(record: dict[str, Any], train_steps: int, seconds_per_step: float) -> str:
+  """The step, loss, throughput and time left at the window's pace: what the bar shows."""
+  left = tqdm.tqdm.format_interval((train_steps - record['step']) * seconds_per_step)
+  return (f"step {record['step']}/{train_steps}: loss {record['loss']:.3f}, "
+          f"{record['tokens_per_second']:,.0f} tokens/s, {left} left")
 
 
 class UpdateDro(Action):
