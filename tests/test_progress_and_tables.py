@@ -20,6 +20,7 @@ import pytest
 import tensorflow as tf
 import tqdm
 
+import data_tasks
 from t5x_mt.core import cli
 from t5x_mt.training import actions
 from t5x_mt.evaluation import scoring
@@ -197,7 +198,7 @@ def test_evaluate_tasks_shows_a_bar_and_labels_its_table(trained_run, tmp_path, 
 def _training_run(translator, layout: run_layout.RunLayout, progress_bar: bool):
   """What a run's evaluation reads of it: its translator, files and settings."""
   return types.SimpleNamespace(
-      translator=translator, layout=layout,
+      translator=translator, layout=layout, mixture=data_tasks.mixture_view(TASK),
       config=types.SimpleNamespace(mixture_or_task_name=TASK, progress_bar=progress_bar))
 
 
