@@ -8,7 +8,7 @@ file, a pipe); `--verbosity` on every command shows more or less (`set_verbosity
 """
 
 import argparse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 import contextlib
 import difflib
 import functools
@@ -178,8 +178,8 @@ class _ArgumentParser(argparse.ArgumentParser):
     for argument in arguments:
       flag = argument.partition('=')[0]
       if flag.startswith('--') and flag not in self._option_string_actions:
-        close = difflib.get_close_matches(flag, self._option_string_actions, n=1)
-        self.error(f'unknown flag {argument}' + (f' (did you mean {close[0]}?)' if close else ''))
+        close = _meant_flag(flag, self._option_string_actions)
+        self.error(f'unknown flag {argument}' + (f' (did you mean {close}?)' if close else ''))
     parsed = super().parse_args(args, namespace)
     if parsed.verbosity is not None:
       set_verbosity(parsed.verbosity)
@@ -187,6 +187,17 @@ class _ArgumentParser(argparse.ArgumentParser):
 
   def error(self, message: str) -> NoReturn:
     raise UserError(f'{message}; see --help')
+
+
+def _meant_flag(flag: str, known: Iterable[str]) -> str | None:
+  """The flag an unknown `flag` most likely means: the shortest it abbreviates (flags must
+  be spelled in full), else the closest spelling, else None."""
+  known = list(known)
+  abbreviated = sorted((name for name in known if name.startswith(flag)), key=len)
+  if abbreviated:
+    return abbreviated[0]
+  close = difflib.get_close_matches(flag, known, n=1)
+  return close[0] if close else None
 
 
 def argument_parser(description: str) -> argparse.ArgumentParser:
