@@ -6,7 +6,8 @@
 
 Translates the --lang sentences of the --monolingual files (one sentence per line) and of
 the --lang sides of the --from_corpus corpora (VolcTrans' trick), deduplicated, into
---into with batched beam search. --mode=bt (back-translation) writes the pairs
+--into with batched beam search, or with --search=sampling sampled (Edunov et al. 2018;
+docs/back_translation.md). --mode=bt (back-translation) writes the pairs
 <into>' -> <lang>; --mode=ft (forward translation, self-training) writes <lang> -> <into>'.
 --tag picks how the synthetic pairs are marked for training: 'bt' puts <BT> before the
 source (Caswell et al.), 'da' ends the synthetic side with <DA> (Tencent), 'none'.

@@ -5,8 +5,9 @@
       [--split=train] [--max_sentences=N] [--beam_size=4 ...]
 
 For each direction, the distinct sources of the corpus's pairs are translated by the teacher
-(--checkpoint_dir) with beam search, and the pairs (source, teacher translation) are
-written untagged into --output, a corpus folder a student run names in
+(--checkpoint_dir) with beam search (or another --search: --search=sampling distils
+samples), and the pairs (source, teacher translation) are written untagged into --output,
+a corpus folder a student run names in
 `data_tasks.register_from_config.corpora_dirs` (gin/runs/distill/student.gin). The
 student learns the teacher's single mode instead of the references' spread (Kim & Rush).
 Resumable as launch/back_translate.py is: rerun the same command after a kill.

@@ -9,8 +9,13 @@ runs sharing one vocabulary as one model (docs/decoding.md#ensembles); --family_
 --ctranslate2=DIR with the model folder launch/export.py wrote, on CPU through
 CTranslate2 (docs/serving.md).
 
---nbest=N writes each line's N best hypotheses (N <= the beam size) instead, in Moses'
-n-best format, which launch/rerank.py reads (docs/decoding.md#n-best-lists):
+--search=beam|greedy|sampling chooses the search (docs/decoding.md#search-methods), and
+each method's settings are flags of their own: --beam_size, --stop; --temperature,
+--top_k, --top_p, --epsilon, --seed.
+
+--nbest=N writes each line's N best hypotheses (N <= the beam size), or with
+--search=sampling N samples, instead, in Moses' n-best format, which launch/rerank.py
+reads (docs/decoding.md#n-best-lists):
 
   0 ||| hypothesis ||| forward=-4.1 forward_normalized=-0.82 length=5 ||| -0.82
 
@@ -51,7 +56,8 @@ def main(argv: list[str]) -> int:
                       '--checkpoint_dir')
   parser.add_argument('--nbest', type=int, default=0,
                       help='write the N best hypotheses of each line with their scores, in '
-                      "Moses' n-best format (N <= the beam size; default: the best alone)")
+                      "Moses' n-best format (N <= the beam size, or N samples; default: the "
+                      'best alone)')
   args = parser.parse_args(argv)
   _check_nbest(args)
   src_lang = languages.check_language(args.src_lang, '--src_lang')

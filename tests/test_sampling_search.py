@@ -5,6 +5,7 @@ a sentence draws the same alone as in a batch; the flags, gin and CTranslate2 ed
 import dataclasses
 import functools
 import importlib.util
+import json
 import math
 import shutil
 
@@ -18,14 +19,17 @@ from t5x_mt.config import decoding_flags
 from t5x_mt.config import run_loading
 from t5x_mt.core import cli
 from t5x_mt.core.errors import UserError
+from t5x_mt.decoding import ensemble
 from t5x_mt.decoding import inference
 from t5x_mt.decoding import prediction
+from t5x_mt.decoding import reranking
 from t5x_mt.decoding import search
 from t5x_mt.decoding.search import common
 from t5x_mt.decoding.search import sampling_search
 from t5x_mt.model import models
 
 from test_launch_translate_evaluate import LAUNCH
+from test_launch_translate_evaluate import run_in_process
 from test_network import PAIRS, TINY, padded_batch, random_params
 
 EOS = 1
@@ -259,6 +263,23 @@ def test_a_sentence_draws_the_same_in_any_batch_of_the_model():
   assert len({tuple(s) for s in np.asarray(together.sequences).reshape(-1, 6).tolist()}) > 2
 
 
+@pytest.mark.slow
+def test_an_ensemble_of_one_model_samples_as_the_model_does():
+  """An ensemble's step gives log-probabilities, the model's logits: one distribution."""
+  model = models.TranslationModel(TINY)
+  params = random_params(TINY, seed=1)
+  tokens = np.asarray(padded_batch(PAIRS, encoder_length=8)[0])
+  options = dict(input_length=8, direction=0, prefix_id=None, max_decode_length=6,
+                 alpha=1.0, num_pieces=TINY.vocab_size, nbest=2,
+                 search_settings=search.SamplingSettings(seed=8, top_p=0.95))
+  alone = prediction.predict_batch(model, params, tokens, **options)
+  one = ensemble.Ensemble([model], [1.0], 'mean_log_prob', num_pieces=TINY.vocab_size)
+  together = prediction.predict_batch(one, (params,), tokens, **options)
+  np.testing.assert_array_equal(np.asarray(together.sequences), np.asarray(alone.sequences))
+  np.testing.assert_allclose(np.asarray(together.log_probs), np.asarray(alone.log_probs),
+                             rtol=1e-5)
+
+
 # Through the Translator of the session's tiny run, on its mesh of eight devices.
 
 SENTENCES = ['Good morning', 'Where is the station?', 'Thank you very much', 'Yes',
@@ -366,3 +387,67 @@ def test_ctranslate2_refuses_epsilon_by_name():
       search.SamplingSettings(top_k=5, top_p=0.9, temperature=0.7)) == dict(
           beam_size=1, num_hypotheses=1, sampling_topk=5, sampling_topp=0.9,
           sampling_temperature=0.7)
+
+
+def test_rerank_chooses_by_mbr_among_epsilon_samples_it_decodes(trained_run, tmp_path,
+                                                               monkeypatch, capsys):
+  sources = ['Good morning', 'Thank you very much', '', 'Seven']
+  (tmp_path / 'src.eng').write_text(''.join(f'{s}\n' for s in sources), encoding='utf-8')
+  code, _, err = run_in_process('rerank.py', [
+      f'--checkpoint_dir={trained_run}', f'--source={tmp_path / "src.eng"}',
+      '--src_lang=eng_Latn', '--tgt_lang=hau_Latn', '--mbr_samples=4', '--epsilon=0.02',
+      '--seed=5', '--batch_size=4', f'--output={tmp_path / "mbr.hau"}'], monkeypatch, capsys)
+  assert code == 0, err
+  translator = run_loading.load_translator(str(trained_run), search='sampling',
+                                           epsilon=0.02, seed=5, batch_size=4)
+  lists = [translator.translate_nbest([s], 'eng_Latn', 'hau_Latn', 4)[0] if s
+           else [inference.Hypothesis('', 0.0, 0.0, 0)] for s in sources]
+  candidates = reranking.from_hypotheses(lists, 'src.eng')
+  expected = candidates.chosen(reranking.mbr_choices(candidates))
+  assert (tmp_path / 'mbr.hau').read_text('utf-8').splitlines() == expected
+  assert [len(hypotheses) for hypotheses in lists] == [4, 4, 1, 4]
+
+
+@pytest.mark.parametrize('flags, message', [
+    (['--nbest={list}', '--mbr', '--epsilon=0.02'],
+     '--epsilon: decodes candidates, only with --mbr_samples'),
+    (['--nbest={list}', '--mbr_samples=4'],
+     '--nbest: not with --mbr_samples, which decodes the candidates'),
+    (['--checkpoint_dir={run}', '--mbr_samples=4', '--source={list}'],
+     '--src_lang: needed with --mbr_samples'),
+    (['--checkpoint_dir={run}', '--mbr_samples=1'],
+     '--mbr_samples: MBR needs at least 2 candidates, got 1'),
+])
+def test_rerank_decoding_flags_are_refused_in_one_line_where_they_do_not_fit(
+    trained_run, tmp_path, monkeypatch, capsys, flags, message):
+  (tmp_path / 'list.nbest').write_text('0 ||| a ||| forward=-1.0 ||| -1.0\n', 'utf-8')
+  flags = [flag.format(list=tmp_path / 'list.nbest', run=trained_run) for flag in flags]
+  code, out, err = run_in_process('rerank.py', [*flags, f'--output={tmp_path / "out"}'],
+                                  monkeypatch, capsys)
+  assert (code, out, err.strip().splitlines()) == (2, '', [f'error: {message}'])
+
+
+def test_back_translation_samples_reproducibly_and_records_how(trained_run, tmp_path,
+                                                              monkeypatch, capsys):
+  """Sampled synthetic data (Edunov et al.; here forward, the tiny run's direction): the
+  pairs are the sampling Translator's, and the corpus records the search, so a restart
+  with another seed is refused."""
+  mono = tmp_path / 'eng.txt'
+  lines = ['Monday', 'January and February', 'Thank you']
+  mono.write_text(''.join(f'{line}\n' for line in lines), encoding='utf-8')
+  flags = [f'--checkpoint_dir={trained_run}', '--lang=eng_Latn', '--into=hau_Latn',
+           '--mode=ft', f'--monolingual={mono}', f'--output={tmp_path / "bt"}',
+           '--batch_size=2', '--search=sampling', '--top_p=0.9']
+  code, _, err = run_in_process('back_translate.py', [*flags, '--seed=1'], monkeypatch, capsys)
+  assert code == 0, err
+  manifest = json.loads((tmp_path / 'bt' / 'synthetic.json').read_text('utf-8'))
+  made_from = manifest['directions']['eng_Latn-hau_Latn']['made_from']
+  assert made_from['decoding'] == {'search': 'sampling', 'top_p': 0.9, 'seed': 1,
+                                   'batch_size': 2}
+  translator = run_loading.load_translator(str(trained_run), search='sampling', top_p=0.9,
+                                           seed=1)
+  expected = translator.translate(lines, 'eng_Latn', 'hau_Latn')
+  pairs = (tmp_path / 'bt' / 'eng_Latn-hau_Latn.hau_Latn').read_text('utf-8').splitlines()
+  assert pairs == [e for e in expected if e.strip()]
+  code, _, err = run_in_process('back_translate.py', [*flags, '--seed=2'], monkeypatch, capsys)
+  assert code == 2 and 'made from other input, model or flags' in err

@@ -20,57 +20,65 @@ from t5x_mt.core.errors import UserError
 from t5x_mt.decoding import search
 
 
-def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = False) -> None:
-  """Which run and checkpoint to load, and how to decode (translate.py, evaluate.py, ...).
+def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = False
+                       ) -> list[str]:
+  """Which run and checkpoint to load, and how to decode (translate.py, evaluate.py, ...);
+  returns the flags' names (argparse's dests).
 
   With `family_models`, --family_models may name one run per target-language family group
   instead of --checkpoint_dir (docs/methods.md#language-family-grouping).
   """
-  parser.add_argument('--checkpoint_dir', default=None, help="the training run's MODEL_DIR")
-  parser.add_argument('--ensemble', default=None,
-                      help='several runs sharing one vocabulary, decoding as one model, '
-                      'instead of --checkpoint_dir: RUN[:WEIGHT],RUN[:WEIGHT],... (weight 1 '
-                      'when left out); each loads its latest checkpoint')
-  parser.add_argument('--ensemble_combination', default='mean_log_prob',
-                      help='how --ensemble combines its runs at each step: mean_log_prob '
-                      '(weighted mean of log-probabilities, as Marian) or log_mean_prob '
-                      '(log of the weighted mean probability, as fairseq)')
+  names = []
+
+  def flag(*args: Any, **kwargs: Any) -> None:
+    names.append(parser.add_argument(*args, **kwargs).dest)
+
+  flag('--checkpoint_dir', default=None, help="the training run's MODEL_DIR")
+  flag('--ensemble', default=None,
+       help='several runs sharing one vocabulary, decoding as one model, '
+       'instead of --checkpoint_dir: RUN[:WEIGHT],RUN[:WEIGHT],... (weight 1 '
+       'when left out); each loads its latest checkpoint')
+  flag('--ensemble_combination', default='mean_log_prob',
+       help='how --ensemble combines its runs at each step: mean_log_prob '
+       '(weighted mean of log-probabilities, as Marian) or log_mean_prob '
+       '(log of the weighted mean probability, as fairseq)')
   if family_models:
-    parser.add_argument('--family_models', default=None,
-                        help='one run per family group instead of --checkpoint_dir: '
-                        '1=DIR,2=DIR,...; each direction goes to its target\'s group (swh: 3)')
-  parser.add_argument('--step', type=int, default=None,
-                      help='checkpoint step to load (default: the latest)')
-  parser.add_argument('--search', default=None,
-                      help=f'search method: {", ".join(search.names())} (default: the '
-                      "method whose setting flags are given, else the run's, else "
-                      f'{search.DEFAULT})')
+    flag('--family_models', default=None,
+         help='one run per family group instead of --checkpoint_dir: '
+         '1=DIR,2=DIR,...; each direction goes to its target\'s group (swh: 3)')
+  flag('--step', type=int, default=None,
+       help='checkpoint step to load (default: the latest)')
+  flag('--search', default=None,
+       help=f'search method: {", ".join(search.names())} (default: the '
+       "method whose setting flags are given, else the run's, else "
+       f'{search.DEFAULT})')
   for name, (method, field) in search.setting_fields().items():
-    parser.add_argument(f'--{name}', type=field.type, default=None,
-                        help=f'{method.name}: {field.metadata["help"]} (default: the run\'s '
-                        f'setting, else {field.default})')
-  parser.add_argument('--alpha', type=float, default=None,
-                      help="length penalty exponent (default: the run's setting, else 1.0)")
-  parser.add_argument('--batch_size', type=int, default=None,
-                      help="sentences per batch (default: the run's setting, else 64)")
-  parser.add_argument('--parallel_batches', type=int, default=None,
-                      help='batches decoded at once, a thread each (default: the CPU cores '
-                      'on one CPU device, else 1)')
-  parser.add_argument('--pivot_via', default=None,
-                      help='translate through this language (X -> pivot -> Y), e.g. eng_Latn')
-  parser.add_argument('--no_repeat_ngram_size', type=int, default=None,
-                      help='never output an n-gram of this size twice in a sentence '
-                      "(default: the run's setting, else off)")
-  parser.add_argument('--max_length_ratio', type=float, default=None,
-                      help='end each output after ceil(ratio * source pieces + '
-                      "--max_length_offset) pieces (default: the run's setting, else off)")
-  parser.add_argument('--max_length_offset', type=int, default=None,
-                      help="pieces allowed beyond the ratio (default: the run's setting, "
-                      'else 10)')
-  parser.add_argument('--yoruba_diacritics', default=None,
-                      help='restore the tone marks and underdots of outputs into yor_Latn '
-                      'with this run of gin/runs/yoruba_diacritics.gin (default: the run\'s '
-                      'setting, else off)')
+    flag(f'--{name}', type=field.type, default=None,
+         help=f'{method.name}: {field.metadata["help"]} (default: the run\'s '
+         f'setting, else {field.default})')
+  flag('--alpha', type=float, default=None,
+       help="length penalty exponent (default: the run's setting, else 1.0)")
+  flag('--batch_size', type=int, default=None,
+       help="sentences per batch (default: the run's setting, else 64)")
+  flag('--parallel_batches', type=int, default=None,
+       help='batches decoded at once, a thread each (default: the CPU cores '
+       'on one CPU device, else 1)')
+  flag('--pivot_via', default=None,
+       help='translate through this language (X -> pivot -> Y), e.g. eng_Latn')
+  flag('--no_repeat_ngram_size', type=int, default=None,
+       help='never output an n-gram of this size twice in a sentence '
+       "(default: the run's setting, else off)")
+  flag('--max_length_ratio', type=float, default=None,
+       help='end each output after ceil(ratio * source pieces + '
+       "--max_length_offset) pieces (default: the run's setting, else off)")
+  flag('--max_length_offset', type=int, default=None,
+       help="pieces allowed beyond the ratio (default: the run's setting, "
+       'else 10)')
+  flag('--yoruba_diacritics', default=None,
+       help='restore the tone marks and underdots of outputs into yor_Latn '
+       'with this run of gin/runs/yoruba_diacritics.gin (default: the run\'s '
+       'setting, else off)')
+  return names
 
 
 def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:

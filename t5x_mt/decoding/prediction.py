@@ -77,8 +77,7 @@ def predict_batch(model: StepwiseModel, params: Any, encoder_tokens: np.ndarray,
   method = search.method_of(search_settings)
   most = method.most_outputs(search_settings)
   if most is not None and nbest > most:
-    raise UserError(f'--nbest: {method.name} search gives at most {most} hypotheses per '
-                    f'sentence here, got {nbest}')
+    raise UserError(f'--nbest: at most {most} with {method.name} search here, got {nbest}')
   direction = jnp.int32(direction)
   prefix = None if prefix_id is None else jnp.full((encoder_tokens.shape[0],), prefix_id,
                                                    jnp.int32)

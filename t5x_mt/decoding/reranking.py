@@ -16,7 +16,9 @@ costs one sum and one formula, not a re-scoring of the corpus.
 
 Minimum Bayes risk (MBR) selection instead picks the hypothesis with the highest expected
 sentence chrF++ against the hypotheses of its list, uniformly or weighted by the model's
-probabilities renormalised over the list.
+probabilities renormalised over the list. The list may be a beam's n best or samples of
+the model (epsilon samples: Freitag et al. 2023), whose uniform average estimates the
+expectation under the model itself.
 """
 
 from collections.abc import Mapping, Sequence
@@ -24,7 +26,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Protocol
+from typing import Protocol, TYPE_CHECKING
 
 import numpy as np
 import sacrebleu
@@ -32,6 +34,9 @@ import sacrebleu
 from t5x_mt.core import files
 from t5x_mt.decoding import nbest
 from t5x_mt.core.errors import UserError
+
+if TYPE_CHECKING:  # It loads JAX, which reranking a file's lists needs not.
+  from t5x_mt.decoding import inference
 
 # The n-best features translate.py writes: the beam ranks by BEAM_SCORE.
 FORWARD = nbest.FORWARD
@@ -125,6 +130,16 @@ def from_nbest(lists: Sequence[Sequence[nbest.Entry]], source: str) -> Candidate
       feature_names=names,
       features=[np.array([list(entry.features.values()) for entry in sentence], np.float64
                          ).reshape(len(sentence), len(names)) for sentence in lists])
+
+
+def from_hypotheses(lists: Sequence[Sequence['inference.Hypothesis']], source: str
+                    ) -> Candidates:
+  """The candidates of each sentence's decoded hypotheses (`Translator.translate_nbest`:
+  a beam's n best or n samples), with the features translate.py --nbest writes for them;
+  `source` names the sentences' file in errors."""
+  return from_nbest([[nbest.Entry(h.text, nbest.search_features(h.log_prob, h.score,
+                                                                 h.length), h.score)
+                      for h in hypotheses] for hypotheses in lists], source)
 
 
 def check_aligned(candidates: Candidates, lines: Sequence[str], nbest_file: str,
