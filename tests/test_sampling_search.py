@@ -451,3 +451,27 @@ def test_back_translation_samples_reproducibly_and_records_how(trained_run, tmp_
   assert pairs == [e for e in expected if e.strip()]
   code, _, err = run_in_process('back_translate.py', [*flags, '--seed=2'], monkeypatch, capsys)
   assert code == 2 and 'made from other input, model or flags' in err
+
+
+def test_translate_samples_through_ctranslate2_and_refuses_epsilon(trained_run, tmp_path,
+                                                                   monkeypatch, capsys):
+  from t5x_mt.export import ctranslate2_export  # pylint: disable=g-import-not-at-top
+  from test_export import random_run  # pylint: disable=g-import-not-at-top
+  run, _, _ = random_run(trained_run, tmp_path / 'run', {}, eos_weight=3.5)
+  ctranslate2_export.export_run(str(run), str(tmp_path / 'ct2'), 'float32')
+  (tmp_path / 'in.eng').write_text(''.join(f'{s}\n' for s in SENTENCES), encoding='utf-8')
+  flags = [f'--ctranslate2={tmp_path / "ct2"}', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+           f'--input={tmp_path / "in.eng"}', '--parallel_batches=1']
+  outputs = []
+  for seed in (3, 3, 4):
+    code, out, err = run_in_process('translate.py', [*flags, '--search=sampling',
+                                                     '--top_k=5', f'--seed={seed}'],
+                                    monkeypatch, capsys)
+    assert code == 0 and len(out.splitlines()) == len(SENTENCES), err
+    outputs.append(out)
+  assert outputs[0] == outputs[1] != outputs[2]
+  code, out, err = run_in_process('translate.py', [*flags, '--epsilon=0.02'], monkeypatch,
+                                  capsys)
+  assert (code, out, err.strip().splitlines()) == (2, '', [
+      'error: --epsilon=0.02: CTranslate2 samples with top-k, top-p and temperature, not '
+      'epsilon; give --epsilon=0, or decode with --checkpoint_dir'])
