@@ -49,6 +49,7 @@ from t5x_mt.decoding.search.common import step_log_probs
 from t5x_mt.decoding.search.common import top_k
 from t5x_mt.decoding.search.greedy import GreedySettings
 
+
 @flax.struct.dataclass
 class _BeamState:
   """Loop state of beam search; sequences include the initial BOS 0 at position 0."""
@@ -59,12 +60,6 @@ class _BeamState:
   finished_scores: jnp.ndarray  # [B, K] fp32, log-probabilities / length_penalty
   finished_flags: jnp.ndarray   # [B, K] bool, False for slots not holding a hypothesis
   cache: Cache                  # leaves scalar or [B * K, ...]
-
-
-# Extends a cache to hold the given number of steps; the searches call it between stages.
-ExtendCache = Callable[[Cache, int], Cache]
-# Makes the cache of one hypothesis per example the cache of the given number of beams.
-ExpandCache = Callable[[Cache, int], Cache]
 
 
 

@@ -51,10 +51,10 @@ def setting(default: Any, help: str, check: Check) -> Any:  # pylint: disable=re
   return dataclasses.field(default=default, metadata={'help': help, 'check': check})
 
 
-def check_settings(settings: Any, name: Callable[[str], str] = binding_name) -> None:
-  """Checks every field of a settings dataclass, naming each as `name` gives it."""
+def check_settings(settings: Any) -> None:
+  """Checks every field of a method's settings, naming each as gin binds it."""
   for field in dataclasses.fields(settings):
-    field.metadata['check'](name(field.name), getattr(settings, field.name))
+    field.metadata['check'](binding_name(field.name), getattr(settings, field.name))
 
 
 def check_setting(field: str, value: Any, name: str) -> None:
