@@ -43,9 +43,10 @@ def main(argv: list[str]) -> int:
   except ValueError:
     raise UserError('--gin_file: MIXTURE_OR_TASK_NAME is not set') from None
   data_tasks.get_mixture_or_task(mixture_or_task_name)
-  sentences = mixtures.training_sentences(mixture_or_task_name)
+  mixture = mixtures.mixture_view(mixture_or_task_name)
+  sentences = mixtures.training_sentences(mixture)
   settings = configurables.vocabulary_config()
-  output = run_vocabulary.build_vocabulary(settings, mixture_or_task_name,
+  output = run_vocabulary.build_vocabulary(settings, mixture,
                                            args.output or data.vocabulary_path)
   report = vocab.vocabulary_report(output, sentences, alpha=settings.alpha,
                                    num_sentences=settings.num_sentences, seed=settings.seed)

@@ -38,8 +38,9 @@ def main(argv: list[str]) -> int:
   data = from_gin.configure_data()
   with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--mixture'):
     data_tasks.get_mixture_or_task(args.mixture)
-    mixtures.check_train_examples(args.mixture)
-  shares = sampling.mixture_shares(mixtures.mixture_view(args.mixture), args.by)
+    mixture = mixtures.mixture_view(args.mixture)
+    mixtures.check_train_examples(mixture)
+  shares = sampling.mixture_shares(mixture, args.by)
   title = f'{args.mixture}: {len(shares)} {args.by}s, temperature {data.temperature:g}'
   files.write_bytes_atomically(args.output, sampling.shares_chart(shares, title))
   print(sampling.format_shares(shares))

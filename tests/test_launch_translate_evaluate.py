@@ -207,37 +207,34 @@ def test_failed_translation_leaves_no_output_file(trained_run, monkeypatch, caps
   assert sorted(p.name for p in tmp_path.rglob('*')) == ['src.txt']
 
 
-def test_pivot_flag_pivots_every_direction_through_a_checked_language():
+def _overrides(run_dir, *flags: str) -> dict:
+  """decoding_flags.decoding_overrides of a decoding command's flags for the run `run_dir`."""
   parser = argparse.ArgumentParser()
   decoding_flags.add_decoding_flags(parser)
-  args = parser.parse_args(['--checkpoint_dir=d', '--pivot_via=eng_Latn'])
-  overrides = decoding_flags.decoding_overrides(args)
+  return decoding_flags.decoding_overrides(
+      parser.parse_args([f'--checkpoint_dir={run_dir}', *flags]))
+
+
+def test_pivot_flag_pivots_every_direction_through_a_checked_language(tmp_path):
+  overrides = _overrides(tmp_path, '--pivot_via=eng_Latn')
   assert overrides['pivot_language'] == 'eng_Latn' and overrides['pivot_directions'] == ('*',)
   with pytest.raises(UserError, match='--pivot_via'):
-    decoding_flags.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--pivot_via=english']))
+    _overrides(tmp_path, '--pivot_via=english')
 
 
-def test_parallel_batches_flag_reaches_the_translator_only_when_given():
-  parser = argparse.ArgumentParser()
-  decoding_flags.add_decoding_flags(parser)
-  given = decoding_flags.decoding_overrides(parser.parse_args(['--checkpoint_dir=d',
-                                                    '--parallel_batches=3']))
-  assert given['parallel_batches'] == 3
-  assert 'parallel_batches' not in decoding_flags.decoding_overrides(
-      parser.parse_args(['--checkpoint_dir=d']))
+def test_parallel_batches_flag_reaches_the_translator_only_when_given(tmp_path):
+  assert _overrides(tmp_path, '--parallel_batches=3')['parallel_batches'] == 3
+  assert 'parallel_batches' not in _overrides(tmp_path)
   with pytest.raises(UserError, match='--parallel_batches: must be >= 1, got 0'):
-    decoding_flags.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--parallel_batches=0']))
+    _overrides(tmp_path, '--parallel_batches=0')
 
 
-def test_output_limit_flags_reach_the_translator_only_when_given():
-  parser = argparse.ArgumentParser()
-  decoding_flags.add_decoding_flags(parser)
-  given = decoding_flags.decoding_overrides(parser.parse_args([
-      '--checkpoint_dir=d', '--no_repeat_ngram_size=3', '--max_length_ratio=1.5',
-      '--max_length_offset=4']))
+def test_output_limit_flags_reach_the_translator_only_when_given(tmp_path):
+  given = _overrides(tmp_path, '--no_repeat_ngram_size=3', '--max_length_ratio=1.5',
+                     '--max_length_offset=4')
   assert (given['no_repeat_ngram_size'], given['max_length_ratio'],
           given['max_length_offset']) == (3, 1.5, 4)
-  unset = decoding_flags.decoding_overrides(parser.parse_args(['--checkpoint_dir=d']))
+  unset = _overrides(tmp_path)
   assert not {'no_repeat_ngram_size', 'max_length_ratio', 'max_length_offset'} & set(unset)
   with pytest.raises(UserError, match='--max_length_ratio: must be >= 0, got -1.0'):
-    decoding_flags.decoding_overrides(parser.parse_args(['--checkpoint_dir=d', '--max_length_ratio=-1']))
+    _overrides(tmp_path, '--max_length_ratio=-1')
