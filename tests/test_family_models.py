@@ -1,10 +1,11 @@
-"""Tests for language family grouping at inference: inference.FamilyTranslator and the
+"""Tests for language family grouping at inference: family_routing.FamilyTranslator and the
 --family_models flag of launch/translate.py and launch/evaluate.py."""
 
 import pytest
 
 from t5x_mt.config import decoding_flags
-from t5x_mt.decoding import inference
+from t5x_mt.data import wmt22
+from t5x_mt.decoding import family_routing
 from t5x_mt.config import run_loading
 from t5x_mt.core.errors import UserError
 from test_launch_translate_evaluate import error_lines
@@ -26,8 +27,9 @@ class RecordingTranslator:
 def test_each_direction_goes_to_its_target_group_and_swahili_to_three():
   loads = []
   models = {1: 'g1', 3: 'g3', 5: 'g5'}
-  router = inference.FamilyTranslator(
-      models, lambda directory: RecordingTranslator(directory, loads), batch_size=8)
+  router = family_routing.FamilyTranslator(
+      models, lambda directory: RecordingTranslator(directory, loads), wmt22.inference_group,
+      batch_size=8)
   assert router.translate(['a'], 'eng_Latn', 'swh_Latn') == ['g3:eng_Latn>swh_Latn:a']
   assert router.translate(['b'], 'swh_Latn', 'eng_Latn') == ['g1:swh_Latn>eng_Latn:b']
   assert router.translate(['c'], 'eng_Latn', 'lug_Latn') == ['g5:eng_Latn>lug_Latn:c']
@@ -40,9 +42,9 @@ def test_each_direction_goes_to_its_target_group_and_swahili_to_three():
 
 def test_each_pivot_leg_goes_to_the_model_of_its_own_target():
   loads = []
-  router = inference.FamilyTranslator(
+  router = family_routing.FamilyTranslator(
       {1: 'g1', 2: 'g2', 4: 'g4'}, lambda directory: RecordingTranslator(directory, loads),
-      batch_size=8, pivot_language='eng_Latn', pivot_directions=('*',))
+      wmt22.inference_group, batch_size=8, pivot_language='eng_Latn', pivot_directions=('*',))
   # hau -> eng goes to group 1 (into English), then eng -> zul to group 2 (into Zulu).
   assert router.translate(['a'], 'hau_Latn', 'zul_Latn') == [
       'g2:eng_Latn>zul_Latn:g1:hau_Latn>eng_Latn:a']

@@ -27,6 +27,7 @@ from t5x_mt.runs import averaging
 from t5x_mt.runs import checkpoints
 from t5x_mt.config import configurables
 from t5x_mt.decoding import ensemble
+from t5x_mt.decoding import family_routing
 from t5x_mt.core import files
 from t5x_mt.config import gin_utils
 from t5x_mt.decoding import back_translation
@@ -40,6 +41,7 @@ from t5x_mt.runs import run_layout
 from t5x_mt.runs import run_vocabulary
 from t5x_mt.data import settings
 from t5x_mt.data import vocab
+from t5x_mt.data import wmt22
 from t5x_mt.data.yoruba import marking_lexicon
 from t5x_mt.core import validation
 from t5x_mt.core.directions import Direction
@@ -275,9 +277,9 @@ def load_model(checkpoint_dir: str | None, family_models: Mapping[int, str] | No
     pivot = {name: overrides[name] for name in ('pivot_language', 'pivot_directions')
              if name in overrides}
     model_overrides = {k: v for k, v in overrides.items() if k not in pivot}
-    translator = inference.FamilyTranslator(
+    translator = family_routing.FamilyTranslator(
         family_models, lambda directory: load_translator(directory, **model_overrides),
-        batch_size=overrides.get('batch_size', max(run.decode.batch_size for run in runs)),
+        wmt22.inference_group, batch_size=overrides.get('batch_size', max(run.decode.batch_size for run in runs)),
         **pivot)
   return with_restored_marks(translator, first.decode_settings(overrides))
 

@@ -13,6 +13,7 @@ from typing import Any
 import tqdm
 
 from t5x_mt.core import progress
+from t5x_mt.decoding import family_routing
 from t5x_mt.decoding import inference
 
 # Sentences handed to Translator.translate at once, in batches: large enough that its
@@ -20,7 +21,7 @@ from t5x_mt.decoding import inference
 TRANSLATE_CHUNK_BATCHES = 16
 
 
-def translate_lines(translator: inference.Translator | inference.FamilyTranslator,
+def translate_lines(translator: inference.Translator | family_routing.FamilyTranslator,
                     lines: Sequence[str], src_lang: str, tgt_lang: str, *,
                     progress_bar: bool = False, source_name: str = 'input') -> list[str]:
   """Translations of one sentence per line, line for line (see `stream_translations`)."""
@@ -29,7 +30,7 @@ def translate_lines(translator: inference.Translator | inference.FamilyTranslato
       source_name=source_name)))
 
 
-def stream_translations(translator: inference.Translator | inference.FamilyTranslator,
+def stream_translations(translator: inference.Translator | family_routing.FamilyTranslator,
                         lines: Iterable[str], src_lang: str, tgt_lang: str, *,
                         total: int | None = None, progress_bar: bool = False,
                         source_name: str = 'input', nbest: int = 0
@@ -71,11 +72,11 @@ def translation_chunks(translator: inference.Translator, sentences: Sequence[str
                              src_lang, tgt_lang, bar)
 
 
-def _chunk_size(translator: inference.Translator | inference.FamilyTranslator) -> int:
+def _chunk_size(translator: inference.Translator | family_routing.FamilyTranslator) -> int:
   return translator.batch_size * TRANSLATE_CHUNK_BATCHES
 
 
-def _translation_bar(translator: inference.Translator | inference.FamilyTranslator,
+def _translation_bar(translator: inference.Translator | family_routing.FamilyTranslator,
                      src_lang: str, tgt_lang: str, total: int | None, start: int,
                      shown: bool) -> tqdm.tqdm:
   """A bar named by the direction's path that counts each sentence once per leg (a
@@ -86,7 +87,7 @@ def _translation_bar(translator: inference.Translator | inference.FamilyTranslat
                       unit='sentence', shown=shown, initial=start * len(legs))
 
 
-def _translate_chunk(translator: inference.Translator | inference.FamilyTranslator,
+def _translate_chunk(translator: inference.Translator | family_routing.FamilyTranslator,
                      sentences: Sequence[str], src_lang: str, tgt_lang: str,
                      bar: tqdm.tqdm, nbest: int = 0) -> list[str] | list[list[Any]]:
   """Translations of `sentences` (with `nbest`, their n-best lists), each one line (a
@@ -102,7 +103,7 @@ def _translate_chunk(translator: inference.Translator | inference.FamilyTranslat
   return [one_line(translation) for translation in translations]
 
 
-def _translate_lines_chunk(translator: inference.Translator | inference.FamilyTranslator,
+def _translate_lines_chunk(translator: inference.Translator | family_routing.FamilyTranslator,
                            lines: Sequence[str], src_lang: str, tgt_lang: str,
                            bar: tqdm.tqdm, source_name: str, first_line_number: int,
                            nbest: int = 0) -> list[str] | list[list[Any]]:

@@ -13,6 +13,7 @@ from t5x_mt.core.directions import Direction
 from t5x_mt.core.errors import UserError
 from t5x_mt.data import corpora
 from t5x_mt.data import mixtures
+from t5x_mt.decoding import family_routing
 from t5x_mt.decoding import inference
 from t5x_mt.evaluation import scoring
 
@@ -50,7 +51,7 @@ class EvalConfig:
 
 
 
-def evaluate_directions(translator: inference.Translator | inference.FamilyTranslator,
+def evaluate_directions(translator: inference.Translator | family_routing.FamilyTranslator,
                         mixture: mixtures.MixtureView, step: int | None,
                         config: EvalConfig, split: str | None = None, *,
                         progress_bar: bool = False) -> dict[str, Any]:
