@@ -66,12 +66,13 @@ def measure(files: list[str], vocabulary: str, batches: int, in_memory: bool) ->
     corpora.register_streamed_tsv('bench_corpus', 'eng_Latn', 'fra_Latn', files)
   data_tasks.register_corpora_and_mixtures(mixtures={'bench_mixture': [
       'bench_corpus_eng_Latn.fra_Latn', 'bench_corpus_fra_Latn.eng_Latn']})
-  mixtures.check_train_examples(mixtures.mixture_view('bench_mixture'))
+  mixture = mixtures.mixture_view('bench_mixture')
+  mixtures.check_train_examples(mixture)
   config = run_config.TrainConfig(model_dir='unused', train_steps=1, batch_size=BATCH_SIZE,
                                   mixture_or_task_name='bench_mixture',
                                   inputs_length=LENGTH, targets_length=LENGTH)
   import jax  # pylint: disable=g-import-not-at-top
-  stream = train_loop.training_batches(config, None,
+  stream = train_loop.training_batches(config, mixture, None,
                                        partitioning.create_mesh((-1, 1), jax.devices()[:1]), 1)
   for _ in range(WARM_UP_BATCHES):
     next(stream)

@@ -62,8 +62,8 @@ def main() -> None:
   config = run_config.TrainConfig(model_dir=os.path.dirname(args.state), train_steps=1,
                                   batch_size=BATCH_SIZE, mixture_or_task_name=TASK,
                                   inputs_length=32, targets_length=32, pack=False)
-  batches = train_loop.training_batches(config, None, partitioning.create_mesh((-1, 1)),
-                                        num_shards=2)
+  batches = train_loop.training_batches(config, data_tasks.mixture_view(TASK), None,
+                                        partitioning.create_mesh((-1, 1)), num_shards=2)
   if args.resume:
     batches.read_state(args.state)
   targets = []

@@ -137,7 +137,7 @@ def test_character_vocabulary_reads_one_piece_per_character(tmp_path):
 
 
 def test_vocabulary_config_names_an_unknown_model_type():
-  with pytest.raises(UserError, match=r"train_loop\.build_vocabulary\.model_type: 'bpe'"):
+  with pytest.raises(UserError, match=r"runs\.VocabularyConfig\.model_type: 'bpe'"):
     run_vocabulary.VocabularyConfig(model_type='bpe')
 
 
