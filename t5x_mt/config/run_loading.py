@@ -263,25 +263,24 @@ def load_model(checkpoint_dir: str | None, family_models: Mapping[int, str] | No
   the largest batch size the family runs' config.gin files bind.
   """
   if ensemble_members is not None:
-    first = read_run(ensemble_members[0][0], '--ensemble')
     translator = load_ensemble(ensemble_members, ensemble_combination, **overrides)
-  elif family_models is None:
-    first = read_run(checkpoint_dir)
+    return with_restored_marks(translator, translator.settings)
+  if family_models is None:
     translator = load_translator(checkpoint_dir, step, **overrides)
-  else:
-    for directory in family_models.values():
-      checkpoint_step(directory, flag='--family_models')  # Each a run, before any loads.
-    runs = [read_run(directory, '--family_models') for directory in family_models.values()]
-    first = runs[0]
-    # The router pivots, so that each leg goes to the model of its own target.
-    pivot = {name: overrides[name] for name in ('pivot_language', 'pivot_directions')
-             if name in overrides}
-    model_overrides = {k: v for k, v in overrides.items() if k not in pivot}
-    translator = family_routing.FamilyTranslator(
-        family_models, lambda directory: load_translator(directory, **model_overrides),
-        wmt22.inference_group, batch_size=overrides.get('batch_size', max(run.decode.batch_size for run in runs)),
-        **pivot)
-  return with_restored_marks(translator, first.decode_settings(overrides))
+    return with_restored_marks(translator, translator.settings)
+  for directory in family_models.values():
+    checkpoint_step(directory, flag='--family_models')  # Each a run, before any loads.
+  runs = [read_run(directory, '--family_models') for directory in family_models.values()]
+  # The router pivots, so that each leg goes to the model of its own target.
+  pivot = {name: overrides[name] for name in ('pivot_language', 'pivot_directions')
+           if name in overrides}
+  model_overrides = {k: v for k, v in overrides.items() if k not in pivot}
+  router = family_routing.FamilyTranslator(
+      family_models, lambda directory: load_translator(directory, **model_overrides),
+      wmt22.inference_group,
+      batch_size=overrides.get('batch_size', max(run.decode.batch_size for run in runs)),
+      **pivot)
+  return with_restored_marks(router, runs[0].decode_settings(overrides))
 
 
 def with_restored_marks(translator: Any, decode: inference.DecodeSettings) -> Any:
