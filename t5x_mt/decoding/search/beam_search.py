@@ -252,21 +252,8 @@ def beam_search(tokens_to_logits: TokensToLogits,
       row is done once beam_size hypotheses have finished; a later hypothesis could still
       have scored better). The bound that makes 'exact' and 'best' safe divides
       by the longest possible length, so with alpha > 0 those often run to the limit.
-    cache_lengths: the steps `initial_cache` holds, then the lengths it grows to, ascending,
-      the last at least max_decode_length; empty when the cache holds every step.
-    extend_cache: `extend_cache(cache, length)` returns the cache grown to `length` steps,
-      with its contents unchanged (needed with more than one cache length).
-    expand_cache: `expand_cache(cache, beam_size)` returns the first step's cache (B rows)
-      made the beams' (see the module docstring); by default batch-leading leaves are
-      repeated to B * beam_size rows.
-    no_repeat_ngram_size: > 0 forbids repeating an n-gram of that size (`OutputLimits`).
-    max_lengths: int32 [B], the most generated tokens of each row (EOS included, the
-      prefix not), below max_decode_length; None: max_decode_length alone.
-    banned_tokens: bool [vocab], tokens never generated after the prefix (EOS stays
-      allowed whatever it says); None: every token may be generated.
-    normalize: True: `tokens_to_logits` gives logits, turned into log-probabilities here;
-      False: it gives each token's score, used as it is (an ensemble's combination of
-      its members' log-probabilities, which need not sum to one).
+    The other arguments are `common.SearchProblem`'s; `expand_cache` makes the first
+    step's cache (B rows) the beams' (see the module docstring).
 
   Returns:
     sequences: int32 [B, beam_size, max_decode_length], best first, without the initial BOS,
