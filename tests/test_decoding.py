@@ -89,13 +89,27 @@ def _brute_force(table, initial_state, prefix_token, alpha, top):
 
 
 @functools.lru_cache(maxsize=None)
-def _jitted_beam_search(seed, beam_size, alpha, has_prefix):
-  fn = functools.partial(beam_search.beam_search, _toy_tokens_to_logits(_toy_table(seed)),
-                         beam_size=beam_size, alpha=alpha, max_decode_length=LENGTH,
-                         eos_id=EOS)
-  if has_prefix:
-    return jax.jit(lambda cache, prefix: fn(cache, prefix=prefix))
-  return jax.jit(lambda cache: fn(cache, prefix=None))
+def _compiled(search, model, **options):
+  """`search` over the toy model `model(weights)`, jitted once per search, model and static
+  options: the weights, cache, prefix and per-row arrays are arguments, so the cases,
+  seeds and tests that differ only in those share one compilation per batch size."""
+  def run(weights, cache, prefix, arrays):
+    return search(model(weights), cache, prefix=prefix, **options, **arrays)
+  return jax.jit(run)
+
+
+def _search(search, model, weights, cache, prefix=None, **options):
+  """search(model(weights), cache, prefix=prefix, **options), compiled by `_compiled`;
+  max_lengths and banned_tokens are traced with the weights."""
+  arrays = {name: options.pop(name) for name in ('max_lengths', 'banned_tokens')
+            if name in options}
+  return _compiled(search, model, **options)(weights, cache, prefix, arrays)
+
+
+def _beam(table, cache, prefix=None, **options):
+  """Beam search on the toy model of `table`; LENGTH steps and EOS unless `options` say."""
+  return _search(beam_search.beam_search, _toy_tokens_to_logits, table, cache, prefix,
+                 **{'max_decode_length': LENGTH, 'eos_id': EOS, **options})
 
 
 # (V - 1) ** (L - 1) beams hold every unfinished hypothesis at every step, so the search is
@@ -106,8 +120,8 @@ EXHAUSTIVE_BEAM = (VOCAB - 1) ** (LENGTH - 1)
 @pytest.mark.parametrize('alpha', [0.0, 1.0])
 def test_exhaustive_beam_equals_brute_force_top_list(alpha):
   initial_states = [0, 1, 2]
-  sequences, scores = _jitted_beam_search(0, EXHAUSTIVE_BEAM, alpha, False)(
-      _initial_cache(initial_states))
+  sequences, scores = _beam(_toy_table(0), _initial_cache(initial_states),
+                            beam_size=EXHAUSTIVE_BEAM, alpha=alpha)
   for b, initial_state in enumerate(initial_states):
     want_sequences, want_scores = _brute_force(
         _toy_table(0), initial_state, None, alpha, EXHAUSTIVE_BEAM)
@@ -118,8 +132,9 @@ def test_exhaustive_beam_equals_brute_force_top_list(alpha):
 def test_exhaustive_beam_with_prefix_equals_brute_force():
   prefixes = [3, 4]
   initial_states = [1, 2]
-  sequences, scores = _jitted_beam_search(1, EXHAUSTIVE_BEAM, 1.0, True)(
-      _initial_cache(initial_states), jnp.array(prefixes, jnp.int32))
+  sequences, scores = _beam(_toy_table(1), _initial_cache(initial_states),
+                            jnp.array(prefixes, jnp.int32), beam_size=EXHAUSTIVE_BEAM,
+                            alpha=1.0)
   for b, (prefix, initial_state) in enumerate(zip(prefixes, initial_states)):
     want_sequences, want_scores = _brute_force(_toy_table(1), initial_state, prefix, 1.0, 8)
     np.testing.assert_array_equal(np.asarray(sequences[b, :8]), want_sequences)
@@ -129,8 +144,8 @@ def test_exhaustive_beam_with_prefix_equals_brute_force():
 def test_small_beam_scores_are_penalised_log_prob_of_its_sequences():
   prefixes = [3, 2, 4]
   initial_states = [0, 1, 2]
-  sequences, scores = _jitted_beam_search(2, 2, 1.0, True)(
-      _initial_cache(initial_states), jnp.array(prefixes, jnp.int32))
+  sequences, scores = _beam(_toy_table(2), _initial_cache(initial_states),
+                            jnp.array(prefixes, jnp.int32), beam_size=2, alpha=1.0)
   sequences, scores = np.asarray(sequences), np.asarray(scores)
   assert np.all(sequences[:, :, 0] == np.array(prefixes)[:, None])
   assert np.all(np.diff(scores, axis=1) <= 0)
@@ -167,10 +182,10 @@ HAND_PROBS = [[0.1, 0.3, 0.6], [0.1, 0.6, 0.3], [0.1, 0.2, 0.7]]
     (0.0, [[2, 1, 0], [1, 0, 0]], [math.log(0.36), math.log(0.3)]),
 ])
 def test_beam_of_two_matches_hand_worked_example(alpha, want_sequences, want_scores):
-  sequences, scores = beam_search.beam_search(
-      _fixed_distribution_model(HAND_PROBS),
+  sequences, scores = _search(
+      beam_search.beam_search, _fixed_distribution_model, np.float32(HAND_PROBS),
       {'index': jnp.array(0, jnp.int32), 'seen': jnp.zeros((1,), jnp.int32)},
-      prefix=None, beam_size=2, alpha=alpha, max_decode_length=3, eos_id=EOS)
+      beam_size=2, alpha=alpha, max_decode_length=3, eos_id=EOS)
   np.testing.assert_array_equal(np.asarray(sequences[0]), want_sequences)
   np.testing.assert_allclose(np.asarray(scores[0]), want_scores, rtol=1e-5)
 
@@ -182,29 +197,29 @@ def test_beam_of_one_equals_greedy_when_eos_is_never_likely():
   table[..., EOS] = -30.0
   prefixes = jnp.array([3, 2, 4, 0], jnp.int32)
   cache = _initial_cache([0, 1, 2, 1])
-  tokens_to_logits = _toy_tokens_to_logits(table)
-  beam, _ = jax.jit(lambda c, p: beam_search.beam_search(
-      tokens_to_logits, c, prefix=p, beam_size=1, max_decode_length=LENGTH))(cache, prefixes)
-  greedy = jax.jit(lambda c, p: greedy_search.greedy_search(
-      tokens_to_logits, c, prefix=p, max_decode_length=LENGTH))(cache, prefixes)
+  beam, _ = _search(beam_search.beam_search, _toy_tokens_to_logits, table, cache, prefixes,
+                    beam_size=1, max_decode_length=LENGTH)
+  greedy = _search(greedy_search.greedy_search, _toy_tokens_to_logits, table, cache,
+                   prefixes, max_decode_length=LENGTH)
   np.testing.assert_array_equal(np.asarray(beam[:, 0]), np.asarray(greedy))
   assert np.all(np.asarray(greedy[:, 0]) == np.asarray(prefixes))
   assert not np.any(np.asarray(greedy) == EOS)
 
 
 def test_greedy_takes_argmax_and_pads_after_eos():
-  greedy = greedy_search.greedy_search(
-      _fixed_distribution_model([[0.1, 0.3, 0.6], [0.1, 0.6, 0.3], [0.1, 0.2, 0.7]]),
+  greedy = _search(
+      greedy_search.greedy_search, _fixed_distribution_model,
+      np.float32([[0.1, 0.3, 0.6], [0.1, 0.6, 0.3], [0.1, 0.2, 0.7]]),
       {'index': jnp.array(0, jnp.int32), 'seen': jnp.zeros((2,), jnp.int32)},
-      prefix=None, max_decode_length=3, eos_id=EOS)
+      max_decode_length=3, eos_id=EOS)
   np.testing.assert_array_equal(np.asarray(greedy), [[2, 1, 0], [2, 1, 0]])
 
 
 def test_greedy_forces_prefix():
-  greedy = greedy_search.greedy_search(
-      _fixed_distribution_model(HAND_PROBS),
+  greedy = _search(
+      greedy_search.greedy_search, _fixed_distribution_model, np.float32(HAND_PROBS),
       {'index': jnp.array(0, jnp.int32), 'seen': jnp.zeros((2,), jnp.int32)},
-      prefix=jnp.array([0, 1], jnp.int32), max_decode_length=3, eos_id=EOS)
+      jnp.array([0, 1], jnp.int32), max_decode_length=3, eos_id=EOS)
   # Row 0: forced 0, then argmax at steps 1, 2 (EOS); row 1: forced EOS ends it.
   np.testing.assert_array_equal(np.asarray(greedy), [[0, 1, 0], [1, 0, 0]])
 
@@ -220,15 +235,12 @@ def test_stopping_at_the_best_keeps_the_best_hypothesis(alpha):
   table = _toy_table(2)
   initial_states = [0, 1, 2]
   cache = _initial_cache(initial_states)
-  full = beam_search.beam_search(_toy_tokens_to_logits(table), cache, prefix=None, beam_size=2,
-                              alpha=alpha, max_decode_length=LENGTH, eos_id=EOS)
-  best = beam_search.beam_search(_toy_tokens_to_logits(table), cache, prefix=None, beam_size=2,
-                              alpha=alpha, max_decode_length=LENGTH, eos_id=EOS,
-                              stop='best')
+  full = _beam(table, cache, beam_size=2, alpha=alpha)
+  best = _beam(table, cache, beam_size=2, alpha=alpha, stop='best')
   np.testing.assert_array_equal(np.asarray(best[0][:, 0]), np.asarray(full[0][:, 0]))
   np.testing.assert_allclose(np.asarray(best[1][:, 0]), np.asarray(full[1][:, 0]), rtol=1e-6)
   exhaustive, _ = _brute_force(table, initial_states[0], None, alpha, 1)
-  want = _jitted_beam_search(2, EXHAUSTIVE_BEAM, alpha, False)(cache)[0][0, 0]
+  want = _beam(table, cache, beam_size=EXHAUSTIVE_BEAM, alpha=alpha)[0][0, 0]
   np.testing.assert_array_equal(np.asarray(want), exhaustive[0])
 
 
@@ -266,21 +278,18 @@ def test_growing_cache_decodes_as_a_full_one(cache_lengths):
   table = _toy_table(4)
   initial_states = [0, 1, 2]
   prefix = jnp.array([2, 3, 4], jnp.int32)
-  model = _history_tokens_to_logits(table)
-  run = functools.partial(beam_search.beam_search, model, prefix=prefix, beam_size=3,
-                             max_decode_length=LENGTH, eos_id=EOS)
+  run = functools.partial(_search, beam_search.beam_search, _history_tokens_to_logits, table,
+                          prefix=prefix, beam_size=3, max_decode_length=LENGTH, eos_id=EOS)
   full = run(_history_cache(initial_states, LENGTH))
   grown = run(_history_cache(initial_states, cache_lengths[0]),
-                 cache_lengths=cache_lengths, extend_cache=_extend_history)
+              cache_lengths=cache_lengths, extend_cache=_extend_history)
   np.testing.assert_array_equal(np.asarray(grown[0]), np.asarray(full[0]))
   np.testing.assert_allclose(np.asarray(grown[1]), np.asarray(full[1]), rtol=1e-6)
   # The same model with its state in the cache directly: the history is a faithful copy.
-  direct = beam_search.beam_search(_toy_tokens_to_logits(table), _initial_cache(initial_states),
-                                prefix=prefix, beam_size=3, max_decode_length=LENGTH,
-                                eos_id=EOS)
+  direct = _beam(table, _initial_cache(initial_states), prefix, beam_size=3)
   np.testing.assert_array_equal(np.asarray(full[0]), np.asarray(direct[0]))
-  greedy = functools.partial(greedy_search.greedy_search, model, prefix=prefix,
-                             max_decode_length=LENGTH, eos_id=EOS)
+  greedy = functools.partial(_search, greedy_search.greedy_search, _history_tokens_to_logits,
+                             table, prefix=prefix, max_decode_length=LENGTH, eos_id=EOS)
   np.testing.assert_array_equal(
       np.asarray(greedy(_history_cache(initial_states, cache_lengths[0]),
                         cache_lengths=cache_lengths, extend_cache=_extend_history)),
@@ -290,10 +299,8 @@ def test_growing_cache_decodes_as_a_full_one(cache_lengths):
 @pytest.mark.slow
 def test_a_cache_that_never_grows_changes_the_toy_model():
   # Guards the test above: without growth, the clamped history decodes something else.
-  table = _toy_table(4)
-  model = _history_tokens_to_logits(table)
-  run = functools.partial(beam_search.beam_search, model, prefix=None, beam_size=3,
-                             max_decode_length=LENGTH, eos_id=EOS)
+  run = functools.partial(_search, beam_search.beam_search, _history_tokens_to_logits,
+                          _toy_table(4), beam_size=3, max_decode_length=LENGTH, eos_id=EOS)
   full = run(_history_cache([0, 1, 2], LENGTH))
   short = run(_history_cache([0, 1, 2], 1))
   assert not np.array_equal(np.asarray(short[1]), np.asarray(full[1]))
@@ -341,15 +348,27 @@ def test_blocked_top_k_takes_the_lower_index_of_a_tie_across_blocks():
 PREFERRED = (5, 6, 7, 8, 9, 10)  # The looping model's favourites, best first.
 
 
-def _looping_tokens_to_logits(vocab: int = 12):
-  """A model that never ends: the same ranking at every step, 5 best, EOS last."""
-  logits = jnp.full((vocab,), -20.0).at[EOS].set(-30.0)
-  logits = logits.at[jnp.array(PREFERRED)].set(-jnp.arange(len(PREFERRED), dtype=jnp.float32))
+def _looping_logits(vocab: int = 12) -> np.ndarray:
+  """The logits of a model that never ends: the same ranking at every step, 5 best, EOS
+  last."""
+  logits = np.full((vocab,), -20.0, np.float32)
+  logits[EOS] = -30.0
+  logits[list(PREFERRED)] = -np.arange(len(PREFERRED), dtype=np.float32)
+  return logits
 
+
+def _looping_tokens_to_logits(logits: np.ndarray):
+  """The looping model: `logits` (`_looping_logits`) for every row at every step."""
   def tokens_to_logits(tokens, cache):
     return jnp.tile(logits, (tokens.shape[0], 1)), cache
 
   return tokens_to_logits
+
+
+def _looping(search, cache, prefix=None, **options):
+  """`search` (`_search`) on the looping model, EOS its end token."""
+  return _search(search, _looping_tokens_to_logits, _looping_logits(), cache, prefix,
+                 eos_id=EOS, **options)
 
 
 def _rows(batch: int):
@@ -369,21 +388,19 @@ def _no_repeat_reference(n: int, length: int, prefix: list[int]) -> list[int]:
 
 
 def test_no_repeat_ngram_size_never_repeats_an_ngram():
-  got = greedy_search.greedy_search(_looping_tokens_to_logits(), _rows(1), prefix=None,
-                               max_decode_length=8, eos_id=EOS, no_repeat_ngram_size=2)
+  got = _looping(greedy_search.greedy_search, _rows(1), max_decode_length=8,
+                 no_repeat_ngram_size=2)
   # By hand: 5 5, then "5 5" is taken, so 6; "6 5" is new; after 5, both "5 5" and
   # "5 6" are taken, so 7; and so on.
   assert np.asarray(got)[0].tolist() == [5, 5, 6, 5, 7, 5, 8, 5] == _no_repeat_reference(
       2, 8, [])
-  unlimited = greedy_search.greedy_search(_looping_tokens_to_logits(), _rows(1), prefix=None,
-                                     max_decode_length=8, eos_id=EOS)
+  unlimited = _looping(greedy_search.greedy_search, _rows(1), max_decode_length=8)
   assert np.asarray(unlimited)[0].tolist() == [5] * 8
 
 
 def test_beam_search_hypotheses_repeat_no_ngram():
-  sequences, scores = beam_search.beam_search(
-      _looping_tokens_to_logits(), _rows(1), prefix=None, beam_size=3, max_decode_length=8,
-      eos_id=EOS, no_repeat_ngram_size=2)
+  sequences, scores = _looping(beam_search.beam_search, _rows(1), beam_size=3,
+                               max_decode_length=8, no_repeat_ngram_size=2)
   for hypothesis in np.asarray(sequences)[0].tolist():
     bigrams = list(zip(hypothesis, hypothesis[1:]))
     assert len(bigrams) == len(set(bigrams)), hypothesis
@@ -396,7 +413,7 @@ def test_beam_searchs_first_step_bans_no_ngram():
   alarm on a real vocabulary. Only the loop's steps scatter banned tokens."""
   def outside_the_loop(no_repeat_ngram_size):
     run = lambda: beam_search.beam_search(
-        _looping_tokens_to_logits(), _rows(1), prefix=None, beam_size=3, max_decode_length=8,
+        _looping_tokens_to_logits(_looping_logits()), _rows(1), prefix=None, beam_size=3, max_decode_length=8,
         eos_id=EOS, no_repeat_ngram_size=no_repeat_ngram_size)
     return collections.Counter(
         equation.primitive.name for equation in jax.make_jaxpr(run)().eqns)
@@ -406,8 +423,8 @@ def test_beam_searchs_first_step_bans_no_ngram():
 
 
 def test_no_repeat_trigrams_with_a_forced_prefix_match_the_reference():
-  got = greedy_search.greedy_search(_looping_tokens_to_logits(), {}, prefix=jnp.array([11]),
-                               max_decode_length=12, eos_id=EOS, no_repeat_ngram_size=3)
+  got = _looping(greedy_search.greedy_search, {}, jnp.array([11]), max_decode_length=12,
+                 no_repeat_ngram_size=3)
   assert np.asarray(got)[0].tolist() == _no_repeat_reference(3, 12, [11])
 
 
@@ -416,13 +433,11 @@ def test_max_lengths_end_each_row_with_eos(method):
   max_lengths = common.OutputLimits(max_length_ratio=1.0, max_length_offset=2).max_lengths(
       jnp.array([1, 4]))
   assert max_lengths.tolist() == [3, 6]
-  kwargs = dict(prefix=jnp.array([11, 11]), max_decode_length=10, eos_id=EOS,
-                max_lengths=max_lengths)
+  kwargs = dict(prefix=jnp.array([11, 11]), max_decode_length=10, max_lengths=max_lengths)
   if method == 'greedy':
-    got = np.asarray(greedy_search.greedy_search(_looping_tokens_to_logits(), {}, **kwargs))
+    got = np.asarray(_looping(greedy_search.greedy_search, {}, **kwargs))
   else:
-    got = np.asarray(beam_search.beam_search(_looping_tokens_to_logits(), {}, beam_size=2,
-                                          **kwargs)[0])[:, 0]
+    got = np.asarray(_looping(beam_search.beam_search, {}, beam_size=2, **kwargs)[0])[:, 0]
   # The prefix, then 3 and 6 generated tokens, the last of them EOS.
   assert got.tolist() == [[11, 5, 5, EOS] + [0] * 6, [11, 5, 5, 5, 5, 5, EOS] + [0] * 3]
 
@@ -440,10 +455,11 @@ def _tag_loving_search(method, banned_ids):
   kwargs = dict(prefix=jnp.array([2, 2]), max_decode_length=6, eos_id=EOS,
                 banned_tokens=banned)
   cache = {'index': jnp.array(0, jnp.int32), 'seen': jnp.zeros((2,), jnp.int32)}
-  model = _fixed_distribution_model(TAG_LOVING_PROBS)
+  run = functools.partial(_search, model=_fixed_distribution_model,
+                          weights=np.float32(TAG_LOVING_PROBS), cache=cache, **kwargs)
   if method == 'greedy':
-    return np.asarray(greedy_search.greedy_search(model, cache, **kwargs))[:, None], None
-  sequences, scores = beam_search.beam_search(model, cache, beam_size=2, alpha=1.0, **kwargs)
+    return np.asarray(run(greedy_search.greedy_search))[:, None], None
+  sequences, scores = run(beam_search.beam_search, beam_size=2, alpha=1.0)
   return np.asarray(sequences), np.asarray(scores)
 
 
@@ -466,9 +482,8 @@ def test_banned_tokens_are_never_generated_after_the_prefix_and_eos_still_ends(b
 
 
 def test_banned_tokens_hold_from_the_first_step_without_a_prefix():
-  got = greedy_search.greedy_search(_looping_tokens_to_logits(), _rows(1), prefix=None,
-                               max_decode_length=4, eos_id=EOS,
-                               banned_tokens=np.isin(np.arange(12), PREFERRED[:2]))
+  got = _looping(greedy_search.greedy_search, _rows(1), max_decode_length=4,
+                 banned_tokens=np.isin(np.arange(12), PREFERRED[:2]))
   assert np.asarray(got)[0].tolist() == [PREFERRED[2]] * 4
 
 
@@ -478,9 +493,7 @@ def test_a_row_gets_the_outputs_it_gets_alone_whatever_else_its_batch_holds(stop
   the hypotheses it returns do not depend on which rows share its batch."""
   initial_states = [0, 1, 2]
   for seed in range(8):
-    run = jax.jit(lambda cache, seed=seed: beam_search.beam_search(
-        _toy_tokens_to_logits(_toy_table(seed)), cache, prefix=None, beam_size=2, alpha=0.0,
-        max_decode_length=LENGTH, eos_id=EOS, stop=stop))
+    run = functools.partial(_beam, _toy_table(seed), beam_size=2, alpha=0.0, stop=stop)
     together = run(_initial_cache(initial_states))
     for row, state in enumerate(initial_states):
       alone = run(_initial_cache([state]))
@@ -496,9 +509,8 @@ def test_fairseqs_stop_rule_finishes_hypotheses_only_among_the_beams_best(stop, 
   table = np.full((LENGTH, VOCAB, NUM_STATES, VOCAB), -1e9, np.float32)
   table[0, 0, :, 2], table[0, 0, :, EOS] = np.log(0.6), np.log(0.4)
   table[1, 2, :, 2], table[1, 2, :, EOS] = np.log(0.5), np.log(0.5)
-  sequences, scores = beam_search.beam_search(
-      _toy_tokens_to_logits(table), _initial_cache([0]), prefix=None, beam_size=1,
-      alpha=0.0, max_decode_length=2, eos_id=EOS, stop=stop)
+  sequences, scores = _beam(table, _initial_cache([0]), beam_size=1, alpha=0.0,
+                            max_decode_length=2, stop=stop)
   np.testing.assert_array_equal(sequences[0, 0], want)
   np.testing.assert_allclose(scores[0, 0], np.log(0.6 * 0.5) if want[0] == 2 else np.log(0.4),
                              rtol=1e-5)
