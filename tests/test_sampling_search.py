@@ -142,24 +142,28 @@ def _state_model():
   return tokens_to_logits
 
 
-def _sample_rows(states, ids, settings, samples=1, **rules):
-  """Samples [B, samples, 6] and their log-probabilities of the state model's rows."""
-  run = _jitted_sampler(settings, samples) if not rules else functools.partial(
-      _sampler, settings=settings, samples=samples, **rules)
-  sequences, log_probs = run(jnp.asarray(states, jnp.int32), jnp.asarray(ids, jnp.uint32))
+def _sample_rows(states, ids, settings, samples=1, no_repeat_ngram_size=0, **rules):
+  """Samples [B, samples, 6] and their log-probabilities of the state model's rows; the
+  array `rules` (prefix, banned_tokens, max_lengths) are traced."""
+  run = _jitted_sampler(settings, samples, no_repeat_ngram_size)
+  sequences, log_probs = run(jnp.asarray(states, jnp.int32), jnp.asarray(ids, jnp.uint32),
+                             rules)
   return np.asarray(sequences), np.asarray(log_probs)
 
 
-def _sampler(states, ids, *, settings, samples, **rules):
+def _sampler(states, ids, rules, *, settings, samples, no_repeat_ngram_size):
   cache = {'index': jnp.array(0, jnp.int32), 'state': states}
   return sampling_search.sampling_search(
       _state_model(), cache, settings, source_ids=ids, samples=samples,
-      max_decode_length=6, eos_id=EOS, **{'prefix': None, **rules})
+      max_decode_length=6, eos_id=EOS, no_repeat_ngram_size=no_repeat_ngram_size,
+      **{'prefix': None, **rules})
 
 
 @functools.lru_cache(maxsize=None)
-def _jitted_sampler(settings: search.SamplingSettings, samples: int):
-  return jax.jit(functools.partial(_sampler, settings=settings, samples=samples))
+def _jitted_sampler(settings: search.SamplingSettings, samples: int,
+                    no_repeat_ngram_size: int):
+  return jax.jit(functools.partial(_sampler, settings=settings, samples=samples,
+                                   no_repeat_ngram_size=no_repeat_ngram_size))
 
 
 def test_the_same_seed_draws_the_same_outputs_and_another_seed_others():
@@ -233,10 +237,11 @@ def test_samples_keep_the_forced_tag_banned_pieces_and_output_limits():
 def test_a_methods_n_samples_come_back_ranked_by_their_scores():
   rows = 3
   cache = {'index': jnp.array(0, jnp.int32), 'state': jnp.zeros((rows,), jnp.int32)}
-  problem = common.SearchProblem(
-      _state_model(), cache, prefix=None, max_decode_length=6, alpha=1.0, eos_id=EOS,
-      source_ids=jnp.arange(rows, dtype=jnp.uint32))
-  found = search.get('sampling').decode(search.SamplingSettings(seed=4), problem, 5)
+  decode = jax.jit(lambda cache, source_ids: search.get('sampling').decode(
+      search.SamplingSettings(seed=4), common.SearchProblem(
+          _state_model(), cache, prefix=None, max_decode_length=6, alpha=1.0, eos_id=EOS,
+          source_ids=source_ids), 5))
+  found = decode(cache, jnp.arange(rows, dtype=jnp.uint32))
   scores = np.asarray(found.scores)
   assert scores.shape == (rows, 5) and (np.diff(scores, axis=1) <= 0).all()
   np.testing.assert_allclose(
@@ -400,8 +405,10 @@ def test_rerank_chooses_by_mbr_among_epsilon_samples_it_decodes(trained_run, tmp
   assert code == 0, err
   translator = run_loading.load_translator(str(trained_run), search='sampling',
                                            epsilon=0.02, seed=5, batch_size=4)
-  lists = [translator.translate_nbest([s], 'eng_Latn', 'hau_Latn', 4)[0] if s
-           else [inference.Hypothesis('', 0.0, 0.0, 0)] for s in sources]
+  # The sentences decoded together, as rerank.py decodes them: the same compiled search.
+  decoded = iter(translator.translate_nbest([s for s in sources if s], 'eng_Latn',
+                                            'hau_Latn', 4))
+  lists = [next(decoded) if s else [inference.Hypothesis('', 0.0, 0.0, 0)] for s in sources]
   candidates = reranking.from_hypotheses(lists, 'src.eng')
   expected = candidates.chosen(reranking.mbr_choices(candidates))
   assert (tmp_path / 'mbr.hau').read_text('utf-8').splitlines() == expected
