@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import pathlib
+import shutil
 
 import gin
 import jax
@@ -38,22 +39,47 @@ def configure(model_dir: pathlib.Path, vocabulary: pathlib.Path, mixture: str,
                      INPUTS_LENGTH='16', TARGETS_LENGTH='16')
 
 
+@pytest.fixture(scope='module')
+def runs(tiny_mixture, tmp_path_factory) -> pathlib.Path:
+  """A folder of `configure`'s runs that several tests compare with or start from, trained
+  once over its vocabulary.model: straight/, uninterrupted for 9 steps (checkpoints 3, 6
+  and 9; a run's losses do not depend on TRAIN_STEPS), and three_steps/, stopped after 3.
+  Tests that change a run work on a copy (`copy_run`)."""
+  root = tmp_path_factory.mktemp('runs')
+  for name, steps in (('straight', 9), ('three_steps', 3)):
+    configure(root / name, root / 'vocab.model', tiny_mixture, train_steps=steps)
+    try:
+      train_configured()
+    finally:
+      gin.clear_config()
+  return root
+
+
+def copy_run(runs: pathlib.Path, name: str, to: pathlib.Path) -> pathlib.Path:
+  """A copy of the shared run `name` at `to`, to resume or change."""
+  shutil.copytree(runs / name, to)
+  return to
+
+
+def logged_steps(run: pathlib.Path) -> dict[int, dict]:
+  """The run's metrics.jsonl records by step."""
+  return {record['step']: record for record in files.read_json_lines(run / 'metrics.jsonl')}
+
+
 @pytest.mark.slow
-def test_resume_continues_loss_curve(tiny_mixture, tmp_path):
-  vocabulary = tmp_path / 'vocab.model'
-  configure(tmp_path / 'straight', vocabulary, tiny_mixture, train_steps=6)
-  straight = train_configured()
-  configure(tmp_path / 'stopped', vocabulary, tiny_mixture, train_steps=3)
-  train_configured()
-  with (tmp_path / 'stopped' / 'metrics.jsonl').open('a') as metrics:
+def test_resume_continues_loss_curve(tiny_mixture, runs, tmp_path):
+  vocabulary = runs / 'vocab.model'
+  straight = logged_steps(runs / 'straight')[6]  # What a run of 6 steps ends with.
+  stopped = copy_run(runs, 'three_steps', tmp_path / 'stopped')
+  with (stopped / 'metrics.jsonl').open('a') as metrics:
     metrics.write('{"step": 4, "loss": 1.2')  # Killed while appending a record.
-  configure(tmp_path / 'stopped', vocabulary, tiny_mixture, train_steps=6)
+  configure(stopped, vocabulary, tiny_mixture, train_steps=6)
   resumed = train_configured()
   assert resumed['step'] == straight['step'] == 6
   assert resumed['loss'] == pytest.approx(straight['loss'], rel=1e-5)
   # The resumed run's log holds each step once, and equals the uninterrupted log.
-  logged = [json.loads(line) for line in (tmp_path / 'stopped' / 'metrics.jsonl').open()]
-  expected = [json.loads(line) for line in (tmp_path / 'straight' / 'metrics.jsonl').open()]
+  logged = [json.loads(line) for line in (stopped / 'metrics.jsonl').open()]
+  expected = [json.loads(line) for line in (runs / 'straight' / 'metrics.jsonl').open()]
   assert [r['step'] for r in logged] == [1, 2, 3, 4, 5, 6]
   for got, want in zip(logged, expected):
     assert got['loss'] == pytest.approx(want['loss'], rel=1e-5)
@@ -61,10 +87,8 @@ def test_resume_continues_loss_curve(tiny_mixture, tmp_path):
 
 @pytest.mark.slow
 def test_a_damaged_latest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
-    tiny_mixture, tmp_path, caplog):
-  vocabulary = tmp_path / 'vocab.model'
-  configure(tmp_path / 'straight', vocabulary, tiny_mixture, train_steps=9)
-  train_configured()
+    tiny_mixture, runs, tmp_path, caplog):
+  vocabulary = runs / 'vocab.model'
   run = tmp_path / 'cut'
   configure(run, vocabulary, tiny_mixture, train_steps=6)
   train_configured()
@@ -85,7 +109,7 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_run_resumes_from_the_o
   assert sorted(int(p.name) for p in (run / 'checkpoints').iterdir()) == [3, 6, 9]
   # Steps 4-9 trained again from checkpoint 3: the uninterrupted run's curve, each step once.
   logged = files.read_json_lines(run / 'metrics.jsonl')
-  expected = files.read_json_lines(tmp_path / 'straight' / 'metrics.jsonl')
+  expected = files.read_json_lines(runs / 'straight' / 'metrics.jsonl')
   assert [r['step'] for r in logged] == list(range(1, 10))
   for got, want in zip(logged, expected):
     assert got['loss'] == pytest.approx(want['loss'], rel=1e-5)
@@ -103,10 +127,11 @@ def test_a_damaged_metrics_record_before_the_last_is_named(tmp_path, caplog):
 
 
 @pytest.mark.slow
-def test_resume_with_a_grown_vocabulary_keeps_training_the_old_model(tiny_mixture, tmp_path):
-  vocabulary = tmp_path / 'vocab.model'
-  configure(tmp_path / 'run', vocabulary, tiny_mixture, train_steps=3)
-  before = train_configured()
+def test_resume_with_a_grown_vocabulary_keeps_training_the_old_model(tiny_mixture, runs,
+                                                                   tmp_path):
+  vocabulary = runs / 'vocab.model'
+  copy_run(runs, 'three_steps', tmp_path / 'run')
+  before = logged_steps(tmp_path / 'run')[3]
   amh = corpora.get_corpus('cldr').sentences('train', 'amh_Ethi')
   amh_model = vocab.train_sentencepiece({'amh_Ethi': amh}, str(tmp_path / 'amh.model'),
                                         vocab_size=900, num_sentences=5_000)
@@ -125,12 +150,10 @@ def test_resume_with_a_grown_vocabulary_keeps_training_the_old_model(tiny_mixtur
 
 
 @pytest.mark.slow
-def test_run_writes_its_outputs(tiny_mixture, tmp_path):
-  configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, train_steps=3)
-  train_configured()
-  run = tmp_path / 'run'
+def test_run_writes_its_outputs(runs):
+  run = runs / 'three_steps'
   assert (run / 'config.gin').read_text().count('MIXTURE_OR_TASK_NAME') >= 1
-  assert (run / 'vocab.model').read_bytes() == (tmp_path / 'vocab.model').read_bytes()
+  assert (run / 'vocab.model').read_bytes() == (runs / 'vocab.model').read_bytes()
   record = json.loads((run / 'metrics.jsonl').read_text().splitlines()[-1])
   assert {'step', 'loss', 'learning_rate', 'tokens_per_second',
           'loss/eng_Latn-fra_Latn', 'loss/hau_Latn-eng_Latn'} <= set(record)
@@ -181,11 +204,11 @@ def test_bad_settings_are_named_before_model_dir_exists(tiny_mixture, tmp_path, 
 
 
 @pytest.mark.slow
-def test_resuming_with_another_model_shape_leaves_the_run_as_it_was(tiny_mixture, tmp_path):
-  configure(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, train_steps=3)
-  train_configured()
+def test_resuming_with_another_model_shape_leaves_the_run_as_it_was(tiny_mixture, runs,
+                                                                    tmp_path):
+  copy_run(runs, 'three_steps', tmp_path / 'run')
   config = (tmp_path / 'run' / 'config.gin').read_bytes()
-  configure_tiny_run(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture, 6,
+  configure_tiny_run(tmp_path / 'run', runs / 'vocab.model', tiny_mixture, 6,
                      **{'network.TransformerConfig.mlp_dim': '48'})
   with pytest.raises(UserError, match=r"checkpoints/3: params .*\['mlp'\].* was saved with "
                      r"shape \(64,\) but the model has \(48,\)"):
@@ -233,8 +256,8 @@ def _tiny_spec(model_dir: pathlib.Path, vocabulary: pathlib.Path,
 
 @pytest.mark.slow
 def test_a_run_built_from_objects_calls_its_actions_and_resumes_where_they_stopped(
-    tiny_mixture, tmp_path):
-  spec = _tiny_spec(tmp_path / 'run', tmp_path / 'vocab.model', tiny_mixture)
+    tiny_mixture, runs, tmp_path):
+  spec = _tiny_spec(tmp_path / 'run', runs / 'vocab.model', tiny_mixture)
   data_tasks.configure(spec.data)  # The registry reads with the run's vocabulary and tags.
   run, update_dro = train_loop.build_run(spec)
   assert update_dro is None and run.start_step == 0
@@ -257,9 +280,6 @@ def test_a_run_built_from_objects_calls_its_actions_and_resumes_where_they_stopp
       resumed.model.config, dtype=None)
   assert loaded.model.config.dtype == 'float32' and loaded.settings == spec.decode
   # The same run from gin, uninterrupted, takes the same losses at steps 3-6.
-  configure(tmp_path / 'straight', tmp_path / 'vocab.model', tiny_mixture, train_steps=6)
-  train_configured()
-  logged = {r['step']: r['loss'] for r in files.read_json_lines(
-      tmp_path / 'straight' / 'metrics.jsonl')}
+  logged = {step: r['loss'] for step, r in logged_steps(runs / 'straight').items()}
   for step, loss in rest.losses.items():
     assert loss == pytest.approx(logged[step], rel=1e-5), step
