@@ -1,5 +1,8 @@
 """Language-specific adapters: identity at start, per-token routing, frozen-base training."""
 
+import shutil
+
+import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -113,16 +116,29 @@ def _configure_adapters(trained_run, model_dir, keys: str, trainable: str = "'ad
       'LEARNING_RATE': '1e-2'})
 
 
-@pytest.mark.slow
-def test_adapters_train_on_a_frozen_base_that_stays_bit_identical(trained_run, tmp_path):
+@pytest.fixture(scope='module')
+def hau_adapters(trained_run, tmp_path_factory):
+  """(MODEL_DIR, the parent's step-4 parameters read before it trained) of hau_Latn
+  adapters trained for 2 steps on the frozen `trained_run`, once for the tests that read
+  it (or a copy of it)."""
   parent_before = saved_params(trained_run, 4)
-  _configure_adapters(trained_run, tmp_path / 'adapters', "('hau_Latn',)")
-  train_configured()
-  run_checkpoints = checkpoints.RunCheckpoints(str(tmp_path / 'adapters'), read_only=True)
+  run = tmp_path_factory.mktemp('adapters') / 'hau'
+  _configure_adapters(trained_run, run, "('hau_Latn',)")
+  try:
+    train_configured()
+  finally:
+    gin.clear_config()
+  return run, parent_before
+
+
+@pytest.mark.slow
+def test_adapters_train_on_a_frozen_base_that_stays_bit_identical(trained_run, hau_adapters):
+  run, parent_before = hau_adapters
+  run_checkpoints = checkpoints.RunCheckpoints(str(run), read_only=True)
   shapes = run_checkpoints.saved_shapes(2)
   run_checkpoints.close()
   paths = sorted(shapes)  # saved_params lists leaves in this (sorted-key) order.
-  child = dict(zip(paths, saved_params(tmp_path / 'adapters', 2)))
+  child = dict(zip(paths, saved_params(run, 2)))
   base = [value for path, value in child.items()
           if not any(p.startswith(parameter_layout.ADAPTER_PREFIX) for p in path)]
   assert len(base) == len(parent_before)
@@ -145,13 +161,12 @@ def test_joint_training_moves_the_base_too(trained_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_direction_without_its_adapter_is_one_clear_error(trained_run, tmp_path,
-                                                            monkeypatch, capsys):
+def test_a_direction_without_its_adapter_is_one_clear_error(trained_run, hau_adapters,
+                                                            tmp_path, monkeypatch, capsys):
   _configure_adapters(trained_run, tmp_path / 'fra', "('fra_Latn',)")
   with pytest.raises(UserError, match="eng_Latn-hau_Latn needs the adapter 'hau_Latn'"):
     train_configured()
-  _configure_adapters(trained_run, tmp_path / 'hau', "('hau_Latn',)")
-  train_configured()
+  shutil.copytree(hau_adapters[0], tmp_path / 'hau')  # The run that trained hau_Latn's.
   source = tmp_path / 'src.txt'
   source.write_text('Monday\n')
   output = tmp_path / 'out.txt'
