@@ -53,6 +53,16 @@ def _loss_and_grads(config, params):
       lambda p: jnp.sum(jax.nn.log_softmax(model.apply({'params': p}, **batch))[..., 3])))(params)
 
 
+@functools.lru_cache
+def _reference_loss_and_grads(scan_layers: bool):
+  """The loss and gradients of CONFIG without remat, in either layout: computed once for
+  the tests that compare a variant with them."""
+  params = _unrolled_params()
+  if scan_layers:
+    params = parameter_layout.to_scanned(params)
+  return _loss_and_grads(dataclasses.replace(CONFIG, scan_layers=scan_layers), params)
+
+
 def _assert_trees_close(actual, expected, atol):
   assert jax.tree.structure(actual) == jax.tree.structure(expected)
   jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, atol=atol), actual, expected)
@@ -60,10 +70,8 @@ def _assert_trees_close(actual, expected, atol):
 
 @pytest.mark.slow
 def test_scanned_stacks_compute_the_unrolled_model_and_its_gradients():
-  params = _unrolled_params()
-  loss, grads = _loss_and_grads(CONFIG, params)
-  scanned = dataclasses.replace(CONFIG, scan_layers=True)
-  scanned_loss, scanned_grads = _loss_and_grads(scanned, parameter_layout.to_scanned(params))
+  loss, grads = _reference_loss_and_grads(scan_layers=False)
+  scanned_loss, scanned_grads = _reference_loss_and_grads(scan_layers=True)
   assert float(scanned_loss) == pytest.approx(float(loss), rel=1e-6)
   _assert_trees_close(scanned_grads, parameter_layout.to_scanned(grads), atol=1e-5)
 
@@ -88,7 +96,7 @@ def test_remat_policies_leave_loss_and_gradients_unchanged(policy, scan_layers):
   if scan_layers:
     params = parameter_layout.to_scanned(params)
   config = dataclasses.replace(CONFIG, scan_layers=scan_layers)
-  loss, grads = _loss_and_grads(config, params)
+  loss, grads = _reference_loss_and_grads(scan_layers=scan_layers)
   remat_loss, remat_grads = _loss_and_grads(
       dataclasses.replace(config, remat_policy=policy), params)
   assert float(remat_loss) == pytest.approx(float(loss), rel=1e-6)
