@@ -110,9 +110,15 @@ def test_grown_cache_and_shared_cross_attention_decode_like_teacher_forcing():
   params = random_params()
   encoder_tokens, decoder_inputs, decoder_targets = padded_batch(PAIRS)
   full = jitted_forward()({'params': params}, encoder_tokens, decoder_inputs, decoder_targets)
-  encoded = model.apply({'params': params}, encoder_tokens, method=network.Transformer.encode)
-  cross_attention, cache = decode_cache.split_fixed(
-      decode_cache.init(model, params, encoded, encoder_tokens, 2))
+
+  @jax.jit  # Op by op, encoding and the cache's start take longer than they take to compile.
+  def encode_and_start_cache(params, encoder_tokens):
+    encoded = model.apply({'params': params}, encoder_tokens,
+                          method=network.Transformer.encode)
+    return encoded, decode_cache.init(model, params, encoded, encoder_tokens, 2)
+
+  encoded, cache = encode_and_start_cache(params, encoder_tokens)
+  cross_attention, cache = decode_cache.split_fixed(cache)
   assert not any('cached_fixed' in str(path) for path in jax.tree_util.tree_leaves_with_path(
       cache))
   cache = decode_cache.expand(cache, 2)
@@ -189,8 +195,10 @@ def check_beam_scores_are_teacher_forced(config, cache_lengths, seed=3):
 @pytest.mark.slow
 def test_decode_cache_layout_is_batch_leading_or_scalar():
   encoded = jnp.ones((3, 5, TINY.emb_dim))
-  cache = decode_cache.init(network.Transformer(TINY), random_params(), encoded,
-                            jnp.ones((3, 5), jnp.int32), max_decode_length=7)
+  # Shapes only: the cache is built abstractly, no step of it computed.
+  cache = jax.eval_shape(lambda: decode_cache.init(
+      network.Transformer(TINY), random_params(), encoded, jnp.ones((3, 5), jnp.int32),
+      max_decode_length=7))
   cross = cache['decoder']['layers_1']['encoder_decoder_attention']
   # Keys [batch, heads, head_dim, length], values [batch, heads, length, head_dim].
   assert cross['cached_fixed_key'].shape == (3, TINY.num_heads, TINY.head_dim, 5)
