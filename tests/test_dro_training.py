@@ -13,6 +13,7 @@ import pytest
 from conftest import tiny_run_bindings, train_configured
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
+from test_network import random_params
 
 import data_tasks
 from t5x_mt.training import actions
@@ -143,7 +144,9 @@ def test_scaled_loss_equals_the_loss_without_the_zero_scaled_direction():
                                      dropout_rate=0.0)
   model = models.TranslationModel(config)
   optimizer = optax.sgd(1.0)  # The update is the gradient itself.
-  state = trainer.init_train_state(model, optimizer, jax.random.PRNGKey(0), 8, 8)
+  params = random_params(config)  # Any values do: no initialiser runs op by op.
+  state = trainer.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                             opt_state=optimizer.init(params))
   rng = np.random.default_rng(0)
   batch = {name: jnp.asarray(rng.integers(1, 64, (4, 8)), jnp.int32)
            for name in ('encoder_input_tokens', 'decoder_input_tokens',
