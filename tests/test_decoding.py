@@ -413,8 +413,8 @@ def test_beam_searchs_first_step_bans_no_ngram():
   alarm on a real vocabulary. Only the loop's steps scatter banned tokens."""
   def outside_the_loop(no_repeat_ngram_size):
     run = lambda: beam_search.beam_search(
-        _looping_tokens_to_logits(_looping_logits()), _rows(1), prefix=None, beam_size=3, max_decode_length=8,
-        eos_id=EOS, no_repeat_ngram_size=no_repeat_ngram_size)
+        _looping_tokens_to_logits(_looping_logits()), _rows(1), prefix=None, beam_size=3,
+        max_decode_length=8, eos_id=EOS, no_repeat_ngram_size=no_repeat_ngram_size)
     return collections.Counter(
         equation.primitive.name for equation in jax.make_jaxpr(run)().eqns)
 
