@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_run_flags
+import run_commands as run_commands_script
 from t5x_mt.decoding import back_translation
 from test_back_translation import read_pairs
 
@@ -44,10 +45,12 @@ MIXTURE = 'two_directions'
 def demo_flags(model_dir: pathlib.Path, vocabulary: pathlib.Path, steps: int,
                *bindings: str) -> list[str]:
   """The shrunk demo on two directions for `steps` steps, logging every step and scoring
-  a few sentences at the end so the decoding that processes share is part of every run."""
+  a few sentences at the end so the decoding that processes share is part of every run.
+  Its learning rate is high enough that after STEPS steps the run translates: outputs
+  that were all empty would agree whoever decoded them."""
   return [*tiny_run_flags(
       model_dir, vocabulary, MIXTURE, steps, CHECKPOINT_EVERY_STEPS=str(HALF),
-      LEARNING_RATE='1e-2',
+      LEARNING_RATE='2e-2',
       **{'data_tasks.register_from_config.mixtures':
          f"{{'{MIXTURE}': ['cldr_eng_Latn.fra_Latn', 'cldr_hau_Latn.eng_Latn']}}",
          'evaluation.EvalConfig.max_sentences': '2',
@@ -55,9 +58,10 @@ def demo_flags(model_dir: pathlib.Path, vocabulary: pathlib.Path, steps: int,
           *(f'--gin.{b}' for b in bindings)]
 
 
-def run_processes(num_processes: int, flags: list[str], script: str = 'train.py'
+def run_processes(num_processes: int, flags: list[str], program: str = 'launch/train.py'
                   ) -> list[subprocess.CompletedProcess]:
-  """launch/<script> in `num_processes` processes sharing DEVICES devices evenly."""
+  """`program` (a launch command by default) in `num_processes` processes sharing DEVICES
+  devices evenly."""
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count='
              f'{DEVICES // num_processes}')
   distributed = []
@@ -65,7 +69,7 @@ def run_processes(num_processes: int, flags: list[str], script: str = 'train.py'
     distributed = [f'--coordinator_address=127.0.0.1:{free_port()}',
                    f'--num_processes={num_processes}']
   started = [subprocess.Popen(
-      [sys.executable, f'launch/{script}', *flags, *distributed,
+      [sys.executable, program, *flags, *distributed,
        *([f'--process_id={index}'] if num_processes > 1 else [])],
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
       for index in range(num_processes)]
@@ -77,6 +81,21 @@ def run_processes(num_processes: int, flags: list[str], script: str = 'train.py'
   for index, done in enumerate(finished):
     assert done.returncode == 0, f'process {index} failed:\n{done.stderr[-3000:]}'
   return finished
+
+
+def run_commands(num_processes: int, commands: dict[str, list[str]]
+                 ) -> dict[str, list[subprocess.CompletedProcess]]:
+  """Launch commands (`name: [script, *flags]`) one after another in the same
+  `num_processes` processes (tests/run_commands.py), as `&&` would chain them in as many:
+  for each, what each process printed."""
+  finished = run_processes(num_processes, [f'--commands={json.dumps(list(commands.values()))}'],
+                           'tests/run_commands.py')
+  printed = [(run_commands_script.split_output(done.stdout, len(commands)),
+              run_commands_script.split_output(done.stderr, len(commands)))
+             for done in finished]
+  return {name: [subprocess.CompletedProcess(command, 0, stdout[index], stderr[index])
+                 for stdout, stderr in printed]
+          for index, (name, command) in enumerate(commands.items())}
 
 
 def losses(model_dir: pathlib.Path) -> dict[int, float]:
@@ -115,12 +134,43 @@ def workspace(tmp_path_factory) -> pathlib.Path:
   return tmp_path_factory.mktemp('multiprocess')
 
 
+SENTENCES = ['Good morning.', 'Monday', 'Thank you very much.', 'Tuesday', 'Where is it?',
+             'Friday']
+DECODING = ['--src_lang=eng_Latn', '--tgt_lang=fra_Latn', '--beam_size=1', '--batch_size=4']
+
+
 @pytest.fixture(scope='module')
-def one_process(workspace) -> pathlib.Path:
-  """One process with four devices, reading the two input shards two processes read."""
-  model_dir = workspace / 'one'
-  run_processes(1, demo_flags(model_dir, workspace / 'vocab.model', STEPS, 'INPUT_SHARDS=2'))
-  return model_dir
+def two_processes(workspace) -> tuple[pathlib.Path, list]:
+  """Two processes with two devices each: the run and what each process printed. The
+  module's first run: both processes build its vocabulary, the same file, written whole."""
+  model_dir = workspace / 'two'
+  return model_dir, run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS))
+
+
+@pytest.fixture(scope='module')
+def one_process_commands(workspace, two_processes
+                         ) -> dict[str, list[subprocess.CompletedProcess]]:
+  """In one process with four devices, one command after another: the reference run,
+  reading the two input shards two processes read; the two processes' checkpoint resumed
+  under another mesh; the reference run's translations of SENTENCES."""
+  vocabulary = workspace / 'vocab.model'
+  two_to_one = keep_until(two_processes[0], workspace / 'two_to_one', HALF)
+  source = workspace / 'source.txt'
+  source.write_text(''.join(line + '\n' for line in SENTENCES), encoding='utf-8')
+  return run_commands(1, {
+      'one': ['train.py', *demo_flags(workspace / 'one', vocabulary, STEPS, 'INPUT_SHARDS=2')],
+      # No INPUT_SHARDS given: the run keeps the two shards its checkpoint was read with.
+      'two_to_one': ['train.py', *demo_flags(two_to_one, vocabulary, STEPS,
+                                             'MESH_SHAPE=(2, 1, 2)')],
+      'translate': ['translate.py', f'--checkpoint_dir={workspace / "one"}',
+                    f'--input={source}', *DECODING, f'--output={workspace / "one.txt"}']})
+
+
+@pytest.fixture(scope='module')
+def one_process(workspace, one_process_commands) -> pathlib.Path:
+  """The reference run: one process with four devices."""
+  del one_process_commands  # Trained it.
+  return workspace / 'one'
 
 
 @pytest.fixture(scope='module')
@@ -132,10 +182,37 @@ def reference(one_process) -> dict[int, float]:
 
 
 @pytest.fixture(scope='module')
-def two_processes(workspace, one_process) -> tuple[pathlib.Path, list]:
-  """Two processes with two devices each: the run and what each process printed."""
-  model_dir = workspace / 'two'
-  return model_dir, run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS))
+def two_process_commands(workspace, one_process, two_processes
+                         ) -> dict[str, list[subprocess.CompletedProcess]]:
+  """In two processes with two devices each, one command after another: the two
+  processes' checkpoint resumed on a hybrid mesh, the one process's under another mesh,
+  and each command that decodes, on the reference run and SENTENCES."""
+  vocabulary, source = workspace / 'vocab.model', workspace / 'source.txt'
+  two_resumed = keep_until(two_processes[0], workspace / 'two_resumed', HALF)
+  one_to_two = keep_until(one_process, workspace / 'one_to_two', HALF)
+  # Scores: two processes score the one process's translations as its references.
+  shutil.copy(workspace / 'one.txt', workspace / 'references.txt')
+  return run_commands(2, {
+      # On a hybrid mesh: 'fsdp' within each process, 'data' across the two, as across the
+      # slices of a multi-slice TPU or the nodes of a GPU cluster.
+      'two_resumed': ['train.py', *demo_flags(two_resumed, vocabulary, STEPS,
+                                              'MESH_SHAPE=(1, 2, 1)',
+                                              'DCN_MESH_SHAPE=(2, 1, 1)')],
+      # Parameters and optimizer state sharded over 'fsdp' now, replicated before.
+      'one_to_two': ['train.py', *demo_flags(one_to_two, vocabulary, STEPS,
+                                             'MESH_SHAPE=(1, 2, 2)')],
+      'translate': ['translate.py', f'--checkpoint_dir={one_process}', f'--input={source}',
+                    *DECODING, f'--output={workspace / "two.txt"}'],
+      # Two copies of the run as an ensemble.
+      'ensemble': ['translate.py', f'--ensemble={one_process},{one_process}:3',
+                   f'--input={source}', *DECODING, f'--output={workspace / "ensemble.txt"}'],
+      'evaluate': ['evaluate.py', f'--checkpoint_dir={one_process}', f'--src_file={source}',
+                   f'--ref_file={workspace / "references.txt"}', *DECODING],
+      # Forward translation into a corpus.
+      'back_translate': [
+          'back_translate.py', f'--checkpoint_dir={one_process}', '--lang=eng_Latn',
+          '--into=fra_Latn', '--mode=ft', '--tag=none', f'--monolingual={source}',
+          f'--output={workspace / "ft"}', '--beam_size=1', '--batch_size=4']})
 
 
 def test_two_processes_train_as_one_process_with_as_many_devices(workspace, reference,
@@ -154,77 +231,36 @@ def test_two_processes_train_as_one_process_with_as_many_devices(workspace, refe
 
 
 def test_two_processes_stopped_and_resumed_continue_the_same_curve(workspace, reference,
-                                                                   two_processes):
-  model_dir = keep_until(two_processes[0], workspace / 'two_resumed', HALF)
-  # On a hybrid mesh: 'fsdp' within each process, 'data' across the two, as across the
-  # slices of a multi-slice TPU or the nodes of a GPU cluster.
-  run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS,
-                              'MESH_SHAPE=(1, 2, 1)', 'DCN_MESH_SHAPE=(2, 1, 1)'))
-  assert_same_curve(model_dir, reference)
+                                                                   two_process_commands):
+  assert_same_curve(workspace / 'two_resumed', reference)
 
 
 def test_checkpoint_of_two_processes_resumes_in_one_under_another_mesh(workspace, reference,
-                                                                       two_processes):
-  model_dir = keep_until(two_processes[0], workspace / 'two_to_one', HALF)
-  # No INPUT_SHARDS given: the run keeps the two shards its checkpoint was read with.
-  run_processes(1, demo_flags(model_dir, workspace / 'vocab.model', STEPS,
-                              'MESH_SHAPE=(2, 1, 2)'))
-  assert_same_curve(model_dir, reference)
+                                                                       one_process_commands):
+  assert_same_curve(workspace / 'two_to_one', reference)
 
 
 def test_checkpoint_of_one_process_resumes_in_two_under_another_mesh(workspace, reference,
-                                                                     one_process):
-  model_dir = keep_until(one_process, workspace / 'one_to_two', HALF)
-  # Parameters and optimizer state sharded over 'fsdp' now, replicated before.
-  run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS,
-                              'MESH_SHAPE=(1, 2, 2)'))
-  assert_same_curve(model_dir, reference)
-
-SENTENCES = ['Good morning.', 'Monday', 'Thank you very much.', 'Tuesday', 'Where is it?',
-             'Friday']
-DECODING = ['--src_lang=eng_Latn', '--tgt_lang=fra_Latn', '--beam_size=1', '--batch_size=4']
+                                                                     two_process_commands):
+  assert_same_curve(workspace / 'one_to_two', reference)
 
 
-@pytest.fixture(scope='module')
-def translating_run(workspace, one_process) -> pathlib.Path:
-  """The one-process run trained on to twice its steps, where it starts to translate:
-  outputs that are all empty would agree whoever decoded them."""
-  model_dir = workspace / 'translating'
-  shutil.copytree(one_process, model_dir)
-  run_processes(1, demo_flags(model_dir, workspace / 'vocab.model', 2 * STEPS))
-  return model_dir
-
-
-def test_commands_that_decode_split_the_work_and_write_once(workspace, translating_run):
-  source = workspace / 'source.txt'
-  source.write_text(''.join(line + '\n' for line in SENTENCES), encoding='utf-8')
-  flags = [f'--checkpoint_dir={translating_run}', f'--input={source}', *DECODING]
-  run_processes(1, [*flags, f'--output={workspace / "one.txt"}'], 'translate.py')
+def test_commands_that_decode_split_the_work_and_write_once(workspace, one_process_commands,
+                                                            two_process_commands):
   expected = (workspace / 'one.txt').read_text(encoding='utf-8').splitlines()
   assert len(expected) == len(SENTENCES) and any(expected)
-  finished = run_processes(2, [*flags, f'--output={workspace / "two.txt"}'], 'translate.py')
   assert (workspace / 'two.txt').read_text(encoding='utf-8').splitlines() == expected
-  assert finished[1].stdout == ''
+  assert two_process_commands['translate'][1].stdout == ''
   # An ensemble decodes on several processes as a single run does: two copies of the run
   # give the run's translations.
-  ensemble = [f'--ensemble={translating_run},{translating_run}:3', f'--input={source}',
-              *DECODING, f'--output={workspace / "ensemble.txt"}']
-  run_processes(2, ensemble, 'translate.py')
   assert (workspace / 'ensemble.txt').read_text(encoding='utf-8').splitlines() == expected
   # Scores: two processes score the one process's translations as its references, once.
-  references = workspace / 'references.txt'
-  references.write_text(''.join(line + '\n' for line in expected), encoding='utf-8')
-  scoring = [f'--checkpoint_dir={translating_run}', f'--src_file={source}',
-             f'--ref_file={references}', *DECODING]
-  finished = run_processes(2, scoring, 'evaluate.py')
+  finished = two_process_commands['evaluate']
   scores = json.loads(finished[0].stdout)
   assert finished[1].stdout == '' and scores['n'] == len(SENTENCES)
   assert scores['chrf'] == pytest.approx(100.0)
   # Forward translation into a corpus: the synthetic side is what translate.py gave.
-  finished = run_processes(2, [
-      f'--checkpoint_dir={translating_run}', '--lang=eng_Latn', '--into=fra_Latn', '--mode=ft',
-      '--tag=none', f'--monolingual={source}', f'--output={workspace / "ft"}',
-      '--beam_size=1', '--batch_size=4'], 'back_translate.py')
+  finished = two_process_commands['back_translate']
   job = back_translation.Job('eng_Latn', 'fra_Latn', mode='ft', tag='none')
   assert read_pairs(workspace / 'ft', job) == [
       pair for pair in zip(SENTENCES, expected) if pair[1].strip()]
