@@ -409,9 +409,15 @@ def average_checkpoints(checkpoint_dir: str, steps: Sequence[int], output_dir: s
   return max(steps)
 
 
-def copy_run_files(source: run_layout.RunLayout, target: run_layout.RunLayout) -> None:
-  """What a run's readers need besides its checkpoints: config, vocabularies, directions."""
-  for name in ('config', 'vocabulary', 'source_vocabulary', 'directions'):
+# What a run's readers need besides its checkpoints: config, vocabularies, directions and
+# the base run a LoRA run's checkpoints complete (`RunCheckpoints.base`).
+RUN_FILES = ('config', 'vocabulary', 'source_vocabulary', 'directions', 'base_run')
+
+
+def copy_run_files(source: run_layout.RunLayout, target: run_layout.RunLayout,
+                   names: Sequence[str] = RUN_FILES) -> None:
+  """Copies the files `names` (RunLayout's names for them) that `source` has."""
+  for name in names:
     if getattr(source, name).is_file():
       files.write_bytes_atomically(getattr(target, name), getattr(source, name).read_bytes())
 

@@ -40,6 +40,7 @@ DEFAULT_RULES: LogicalRules = (
     ('embed', 'fsdp'),
     ('kv', None),
     ('length', None),
+    ('lora', None),  # The rank of LoRA's matrices (TransformerConfig.lora_rank).
     ('layers', None),  # The stacked axis of scanned layers (TransformerConfig.scan_layers).
 )
 

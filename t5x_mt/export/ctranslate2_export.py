@@ -22,6 +22,7 @@ from t5x_mt import export
 from t5x_mt.core import files
 from t5x_mt.decoding import inference
 from t5x_mt.core import languages
+from t5x_mt.model import lora
 from t5x_mt.model import network
 from t5x_mt.runs import run_layout
 from t5x_mt.config import run_loading
@@ -78,14 +79,19 @@ def export_run(checkpoint_dir: str, output_dir: str, quantization: str,
   translator = run_loading.load_translator(checkpoint_dir, step)
   tokenizer = translator.tokenizer
   pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.get_piece_size())]
-  spec = ctranslate2_spec.transformer_spec_of(translator.model.config, translator.params,
-                                              pieces)
+  # LoRA folded into the weights: CTranslate2 runs the model without it.
+  config, params = translator.model.config, translator.params
+  if config.lora_rank:
+    params = lora.merged(params, config)
+    config = lora.without_lora(config)
+  spec = ctranslate2_spec.transformer_spec_of(config, params, pieces)
   spec.optimize(quantization=quantization)
   exported = Export(output_dir, step, quantization,
                     describe_model(translator.model.config, len(pieces)))
   with files.staged_folder(output_dir) as staging:
     spec.save(str(staging))
-    run_loading.copy_run_files(run_layout.RunLayout(run_dir), run_layout.RunLayout(staging))
+    run_loading.copy_run_files(run_layout.RunLayout(run_dir), run_layout.RunLayout(staging),
+                               [name for name in run_loading.RUN_FILES if name != 'base_run'])
     files.write_text_atomically(staging / README, readme(
         exported, checkpoint_dir, translator,
         run_layout.RunLayout(run_dir).trained_directions() or []))

@@ -20,7 +20,6 @@ import numpy as np
 
 from t5x_mt.core import languages
 from t5x_mt.model import layers
-from t5x_mt.model import parameter_layout
 from t5x_mt.core import directions
 from t5x_mt.core.directions import Direction
 from t5x_mt.core.errors import UserError
@@ -123,14 +122,3 @@ class Adapters(nn.Module):
         x = x + jnp.where((index == number)[..., None], residual, 0).astype(x.dtype)
     return x
 
-
-def is_adapter_path(path: Sequence[Any]) -> bool:
-  """True for a parameter path (jax tree path) inside an adapter module."""
-  return any(str(getattr(entry, 'key', '')).startswith(parameter_layout.ADAPTER_PREFIX)
-             for entry in path)
-
-
-def trainable_labels(params: Any) -> Any:
-  """'adapters' for adapter parameters, 'frozen' for the rest (optax.multi_transform)."""
-  return jax.tree_util.tree_map_with_path(
-      lambda path, _: 'adapters' if is_adapter_path(path) else 'frozen', params)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from t5x_mt.model import decode_cache
 from t5x_mt import kernels
+from t5x_mt.model import lora as lora_lib
 from t5x_mt.model import parameter_layout
 from t5x_mt.model import position_embeddings
 
@@ -82,7 +83,9 @@ class DenseGeneral(nn.Module):
   """y = x . W + b, contracting the trailing `num_input_axes` axes of x.
 
   `kernel_axes` names every kernel axis (inputs first, then `features`); the bias takes the
-  names of the output axes.
+  names of the output axes. With `lora`, the layer adds its low-rank update (x A) B *
+  alpha / rank (`t5x_mt.model.lora`); A and B take the kernel's input and output axis names
+  and 'lora' for the rank.
   """
   features: Sequence[int]
   kernel_axes: Sequence[str]
@@ -92,9 +95,11 @@ class DenseGeneral(nn.Module):
   param_dtype: DType = jnp.float32
   kernel_init: Optional[Initializer] = None  # Default: Glorot-uniform.
   init_scale: float = 1.0  # Multiplies the initial kernel (B2T's depth scaling).
+  lora: Optional[lora_lib.LoraSettings] = None
 
   @nn.compact
-  def __call__(self, x: Array) -> Array:
+  def __call__(self, x: Array, deterministic: bool = True) -> Array:
+    """`deterministic=False` applies LoRA's dropout to its input (a 'dropout' rng)."""
     features = tuple(self.features)
     n_in = self.num_input_axes
     kernel_shape = x.shape[x.ndim - n_in:] + features
@@ -114,7 +119,31 @@ class DenseGeneral(nn.Module):
           nn.with_logical_partitioning(nn.initializers.zeros, tuple(self.kernel_axes[n_in:])),
           features, self.param_dtype)
       y = y + bias.astype(self.dtype)
+    if self.lora is not None:
+      y = y + self._low_rank_update(x, kernel_shape, deterministic)
     return y
+
+  def _low_rank_update(self, x: Array, kernel_shape: tuple[int, ...],
+                       deterministic: bool) -> Array:
+    """(dropout(x) A) B * alpha / rank: A ~ He-uniform as in Hu et al.'s code, B zero."""
+    n_in, rank = self.num_input_axes, self.lora.rank
+    inputs, outputs = kernel_shape[:n_in], kernel_shape[n_in:]
+    lora_a = self.param(
+        lora_lib.LORA_A, nn.with_logical_partitioning(
+            nn.initializers.variance_scaling(1 / 3, 'fan_in', 'uniform',
+                                             in_axis=tuple(range(n_in)), out_axis=n_in),
+            tuple(self.kernel_axes[:n_in]) + ('lora',)),
+        inputs + (rank,), self.param_dtype)
+    lora_b = self.param(
+        lora_lib.LORA_B, nn.with_logical_partitioning(
+            nn.initializers.zeros, ('lora',) + tuple(self.kernel_axes[n_in:])),
+        (rank,) + outputs, self.param_dtype)
+    x = nn.Dropout(self.lora.dropout_rate)(x, deterministic=deterministic)
+    contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
+    h = jax.lax.dot_general(x.astype(self.dtype), lora_a.astype(self.dtype),
+                            (contract, ((), ())))
+    y = jax.lax.dot_general(h, lora_b.astype(self.dtype), (((h.ndim - 1,), (0,)), ((), ())))
+    return y * jnp.asarray(self.lora.scale, self.dtype)
 
 
 def _to_cache_layout(key: Array, value: Array) -> tuple[Array, Array]:
@@ -154,11 +183,14 @@ class MultiHeadAttention(nn.Module):
   # clipped to [-k, k]; 0 attends without them.
   relative_max_distance: int = 0
   relative_values: bool = True
+  # LoRA on each of the projections and output it names (`lora.settings_for`).
+  lora: tuple[tuple[str, lora_lib.LoraSettings], ...] = ()
 
-  def _project(self, x: Array, name: str) -> Array:
+  def _project(self, x: Array, name: str, deterministic: bool = True) -> Array:
     y = DenseGeneral((self.num_heads, self.head_dim), ('embed', 'heads', 'kv'),
                      dtype=self.dtype, param_dtype=self.param_dtype,
-                     init_scale=self.init_scale, name=name)(x)
+                     init_scale=self.init_scale, lora=dict(self.lora).get(name),
+                     name=name)(x, deterministic)
     return nn.with_logical_constraint(y, ('batch', 'length', 'heads', 'kv'))
 
   def _relative_tables(self) -> tuple[Optional[Array], Optional[Array]]:
@@ -209,13 +241,13 @@ class MultiHeadAttention(nn.Module):
     rows of the relative tables; decoding steps derive them from the cache's index.
     """
     query_name, key_name, value_name = parameter_layout.ATTENTION_PROJECTIONS
-    query = self._project(inputs_q, query_name)
+    query = self._project(inputs_q, query_name, deterministic)
     cache_names = decode_cache.FIXED_KV_CACHE if self.fixed_kv else decode_cache.STEP_KV_CACHE
     if decode and self.has_variable('cache', cache_names[0]):
       out = self._decoding_step(query, inputs_kv, kv_segment_ids)
     else:
-      key = self._project(inputs_kv, key_name)
-      value = self._project(inputs_kv, value_name)
+      key = self._project(inputs_kv, key_name, deterministic)
+      value = self._project(inputs_kv, value_name, deterministic)
       if decode:
         self._create_cache(key, value, max_decode_length)
       dropout_rng = None
@@ -231,7 +263,8 @@ class MultiHeadAttention(nn.Module):
     out = DenseGeneral((inputs_q.shape[-1],), ('heads', 'kv', 'embed'), num_input_axes=2,
                        dtype=self.dtype, param_dtype=self.param_dtype,
                        init_scale=self.init_scale,
-                       name=parameter_layout.ATTENTION_OUTPUT)(out)
+                       lora=dict(self.lora).get(parameter_layout.ATTENTION_OUTPUT),
+                       name=parameter_layout.ATTENTION_OUTPUT)(out, deterministic)
     return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
   def _create_cache(self, key: Array, value: Array, max_decode_length: Optional[int]):
@@ -322,19 +355,23 @@ class MlpBlock(nn.Module):
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
   init_scale: float = 1.0  # Multiplies both initial kernels (B2T's depth scaling).
+  lora: tuple[tuple[str, lora_lib.LoraSettings], ...] = ()  # As MultiHeadAttention's.
 
   @nn.compact
-  def __call__(self, x: Array) -> Array:
+  def __call__(self, x: Array, deterministic: bool = True) -> Array:
     if self.activation not in ACTIVATIONS:
       raise ValueError(f'unknown activation {self.activation!r}; valid: {sorted(ACTIVATIONS)}')
+    lora = dict(self.lora)
     h = DenseGeneral((self.mlp_dim,), ('embed', 'mlp'), dtype=self.dtype,
                      param_dtype=self.param_dtype, init_scale=self.init_scale,
-                     name=parameter_layout.MLP_INPUT)(x)
+                     lora=lora.get(parameter_layout.MLP_INPUT),
+                     name=parameter_layout.MLP_INPUT)(x, deterministic)
     h = ACTIVATIONS[self.activation](h)
     h = nn.with_logical_constraint(h, ('batch', 'length', 'mlp'))
     y = DenseGeneral((x.shape[-1],), ('mlp', 'embed'), dtype=self.dtype,
                      param_dtype=self.param_dtype, init_scale=self.init_scale,
-                     name=parameter_layout.MLP_OUTPUT)(h)
+                     lora=lora.get(parameter_layout.MLP_OUTPUT),
+                     name=parameter_layout.MLP_OUTPUT)(h, deterministic)
     return nn.with_logical_constraint(y, ('batch', 'length', 'embed'))
 
 

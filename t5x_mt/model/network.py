@@ -41,6 +41,7 @@ import jax.numpy as jnp
 from t5x_mt.model import adapters
 from t5x_mt import kernels
 from t5x_mt.model import layers
+from t5x_mt.model import lora
 from t5x_mt.model import norm_placements
 from t5x_mt.model import parameter_layout
 from t5x_mt.model import position_embeddings
@@ -93,13 +94,19 @@ class TransformerConfig:
   decoder_start_token: int = 0
   layer_norm_epsilon: float = 1e-6
   logits_bias: bool = False  # A bias on the logits (Marian's final_logits_bias).
+  # LoRA (t5x_mt.model.lora): rank 0 is off; the targets name dense layers.
+  lora_rank: int = 0
+  lora_alpha: float = 16.0
+  lora_dropout: float = 0.0
+  lora_targets: tuple[str, ...] = lora.ALL_PROJECTIONS
 
   def __post_init__(self):
     # gin may give lists; the config is hashed as a Flax module attribute.
-    object.__setattr__(self, 'adapter_keys', tuple(self.adapter_keys))
-    object.__setattr__(self, 'adapter_bottlenecks', tuple(self.adapter_bottlenecks))
+    for field in ('adapter_keys', 'adapter_bottlenecks', 'lora_targets'):
+      object.__setattr__(self, field, tuple(getattr(self, field)))
     adapters.check_config(self.adapter_by, self.adapter_keys, self.adapter_bottlenecks)
     self._check_values()
+    lora.check_config(self)
 
   def _check_values(self) -> None:
     """Every field a gin binding could get wrong, named as it is bound."""
@@ -181,18 +188,32 @@ def _sublayer(cfg: TransformerConfig, apply: Callable[[Array], Array], name: str
       apply, norm, lambda y: dropout(y, deterministic=deterministic))
 
 
+def _lora(cfg: TransformerConfig, stack: str, module: str, projections: tuple[str, ...]
+          ) -> tuple[tuple[str, lora.LoraSettings], ...]:
+  """(projection, LoRA settings) of each of `module`'s projections that LoRA targets."""
+  return tuple((projection, settings) for projection in projections
+               if (settings := lora.settings_for(cfg, stack, module, projection)))
+
+
 def _attention(cfg: TransformerConfig, stack: str, sublayer: str, fixed_kv: bool = False):
   relative = 0 if fixed_kv else cfg.relative_distance_of(stack)
+  module = parameter_layout.ATTENTION_MODULES[sublayer]
   return layers.MultiHeadAttention(
       cfg.num_heads, cfg.head_dim, cfg.attention_dropout_rate, cfg.attention_implementation,
       dtype=cfg.dtype, fixed_kv=fixed_kv, init_scale=cfg.init_scale_of(stack),
       relative_max_distance=relative, relative_values=cfg.relative_values,
-      name=parameter_layout.ATTENTION_MODULES[sublayer])
+      lora=_lora(cfg, stack, module, (*parameter_layout.ATTENTION_PROJECTIONS,
+                                      parameter_layout.ATTENTION_OUTPUT)),
+      name=module)
 
 
-def _mlp(cfg: TransformerConfig, stack: str):
-  return layers.MlpBlock(cfg.mlp_dim_of(stack), cfg.mlp_activation, dtype=cfg.dtype,
-                         init_scale=cfg.init_scale_of(stack), name=parameter_layout.MLP)
+def _mlp(cfg: TransformerConfig, stack: str, deterministic: bool):
+  mlp = layers.MlpBlock(cfg.mlp_dim_of(stack), cfg.mlp_activation, dtype=cfg.dtype,
+                        init_scale=cfg.init_scale_of(stack),
+                        lora=_lora(cfg, stack, parameter_layout.MLP,
+                                   (parameter_layout.MLP_INPUT, parameter_layout.MLP_OUTPUT)),
+                        name=parameter_layout.MLP)
+  return lambda y: mlp(y, deterministic)
 
 
 class EncoderLayer(nn.Module):
@@ -210,7 +231,7 @@ class EncoderLayer(nn.Module):
             y, y, q_segment_ids=segment_ids, kv_segment_ids=segment_ids,
             relative_ids=relative_ids, deterministic=deterministic), attention_sublayer,
                   deterministic),
-        _sublayer(cfg, _mlp(cfg, 'encoder'), mlp_sublayer, deterministic)])
+        _sublayer(cfg, _mlp(cfg, 'encoder', deterministic), mlp_sublayer, deterministic)])
     return nn.with_logical_constraint(h, ('batch', 'length', 'embed'))
 
 
@@ -234,7 +255,8 @@ class DecoderLayer(nn.Module):
       sublayers.append(_sublayer(cfg, lambda y: cross(
           y, encoded, q_segment_ids=segment_ids, kv_segment_ids=encoder_segment_ids,
           decode=decode, deterministic=deterministic), cross_sublayer, deterministic))
-    sublayers.append(_sublayer(cfg, _mlp(cfg, 'decoder'), mlp_sublayer, deterministic))
+    sublayers.append(_sublayer(cfg, _mlp(cfg, 'decoder', deterministic), mlp_sublayer,
+                               deterministic))
     h = cfg.norm_placement.layer(x, sublayers)
     return nn.with_logical_constraint(h, ('batch', 'length', 'embed'))
 

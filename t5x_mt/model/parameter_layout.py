@@ -60,10 +60,37 @@ MLP_INPUT = 'wi'
 MLP_OUTPUT = 'wo'
 # The leaves: of a dense layer, of a norm, of a token and a learned position table.
 KERNEL = 'kernel'
+# LoRA's matrices beside a dense layer's kernel (t5x_mt.model.lora).
+LORA_A = 'lora_a'
+LORA_B = 'lora_b'
 BIAS = 'bias'
 NORM_SCALE = 'scale'
 EMBEDDING_TABLE = 'embedding'
 POSITION_TABLE = 'pos_embedding'
+
+
+def _names(path: Any) -> list[str]:
+  """A parameter path (a jax tree path or names from the root) as its module and
+  parameter names; the attributes of a box around a leaf (`nn.Partitioned.value`) are
+  not names."""
+  return [str(entry.key) if hasattr(entry, 'key') else entry for entry in path
+          if isinstance(entry, str) or hasattr(entry, 'key')]
+
+
+def is_adapter_path(path: Any) -> bool:
+  """Whether the parameter at `path` lies in an adapter module."""
+  return any(name.startswith(ADAPTER_PREFIX) for name in _names(path))
+
+
+def is_lora_path(path: Any) -> bool:
+  """Whether the parameter at `path` is one of LoRA's matrices."""
+  return bool(path) and _names(path)[-1] in (LORA_A, LORA_B)
+
+
+def trains_on_frozen_base(path: Any) -> bool:
+  """Whether the parameter at `path` is one that trains on a frozen base (an adapter's or
+  LoRA's): what such a run updates, and what its checkpoints hold."""
+  return is_adapter_path(path) or is_lora_path(path)
 
 
 def layer_name(index: int) -> str:

@@ -3,6 +3,10 @@
 A checkpoint has two items, so that commands that only translate read only what they need:
   params      the model parameters
   optimizer   the step counter and the optimizer state
+A run that trains LoRA on a frozen base started from another run (`set_base`) saves in
+`params` only what trains (LoRA's matrices and adapters,
+`parameter_layout.trains_on_frozen_base`), and every restore reads the rest from that
+base run's checkpoint: a LoRA fine-tune of a large model checkpoints in megabytes.
 and, beside it, the run's host-side state (`HostState`): the position of each input
 shard, so that a resumed run sees exactly the batches an uninterrupted run would have
 seen, and DRO's loss averages. These are written before Orbax commits the step, so a
@@ -25,8 +29,11 @@ import jax
 import orbax.checkpoint as ocp
 import tensorflow as tf
 
+from flax import traverse_util
+
 from t5x_mt.core import files
 from t5x_mt.core import processes
+from t5x_mt.model import parameter_layout
 from t5x_mt.runs import run_layout
 from t5x_mt.core.errors import UserError
 
@@ -91,6 +98,50 @@ class RunCheckpoints:
       raise DamagedCheckpoint(f'{self.directory / str(step)}: cannot be read, the checkpoint '
                               f'is damaged or incomplete ({_root_cause(error)})') from None
 
+  def set_base(self, base_dir: str, step: int) -> None:
+    """Records that this run's frozen parameters are those of run `base_dir` at `step`:
+    its checkpoints leave them out from then on (process 0 writes, every process waits)."""
+    if processes.is_primary():
+      files.write_text_atomically(self.layout.base_run, json.dumps(
+          {'run': str(files.absolute(base_dir)), 'step': step}) + '\n')
+    processes.wait_for_all('base run recorded')
+
+  def base(self) -> tuple[str, int] | None:
+    """(run folder, step) whose parameters this run's checkpoints leave out, or None."""
+    if not self.layout.base_run.is_file():
+      return None
+    record = json.loads(self.layout.base_run.read_text(encoding='utf-8'))
+    return record['run'], int(record['step'])
+
+  def _own(self, params: Any) -> Any:
+    """The part of `params` this run's checkpoints hold: all, or with a base run what
+    trains on it."""
+    if self.base() is None:
+      return params
+    return traverse_util.unflatten_dict({
+        path: leaf for path, leaf in traverse_util.flatten_dict(params).items()
+        if parameter_layout.trains_on_frozen_base(path)})
+
+  def _with_base(self, own: Any, target: Any) -> Any:
+    """`own` restored parameters completed by the base run's (shaped like `target`)."""
+    base = self.base()
+    if base is None:
+      return own
+    base_dir, step = base
+    frozen = traverse_util.unflatten_dict({
+        path: leaf for path, leaf in traverse_util.flatten_dict(target).items()
+        if not parameter_layout.trains_on_frozen_base(path)})
+    base_checkpoints = RunCheckpoints(base_dir, read_only=True)
+    try:
+      if step not in base_checkpoints.all_steps():
+        raise UserError(f'{self.model_dir}: its base run {base_dir} no longer has checkpoint '
+                        f'{step}, whose parameters this run trained LoRA on')
+      restored = base_checkpoints.restore_params(step, frozen)
+    finally:
+      base_checkpoints.close()
+    return traverse_util.unflatten_dict({**traverse_util.flatten_dict(restored),
+                                         **traverse_util.flatten_dict(own)})
+
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
@@ -109,7 +160,7 @@ class RunCheckpoints:
       files.write_text_atomically(prefix + HOST_STATES_SUFFIX,
                                   json.dumps(sorted(host_states or {})) + '\n')
     self._manager.save(step, args=ocp.args.Composite(
-        params=ocp.args.StandardSave(state.params),
+        params=ocp.args.StandardSave(self._own(state.params)),
         optimizer=ocp.args.StandardSave({'step': state.step, 'opt_state': state.opt_state})))
     self._drop_stale_input_states()
 
@@ -121,25 +172,36 @@ class RunCheckpoints:
     fresh values (new embeddings from the initialiser, zero optimizer moments).
     """
     optimizer_target = {'step': target.step, 'opt_state': target.opt_state}
+    own_target = self._own(target.params)
     args = ocp.args.Composite(
-        params=ocp.args.StandardRestore(self._saved_like('params', step, target.params)),
+        params=ocp.args.StandardRestore(self._saved_like('params', step, own_target)),
         optimizer=ocp.args.StandardRestore(
             self._saved_like('optimizer', step, optimizer_target)))
     with self._reading(step):
       restored = self._manager.restore(step, args=args)
-    params = _grow(restored['params'], target.params)
+    params = self._with_base(_grow(restored['params'], own_target), target.params)
     optimizer = _grow(restored['optimizer'], optimizer_target)
     return target.replace(params=params, step=optimizer['step'],
                           opt_state=optimizer['opt_state'])
 
   def saved_shapes(self, step: int, item: str = 'params') -> dict[tuple[str, ...], tuple]:
     """{path as strings: shape} of the arrays of `item` saved at `step`, read without
-    restoring them."""
+    restoring them; a run's parameters include those its base run holds for it."""
     with self._reading(step):
       metadata = self._manager.item_metadata(step)[item]
-    return {_path_key(path): tuple(leaf.shape)
-            for path, leaf in jax.tree_util.tree_leaves_with_path(metadata)
-            if hasattr(leaf, 'shape')}
+    shapes = {_path_key(path): tuple(leaf.shape)
+              for path, leaf in jax.tree_util.tree_leaves_with_path(metadata)
+              if hasattr(leaf, 'shape')}
+    base = self.base() if item == 'params' else None
+    if base is None:
+      return shapes
+    base_checkpoints = RunCheckpoints(base[0], read_only=True)
+    try:
+      base_shapes = base_checkpoints.saved_shapes(base[1])
+    finally:
+      base_checkpoints.close()
+    return {**{path: shape for path, shape in base_shapes.items()
+               if not parameter_layout.trains_on_frozen_base(path)}, **shapes}
 
   def _saved_like(self, item: str, step: int, target: Any) -> Any:
     """Abstract arrays like `target` but with the shapes saved at `step`.
@@ -167,20 +229,22 @@ class RunCheckpoints:
     step = self.latest_step() if step is None else step
     if step is None:
       raise UserError(f'{self.directory}: holds no finished checkpoint')
-    saved = self._saved_like('params', step, target_params)
+    own_target = self._own(target_params)
+    saved = self._saved_like('params', step, own_target)
     if jax.tree_util.tree_leaves(jax.tree_util.tree_map(
-        lambda a, b: a.shape != b.shape, saved, _abstract(target_params))).count(True):
+        lambda a, b: a.shape != b.shape, saved, _abstract(own_target))).count(True):
       raise UserError(f'{self.directory}/{step}: saved before the vocabulary grew; '
                       'translate with a checkpoint saved after training resumed with it')
     with self._reading(step):
       restored = self._manager.restore(step, args=ocp.args.Composite(
-          params=ocp.args.StandardRestore(_abstract(target_params))))
-    return restored['params']
+          params=ocp.args.StandardRestore(_abstract(own_target))))
+    return self._with_base(restored['params'], target_params)
 
   def save_params(self, step: int, params: Any) -> None:
     """Saves parameters alone at `step`: a checkpoint to translate, evaluate or fine-tune
     from (an averaged one has no optimizer state of its own)."""
-    self._manager.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(params)))
+    self._manager.save(step, args=ocp.args.Composite(
+        params=ocp.args.StandardSave(self._own(params))))
 
   def restore_host_states(self, step: int, host_states: Mapping[str, HostState]) -> None:
     """Restores each of `host_states` to what it was when `step` was saved."""

@@ -11,6 +11,8 @@ averaging, plots) and what a resumed run picks up again:
   metrics.jsonl     one record per logged step; tensorboard/ the same as event files
   best.json         early stopping's best step, evaluations since, every evaluation
   dro_groups.json   DRO's groups, data shares and baselines
+  base_run.json     a LoRA run started from another: that run and the checkpoint step whose
+                    parameters this run's checkpoints leave out (`RunCheckpoints`)
   checkpoints/      Orbax checkpoints, one folder per step
   input_state/      the input shards' positions and DRO's state per checkpoint step
   damaged/          checkpoints that could not be read, set aside when the run resumed
@@ -58,6 +60,10 @@ class RunLayout:
   @property
   def directions(self) -> files.AnyPath:
     return self.root / 'directions.json'
+
+  @property
+  def base_run(self) -> files.AnyPath:
+    return self.root / 'base_run.json'
 
   @property
   def metrics(self) -> files.AnyPath:

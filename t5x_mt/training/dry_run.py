@@ -97,7 +97,7 @@ def memory_report(config: network.TransformerConfig, mesh_shape: Sequence[int],
   Nothing is allocated: shapes come from `jax.eval_shape`.
   """
   model = models.TranslationModel(config)
-  optimizer = trainer.make_optimizer()
+  optimizer = trainer.make_optimizer(with_lora=bool(config.lora_rank))
   abstract = jax.eval_shape(
       lambda rng: trainer.init_train_state(model, optimizer, rng, inputs_length, targets_length),
       jax.random.PRNGKey(0))
@@ -244,7 +244,7 @@ def compile_train_step(config: network.TransformerConfig, train: run_config.Trai
   trainer.check_microbatches(train.batch_size, train.num_microbatches,
                              partitioning.batch_shards(mesh))
   model = models.TranslationModel(config)
-  optimizer = train.make_optimizer()
+  optimizer = train.make_optimizer(config)
   step = trainer.make_train_step(model, optimizer, direction_ids=(),
                                  label_smoothing=train.label_smoothing,
                                  num_microbatches=train.num_microbatches,

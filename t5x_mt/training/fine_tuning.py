@@ -41,6 +41,27 @@ def initial_params(init_from: str, vocabulary: bytes, target: Any,
     parent_checkpoints.close()
 
 
+def record_base(run_checkpoints: checkpoints.RunCheckpoints, init_from: str,
+                params: Any) -> None:
+  """Makes a LoRA run's checkpoints leave out the frozen base it starts from
+  (`RunCheckpoints.set_base`), where run `init_from`'s latest checkpoint holds that base
+  as this run's model has it; otherwise (another layer layout, a grown vocabulary) the
+  run saves its whole model."""
+  parent = checkpoints.RunCheckpoints(init_from, read_only=True)
+  try:
+    step = parent.latest_step()
+    saved = parent.saved_shapes(step)
+  finally:
+    parent.close()
+  frozen = {path: tuple(leaf.shape) for path, leaf in traverse_util.flatten_dict(params).items()
+            if not parameter_layout.trains_on_frozen_base(path)}
+  if any(saved.get(path) != shape for path, shape in frozen.items()):
+    logging.info('%s holds the base in another layout or shape: checkpoints hold the whole '
+                 'model', init_from)
+    return
+  run_checkpoints.set_base(init_from, step)
+
+
 def _check_source_vocabulary(parent: files.AnyPath, own: str | None) -> None:
   """A UserError unless the parent and this run segment sources alike: both with their
   vocabulary, or both with the same source vocabulary."""
@@ -111,16 +132,17 @@ def in_parent_layout(parent: checkpoints.RunCheckpoints, target: Any,
 
 
 def _with_new_adapters(parent: checkpoints.RunCheckpoints, target: Any) -> Any:
-  """The parent's latest parameters; adapters it was built without keep `target`'s fresh
-  values (adapters added to a trained base start as the identity)."""
+  """The parent's latest parameters; adapters and LoRA matrices it was built without keep
+  `target`'s fresh values (both added to a trained base start as the identity)."""
   step = parent.latest_step()
   saved = parent.saved_shapes(step) if step is not None else {}
   flat = traverse_util.flatten_dict(target)
-  new = {path for path in flat if path not in saved and
-         any(part.startswith(parameter_layout.ADAPTER_PREFIX) for part in path)}
+  new = {path for path in flat
+         if path not in saved and parameter_layout.trains_on_frozen_base(path)}
   if not new:
     return parent.restore_params(step, target)
-  logging.info('%d adapter parameters are new: they start at their initial values', len(new))
+  logging.info('%d adapter or LoRA parameters are new: they start at their initial values',
+               len(new))
   restored = parent.restore_params(step, traverse_util.unflatten_dict(
       {path: leaf for path, leaf in flat.items() if path not in new}))
   merged = {**flat, **traverse_util.flatten_dict(restored)}

@@ -140,8 +140,10 @@ class TrainConfig:
     if self.early_stopping_patience and not self.eval_every_steps:
       raise UserError(f'{setting_name("early_stopping_patience")}: needs EVAL_EVERY_STEPS > 0')
 
-  def make_optimizer(self) -> optax.GradientTransformation:
-    return self.optimizer(learning_rate=self.learning_rate_schedule)
+  def make_optimizer(self, model: Any = None) -> optax.GradientTransformation:
+    """The optimizer for `model` (a TransformerConfig): one with LoRA trains LoRA alone."""
+    with_lora = {'with_lora': True} if model is not None and model.lora_rank else {}
+    return self.optimizer(learning_rate=self.learning_rate_schedule, **with_lora)
 
 
 def _literal(value: Any) -> bool:

@@ -167,7 +167,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   partitioning.check_batch_divisible(config.batch_size, mesh)
   trainer.check_microbatches(config.batch_size, config.num_microbatches,
                              partitioning.batch_shards(mesh))
-  optimizer = config.make_optimizer()
+  optimizer = config.make_optimizer(spec.model)
   mixture = mixtures.mixture_view(config.mixture_or_task_name)
   mixtures.check_train_examples(mixture)
   mixtures.check_vocabulary(config.mixture_or_task_name, spec.data.vocabulary_path,
@@ -204,6 +204,8 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
     elif config.init_from:
       state = state.replace(params=fine_tuning.initial_params(
           config.init_from, vocabulary, state.params, spec.data.source_vocabulary_path))
+      if spec.model.lora_rank:
+        fine_tuning.record_base(run_checkpoints, config.init_from, state.params)
     if processes.is_primary():
       _write_run_files(layout, spec, mixture, vocabulary, direction_names, robust)
   train_step = trainer.jit_train_step(

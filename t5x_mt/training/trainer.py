@@ -11,13 +11,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import flax
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from t5x_mt.model import adapters
 from t5x_mt.model import models
+from t5x_mt.model import parameter_layout
 from t5x_mt.training import optimizers
 from t5x_mt.core import partitioning
 from t5x_mt.core import processes
@@ -69,14 +70,27 @@ def _decay_mask(params: Any) -> Any:
 TRAINABLE = ('all', 'adapters')
 
 
+def trains_on_frozen_base(trainable: str, with_lora: bool) -> bool:
+  """Whether a run trains adapters or LoRA only, on a base that stays as it was."""
+  return trainable == 'adapters' or with_lora
+
+
+def trainable_mask(params: Any) -> Any:
+  """True for the parameters that train on a frozen base, False for the base's."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: parameter_layout.trains_on_frozen_base(path), params)
+
+
 def make_optimizer(learning_rate: optax.Schedule | None = None, b1: float = 0.9,
                    b2: float = 0.98, eps: float = 1e-9, weight_decay: float = 0.0,
-                   clip_norm: float | None = 1.0,
-                   trainable: str = 'all') -> optax.GradientTransformation:
+                   clip_norm: float | None = 1.0, trainable: str = 'all',
+                   with_lora: bool = False) -> optax.GradientTransformation:
   """AdamW with betas (0.9, 0.98) and global-norm clipping (docs/methods.md#training).
 
-  `trainable='adapters'` updates only adapter parameters: every other update is exactly
-  zero (and clipping sees the adapters' gradients only), so the base stays bit-identical.
+  On a frozen base (`trainable='adapters'`, or a model with LoRA, `with_lora`, which the
+  run passes), only adapter and LoRA parameters are updated and have optimizer state:
+  every other update is exactly zero (and clipping sees the trained parameters' gradients
+  only), so the base stays bit-identical.
   """
   if trainable not in TRAINABLE:
     raise UserError(f'make_optimizer.trainable: {trainable!r} is not one of '
@@ -86,10 +100,14 @@ def make_optimizer(learning_rate: optax.Schedule | None = None, b1: float = 0.9,
   clipped_adamw = optimizers.clipped_adamw(schedule, b1=b1, b2=b2, eps=eps,
                                            weight_decay=weight_decay, mask=_decay_mask,
                                            clip_norm=clip_norm)
-  if trainable == 'all':
+  if not trains_on_frozen_base(trainable, with_lora):
     return clipped_adamw
-  return optax.multi_transform({'adapters': clipped_adamw, 'frozen': optax.set_to_zero()},
-                               adapters.trainable_labels)
+  # The label 'adapters' names every trained parameter, LoRA's too: the state layout of
+  # runs that trained adapters alone before LoRA existed.
+  return optax.multi_transform(
+      {'adapters': clipped_adamw, 'frozen': optax.set_to_zero()},
+      lambda params: jax.tree.map(lambda trains: 'adapters' if trains else 'frozen',
+                                  trainable_mask(params)))
 
 
 def init_train_state(model: models.TranslationModel, optimizer: optax.GradientTransformation,
@@ -130,6 +148,10 @@ def make_train_step(model: models.TranslationModel, optimizer: optax.GradientTra
                                                            tuple[TrainState, dict]]:
   """The (unjitted) train step: accumulate gradients, clip, AdamW update.
 
+  On a frozen base (an optimizer state of `make_optimizer`'s multi_transform) the step
+  differentiates the trained parameters (`trainable_mask`) alone, so the base costs no
+  weight gradients, and returns the base's parameters as they came in.
+
   Returns new state and metrics: the loss sum and token count of the whole batch, the
   learning rate, the global gradient norm, and per-direction loss sums and token counts
   in the order of sorted `direction_ids`, and `nonfinite`: 1 where the loss or gradient
@@ -146,12 +168,23 @@ def make_train_step(model: models.TranslationModel, optimizer: optax.GradientTra
                          loss_chunk_length=loss_chunk_length)
     return sums['objective_sum'] / objective_weight, sums
 
-  grad_fn = jax.grad(loss_and_sums, has_aux=True)
+  def trained_loss_and_sums(trained, frozen, *arguments):
+    return loss_and_sums(traverse_util.unflatten_dict({**trained, **frozen}), *arguments)
 
   def train_step(state: TrainState, batch: Batch, rng: jax.Array,
                  direction_scales: jax.Array | None = None):
     """`direction_scales`: per direction (sorted ids), the loss scale of DRO's
     reweighting variant; None trains on the plain token-mean loss."""
+    # What is differentiated: every parameter, or on a frozen base the trained ones
+    # ({path: leaf}, `_split_trained`), the base passed alongside.
+    frozen_base = isinstance(state.opt_state, optax.MultiTransformState)
+    if frozen_base:
+      differentiated = lambda params: _split_trained(params)[0]
+      grad_fn = lambda params, *arguments: jax.grad(trained_loss_and_sums, has_aux=True)(
+          *_split_trained(params), *arguments)
+    else:
+      differentiated = lambda params: params
+      grad_fn = jax.grad(loss_and_sums, has_aux=True)
     dropout_rng = jax.random.fold_in(rng, state.step)
     # The whole batch's weight, known before any microbatch runs: the loss is normalised
     # by it before differentiation, so the gradients need no pass of their own for it.
@@ -169,7 +202,7 @@ def make_train_step(model: models.TranslationModel, optimizer: optax.GradientTra
         return jax.tree_util.tree_map(jnp.add, carry,
                                       microbatch_grads(*index_and_microbatch)), None
 
-      zero_grads = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+      zero_grads = jax.tree_util.tree_map(jnp.zeros_like, differentiated(state.params))
       zero_sums = {'loss_sum': jnp.zeros(()), 'tokens': jnp.zeros(()),
                    'direction_loss_sums': jnp.zeros(ids.shape),
                    'direction_tokens': jnp.zeros(ids.shape),
@@ -177,9 +210,16 @@ def make_train_step(model: models.TranslationModel, optimizer: optax.GradientTra
       (grads, sums), _ = jax.lax.scan(
           accumulate, (zero_grads, zero_sums),
           (jnp.arange(num_microbatches), _microbatches(batch, num_microbatches)))
+    grad_norm = optax.tree.norm(grads)
+    if frozen_base:  # Zeros for the base, which the optimizer ignores: XLA drops them.
+      grads = traverse_util.unflatten_dict({
+          **grads, **{path: jnp.zeros_like(leaf)
+                      for path, leaf in _split_trained(state.params)[1].items()}})
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    grad_norm = optax.tree.norm(grads)
+    if frozen_base:  # The base as it came in, bit for bit.
+      params = traverse_util.unflatten_dict({**_split_trained(params)[0],
+                                             **_split_trained(state.params)[1]})
     finite = jnp.isfinite(sums['objective_sum']) & jnp.isfinite(grad_norm)
     new_state = _unless_nonfinite(
         finite, TrainState(step=state.step + 1, params=params, opt_state=opt_state), state)
@@ -189,6 +229,14 @@ def make_train_step(model: models.TranslationModel, optimizer: optax.GradientTra
                            nonfinite=jnp.logical_not(finite).astype(jnp.int32))
 
   return train_step
+
+
+def _split_trained(params: Any) -> tuple[dict, dict]:
+  """({path: leaf} of the trained parameters, {path: leaf} of the frozen base's)."""
+  flat = traverse_util.flatten_dict(params)
+  trained = {path: leaf for path, leaf in flat.items()
+             if parameter_layout.trains_on_frozen_base(path)}
+  return trained, {path: leaf for path, leaf in flat.items() if path not in trained}
 
 
 def _unless_nonfinite(finite: jax.Array, updated: TrainState, state: TrainState) -> TrainState:
