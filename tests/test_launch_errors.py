@@ -277,6 +277,22 @@ def test_bad_demo_binding_is_one_line_before_any_work(workdir, binding, error_li
   assert files_under(workdir) == []
 
 
+@pytest.mark.parametrize('bindings, error_line', [
+    (['--gin.LORA_RANK=8', "--gin.LORA_TARGETS=('value', 'decoder/mlp/w0')"],
+     "error: network.TransformerConfig.lora_targets (LORA_TARGETS): 'decoder/mlp/w0' "
+     'matches no module of this model; its modules are encoder/attention/query, '),
+    (['--gin.LORA_RANK=300'], 'error: network.TransformerConfig.lora_rank (LORA_RANK): 300 '
+     'is larger than encoder/attention/query, whose smaller side is 256'),
+])
+def test_a_lora_setting_that_cannot_hold_is_one_line(workdir, bindings, error_line):
+  finished = launch('train.py', '--gin_file=gin/runs/demo.gin', *bindings,
+                    f"--gin.MODEL_DIR='{workdir / 'run'}'", cwd=workdir)
+  assert finished.returncode == 2 and finished.stdout == ''
+  assert len(finished.stderr.splitlines()) == 1, finished.stderr
+  assert finished.stderr.startswith(error_line), finished.stderr
+  assert files_under(workdir) == []
+
+
 def test_missing_gin_file_is_named_before_any_import(workdir):
   finished = launch('train.py', '--gin_file=gin/runs/no_such_run.gin', cwd=workdir)
   assert_refused(finished, 'error: --gin_file: gin/runs/no_such_run.gin not found')

@@ -3,7 +3,6 @@ and only it is checkpointed, and that a LoRA run goes wherever a run goes."""
 
 import dataclasses
 import json
-import shutil
 
 from flax import traverse_util
 import flax.linen as nn
@@ -17,7 +16,7 @@ import pytest
 from conftest import configure_tiny_run, saved_params, train_configured
 from test_adapters import TASK, TINY, _packed_batch
 from test_export import SENTENCES, export, random_run, translate
-from test_launch_translate_evaluate import error_lines, run_in_process
+from test_launch_translate_evaluate import run_in_process
 
 from t5x_mt.core.errors import UserError
 from t5x_mt.model import lora
@@ -292,3 +291,30 @@ def test_a_lora_run_exports_merged_and_translates_as_the_run(trained_run, tmp_pa
     flags = (f'--beam_size={beam_size}',)
     assert translate(f'--ctranslate2={output}', source, monkeypatch, capsys, *flags) == (
         translate(f'--checkpoint_dir={run}', source, monkeypatch, capsys, *flags))
+
+
+def test_lora_and_adapters_train_together_on_the_frozen_base():
+  config = _config(lora_targets=('value',), adapter_keys=('hau_Latn', 'fra_Latn'),
+                   adapter_bottlenecks=(4, 8))
+  _, state, step = _state_and_step(config)
+  batch = dict(_packed_batch(), decoder_loss_weights=(
+      _packed_batch()['decoder_target_tokens'] > 0).astype(jnp.float32))
+  new_state, _ = step(state, batch, jax.random.PRNGKey(1))
+  before, after = (traverse_util.flatten_dict(s.params) for s in (state, new_state))
+  for path, leaf in before.items():
+    if path[-1] == lora.LORA_B or path[-2:] == ('up', 'kernel'):  # Both start at zero.
+      assert np.abs(after[path]).max() > 0, path
+    elif not parameter_layout.trains_on_frozen_base(path):
+      np.testing.assert_array_equal(after[path], leaf)
+
+
+@pytest.mark.slow
+def test_a_run_without_lora_refuses_to_start_from_a_lora_run(lora_run, tmp_path):
+  run, _ = lora_run
+  configure_tiny_run(tmp_path / 'full', run / 'vocab.model', TASK, 2, **{
+      'training.TrainConfig.init_from': repr(str(run))})
+  with pytest.raises(UserError, match=r'trained LoRA \(decoder/layers_0/.* and others\), '
+                                      "which this run's model lacks; start from it with its "
+                                      'LORA_RANK and LORA_TARGETS'):
+    train_configured()
+  assert not (tmp_path / 'full').exists()

@@ -17,12 +17,15 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 import pytest
 
 from conftest import tiny_run_flags
 import run_commands as run_commands_script
 from t5x_mt.decoding import back_translation
+from t5x_mt.model import parameter_layout
+from t5x_mt.runs import checkpoints
 from test_back_translation import read_pairs
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
@@ -147,6 +150,12 @@ def two_processes(workspace) -> tuple[pathlib.Path, list]:
   return model_dir, run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', STEPS))
 
 
+def lora_flags(workspace: pathlib.Path, name: str, *bindings: str) -> list[str]:
+  """LoRA trained on the frozen reference run (the one process's) into run `name`."""
+  return demo_flags(workspace / name, workspace / 'vocab.model', HALF, 'LORA_RANK=4',
+                    f"training.TrainConfig.init_from='{workspace / 'one'}'", *bindings)
+
+
 @pytest.fixture(scope='module')
 def one_process_commands(workspace, two_processes
                          ) -> dict[str, list[subprocess.CompletedProcess]]:
@@ -163,7 +172,8 @@ def one_process_commands(workspace, two_processes
       'two_to_one': ['train.py', *demo_flags(two_to_one, vocabulary, STEPS,
                                              'MESH_SHAPE=(2, 1, 2)')],
       'translate': ['translate.py', f'--checkpoint_dir={workspace / "one"}',
-                    f'--input={source}', *DECODING, f'--output={workspace / "one.txt"}']})
+                    f'--input={source}', *DECODING, f'--output={workspace / "one.txt"}'],
+      'lora': ['train.py', *lora_flags(workspace, 'lora_one', 'INPUT_SHARDS=2')]})
 
 
 @pytest.fixture(scope='module')
@@ -212,7 +222,9 @@ def two_process_commands(workspace, one_process, two_processes
       'back_translate': [
           'back_translate.py', f'--checkpoint_dir={one_process}', '--lang=eng_Latn',
           '--into=fra_Latn', '--mode=ft', '--tag=none', f'--monolingual={source}',
-          f'--output={workspace / "ft"}', '--beam_size=1', '--batch_size=4']})
+          f'--output={workspace / "ft"}', '--beam_size=1', '--batch_size=4'],
+      # LoRA on the reference run, its matrices and moments sharded over 'fsdp'.
+      'lora': ['train.py', *lora_flags(workspace, 'lora_two', 'MESH_SHAPE=(1, 2, 2)')]})
 
 
 def test_two_processes_train_as_one_process_with_as_many_devices(workspace, reference,
@@ -243,6 +255,23 @@ def test_checkpoint_of_two_processes_resumes_in_one_under_another_mesh(workspace
 def test_checkpoint_of_one_process_resumes_in_two_under_another_mesh(workspace, reference,
                                                                      two_process_commands):
   assert_same_curve(workspace / 'one_to_two', reference)
+
+
+def test_lora_on_two_processes_trains_as_on_one_and_saves_lora_alone(workspace,
+                                                                     one_process_commands,
+                                                                     two_process_commands):
+  assert_same_curve(workspace / 'lora_two', losses(workspace / 'lora_one'))
+  for run in ('lora_one', 'lora_two'):
+    assert json.loads((workspace / run / 'base_run.json').read_text()) == {
+        'run': str(workspace / 'one'), 'step': STEPS}
+    run_checkpoints = checkpoints.RunCheckpoints(str(workspace / run), read_only=True)
+    try:
+      saved = run_checkpoints._manager.item_metadata(HALF)['params']  # pylint: disable=protected-access
+    finally:
+      run_checkpoints.close()
+    paths = [path for path, leaf in jax.tree_util.tree_leaves_with_path(saved)
+             if hasattr(leaf, 'shape')]
+    assert paths and all(parameter_layout.is_lora_path(path) for path in paths)
 
 
 def test_commands_that_decode_split_the_work_and_write_once(workspace, one_process_commands,

@@ -230,6 +230,8 @@ class RunCheckpoints:
     if step is None:
       raise UserError(f'{self.directory}: holds no finished checkpoint')
     own_target = self._own(target_params)
+    if not jax.tree.leaves(own_target):  # All in the base run (a LoRA run's child's base).
+      return self._with_base({}, target_params)
     saved = self._saved_like('params', step, own_target)
     if jax.tree_util.tree_leaves(jax.tree_util.tree_map(
         lambda a, b: a.shape != b.shape, saved, _abstract(own_target))).count(True):

@@ -26,6 +26,7 @@ from jax.sharding import PartitionSpec
 import numpy as np
 import tensorflow as tf
 
+from t5x_mt.model import lora
 from t5x_mt.model import models
 from t5x_mt.model import network
 from t5x_mt.core import partitioning
@@ -105,8 +106,11 @@ def memory_report(config: network.TransformerConfig, mesh_shape: Sequence[int],
                 if -1 in mesh_shape else partitioning.mesh_axis_sizes(
                     mesh_shape, int(np.prod(mesh_shape))))
   rules = rules or partitioning.logical_axis_rules()
+  lora_parameters, parameters = lora.counts(nn.unbox(abstract.params))
   return {
-      'parameters': models.count_params(config),
+      'parameters': parameters,
+      # With LoRA only its matrices train (the base is frozen); otherwise every parameter.
+      'trainable_parameters': lora_parameters if config.lora_rank else parameters,
       'vocab_size': config.vocab_size,
       'mesh_shape': list(mesh_sizes.values()),
       'param_bytes_per_device': _shard_bytes(abstract.params, mesh_sizes, rules),
@@ -323,7 +327,11 @@ def check_fits(report: dict[str, Any]) -> None:
 
 def describe(report: dict[str, Any]) -> str:
   """One line a person reads: parameters, bytes per device and, compiled, per chip."""
-  line = (f"parameters: {report['parameters'] / 1e6:.2f}M  per device: params "
+  trainable = ''
+  if report['trainable_parameters'] != report['parameters']:
+    trainable = (f" ({report['trainable_parameters'] / 1e6:.2f}M trained, "
+                 f"{100 * report['trainable_parameters'] / report['parameters']:.2f}%)")
+  line = (f"parameters: {report['parameters'] / 1e6:.2f}M{trainable}  per device: params "
           f"{report['param_bytes_per_device'] / 2**20:.1f} MiB, optimizer state "
           f"{report['optimizer_bytes_per_device'] / 2**20:.1f} MiB under mesh "
           f"{tuple(report['mesh_shape'])}")

@@ -80,6 +80,12 @@ def _check_architecture(parent: files.AnyPath, saved: Mapping[tuple[str, ...], t
   encode positions otherwise than `target`'s: its weights would not fit this model. Post-LN
   and B2T have the same parameters, so either starts from the other's."""
   own = {path: tuple(leaf.shape) for path, leaf in traverse_util.flatten_dict(target).items()}
+  dropped_lora = [path for path in saved
+                  if parameter_layout.is_lora_path(path) and path not in own]
+  if dropped_lora:
+    raise UserError(f'{parent} trained LoRA ({"/".join(dropped_lora[0][:-1])} and others), '
+                    'which this run\'s model lacks; start from it with its LORA_RANK and '
+                    'LORA_TARGETS')
   parent_architecture, own_architecture = _architecture(saved), _architecture(own)
   if parent_architecture != own_architecture:
     raise UserError(f"{parent}'s model is {parent_architecture}, this run's is "
