@@ -1,6 +1,6 @@
 """Full fine-tuning against LoRA: loss curves on an imported NLLB, a new direction on the demo.
 
-  python bench/lora_finetune.py curves [--work_dir=/tmp/t5x_mt/lora_bench] [--steps=60]
+  python bench/lora_finetune.py curves [--work_dir=/tmp/t5x_mt/lora_bench/curves] [--steps=60]
   python bench/lora_finetune.py new_direction [--base=/tmp/t5x_mt/demo] [--steps=150] \
       [--direction=fra_Latn-zul_Latn]
 
@@ -46,14 +46,15 @@ def curves(args: argparse.Namespace) -> None:
   imported = work / 'nllb'
   launch('import_checkpoint.py', '--format=huggingface', f'--path={NLLB}',
          f'--output_dir={imported}')
-  common = ['--gin_file=gin/runs/finetune/pretrained.gin', f'--gin_file={imported}/config.gin',
+  # The demo's run settings, the imported model's architecture and vocabulary (its
+  # config.gin last, as docs/pretrained.md has it).
+  common = ['--gin_file=gin/runs/demo.gin', f'--gin_file={imported}/config.gin',
             "--gin.MIXTURE_OR_TASK_NAME='cldr_eng_Latn.hau_Latn'",
             f'--gin.TRAIN_STEPS={args.steps}', '--gin.LOG_EVERY_STEPS=1',
-            '--gin.EVAL_EVERY_STEPS=0', '--gin.training.TrainConfig.early_stopping_patience=0',
             f'--gin.CHECKPOINT_EVERY_STEPS={args.steps}', '--gin.BATCH_SIZE=16',
-            '--gin.WARMUP_STEPS=10', f"--gin.training.TrainConfig.init_from='{imported}'",
-            '--gin.training.TrainConfig.evaluate_test_split=False',
-            '--gin.network.TransformerConfig.dropout_rate=0.1']
+            '--gin.LEARNING_RATE=1e-3', '--gin.WARMUP_STEPS=10',
+            f"--gin.training.TrainConfig.init_from='{imported}'",
+            '--gin.training.TrainConfig.evaluate_test_split=False']
   runs = {}
   for name, extra in (('full', []), ('lora', ['--gin.LORA_RANK=8'])):
     runs[name] = work / name

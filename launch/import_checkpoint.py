@@ -14,6 +14,11 @@ it like any run. Languages are FLORES-200 codes as everywhere: --src_lang=eng_La
 --tgt_lang=hau_Latn, whichever codes the checkpoint's tokenizer uses. --directions records
 the directions a model translates (a bilingual OPUS-MT model's: its files do not say), so
 that commands refuse any other target.
+
+The weights are read one tensor at a time, so the import holds one copy of them; one that
+the host's free memory cannot hold is refused before any is read, with the bytes it needs.
+--storage_dtype=bfloat16 saves them rounded to bfloat16: half the checkpoint and of the
+import's memory; every reader computes in float32 from the rounded weights.
 """
 
 import argparse
@@ -34,6 +39,8 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
                       help='comma-separated directions the model translates, e.g. '
                            'eng_Latn-hau_Latn for a bilingual OPUS-MT model: recorded so that '
                            'commands refuse other targets (default: none recorded)')
+  parser.add_argument('--storage_dtype', default='float32', choices=('float32', 'bfloat16'),
+                      help='the dtype the weights are saved in (default: float32)')
   args = parser.parse_args(argv)
   files.check_output(args.output_dir, '--output_dir', folder=True)
   files.check_input(args.path, '--path', folder=True)
@@ -46,7 +53,7 @@ def main(argv: list[str]) -> int:
   from t5x_mt.pretrained import huggingface  # pylint: disable=g-import-not-at-top
   imported = huggingface.import_checkpoint(
       args.path, args.output_dir,
-      [name for name in args.directions.split(',') if name.strip()])
+      [name for name in args.directions.split(',') if name.strip()], args.storage_dtype)
   config = imported.config
   print(f'imported {args.path} into {args.output_dir}: {config.num_encoder_layers}+'
         f'{config.num_decoder_layers} layers, d {config.emb_dim}, {imported.num_tokens} '

@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import traverse_util
+import safetensors
 import safetensors.numpy
 import seqio
 from sentencepiece import sentencepiece_model_pb2
@@ -23,6 +25,8 @@ from conftest import train_configured
 import data_tasks
 from t5x_mt.config import configurables
 from t5x_mt.config import gin_utils
+from t5x_mt.core import host_memory
+from t5x_mt.model import parameter_layout
 from t5x_mt.core import languages
 from t5x_mt.model.position_embeddings.sinusoidal import SINUSOIDS
 from t5x_mt.config import run_loading
@@ -204,38 +208,51 @@ def test_bad_checkpoint_folders_are_one_line_and_write_nothing(tmp_path, monkeyp
 
 
 def _fine_tuning_bindings(run_dir: pathlib.Path, imported_run: pathlib.Path,
-                          train_steps: int) -> list[str]:
+                          train_steps: int, *extra: str) -> list[str]:
   """The tiny CLDR eng->hau run of conftest, starting from `imported_run`: its model and
   vocabulary come from the imported config.gin, parsed after demo.gin."""
   bindings = tiny_run_bindings(run_dir, imported_run / 'vocab.model',
                                'cldr_eng_Latn.hau_Latn', train_steps)
   return [binding for binding in bindings
           if not binding.startswith(('network.TransformerConfig.', 'VOCABULARY_PATH'))] + [
-              f'training.TrainConfig.init_from = {str(imported_run)!r}']
+              f'training.TrainConfig.init_from = {str(imported_run)!r}', *extra]
 
 
-def _train_from(imported_run: pathlib.Path, run_dir: pathlib.Path, train_steps: int) -> None:
+def _train_from(imported_run: pathlib.Path, run_dir: pathlib.Path, train_steps: int,
+                *extra: str) -> None:
   gin.clear_config()
   gin_utils.parse_gin(['gin/runs/demo.gin', str(imported_run / 'config.gin')],
-                      _fine_tuning_bindings(run_dir, imported_run, train_steps))
+                      _fine_tuning_bindings(run_dir, imported_run, train_steps, *extra))
   train_configured()
 
 
 @pytest.mark.slow  # A short training each, resumed once for Marian: 20 to 30 s.
-@pytest.mark.parametrize('name, train_steps', [('nllb', (2,)), ('marian', (2, 4))])
+@pytest.mark.parametrize('name, train_steps, lora_rank', [('nllb', (2,), 4),
+                                                          ('marian', (2, 4), 0)])
 def test_fine_tuning_an_imported_model_starts_from_it_checkpoints_and_resumes(
-    imported, tmp_path, name, train_steps):
-  # NLLB's tags on both sides and EOS as its decoder start; Marian's sources segmented by a
-  # model of their own, no tags, and the same command run further: it resumes.
+    imported, tmp_path, name, train_steps, lora_rank):
+  # NLLB's tags on both sides and EOS as its decoder start, with LoRA; Marian's sources
+  # segmented by a model of their own, no tags, fully, and the same command run further:
+  # it resumes.
   run_dir = tmp_path / 'finetuned'
   for steps in train_steps:
-    _train_from(imported[name], run_dir, steps)
+    _train_from(imported[name], run_dir, steps, f'LORA_RANK = {lora_rank}')
   logged = [json.loads(line)['step'] for line in
             (run_dir / 'metrics.jsonl').read_text(encoding='utf-8').splitlines()]
   assert logged == list(range(1, train_steps[-1] + 1))
   assert run_loading.saved_steps(str(run_dir)) == list(range(2, train_steps[-1] + 1, 2))
   assert (run_dir / 'source_vocab.model').is_file() == (name == 'marian')
   started_from = saved_params(imported[name], 0)
+  if lora_rank:  # The import is the frozen base, read from its folder, not saved again.
+    assert json.loads((run_dir / 'base_run.json').read_text()) == {
+        'run': str(imported[name]), 'step': 0}
+    assert len(saved_params(run_dir, 2)) < len(started_from)
+    params = run_loading.load_translator(str(run_dir), beam_size=1).params
+    base = [leaf for path, leaf in sorted(traverse_util.flatten_dict(params).items())
+            if not parameter_layout.is_lora_path(path)]
+    for got, want in zip(base, started_from, strict=True):
+      np.testing.assert_array_equal(got, want)
+    return
   after_two_steps = saved_params(run_dir, 2)
   # Two small Adam steps away from the imported weights, which a fresh start is not.
   assert max(np.abs(a - b).max() for a, b in zip(after_two_steps, started_from)) < 0.01
@@ -409,3 +426,40 @@ def test_a_direction_in_a_language_the_checkpoint_lacks_is_refused(tmp_path, mon
   assert err.strip() == ('error: --directions: eng_Latn-kin_Latn: the checkpoint has no token '
                          'for kin_Latn')
   assert not (tmp_path / 'run').exists()
+
+
+def test_a_bfloat16_import_stores_the_rounded_weights_and_computes_from_them(imported,
+                                                                           tmp_path):
+  run = tmp_path / 'bfloat16' / 'nllb'  # Named as the checkpoint: _translator reads its limit.
+  huggingface.import_checkpoint(str(CHECKPOINTS / 'nllb'), str(run), storage_dtype='bfloat16')
+  stored, full = saved_params(run, 0), saved_params(imported['nllb'], 0)
+  assert {leaf.dtype for leaf in stored} == {np.dtype(jnp.bfloat16)}
+  for rounded, weights in zip(stored, full, strict=True):
+    np.testing.assert_array_equal(rounded, weights.astype(jnp.bfloat16))
+  # Read into the float32 model, the rounded weights translate.
+  translator = _translator(run)
+  assert {leaf.dtype for leaf in jax.tree.leaves(translator.params)} == {np.dtype('float32')}
+  expected = _expected('nllb')
+  outputs = translator.translate(expected['sources'], 'eng_Latn', 'hau_Latn')
+  assert len(outputs) == len(expected['sources'])
+
+
+def test_the_weights_are_read_when_converted_and_an_import_too_big_is_refused_first(
+    tmp_path, monkeypatch, capsys):
+  weights = huggingface.read_weights(CHECKPOINTS / 'nllb')
+  with safetensors.safe_open(CHECKPOINTS / 'nllb' / 'model.safetensors', 'numpy') as opened:
+    sizes = {key: opened.get_tensor(key).size for key in opened.keys()}
+  assert weights.float32_bytes() == (4 * sum(sizes.values()), 4 * max(sizes.values()))
+  total = weights.float32_bytes()[0]
+  output = tmp_path / 'run'
+  monkeypatch.setattr(host_memory, 'available_bytes', lambda: total)
+  code, out, err = run_in_process('import_checkpoint.py', [
+      '--format=huggingface', f'--path={CHECKPOINTS / "nllb"}', f'--output_dir={output}'],
+      monkeypatch, capsys)
+  assert code == 2 and out == '' and err.count('\n') == 1
+  needed = total + weights.float32_bytes()[1]
+  assert err.startswith(f'error: --path: importing needs {needed / 2**30:.1f} GiB of host '
+                        f'memory ({total / 2**30:.1f} GiB of float32 weights), '
+                        f'{total / 2**30:.1f} GiB is available; --storage_dtype=bfloat16 '
+                        'needs less'), err
+  assert not output.exists()

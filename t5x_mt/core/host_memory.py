@@ -29,6 +29,19 @@ _LARGEST_TRIM_THRESHOLD = 2**31 - 1
 OPT_OUT_VARIABLE = 'T5X_MT_SYSTEM_MALLOC'
 
 
+def available_bytes() -> int | None:
+  """The memory the kernel says a new allocation can have without swapping (Linux's
+  MemAvailable); None where it does not say."""
+  try:
+    with open('/proc/meminfo', encoding='ascii') as meminfo:
+      for line in meminfo:
+        if line.startswith('MemAvailable:'):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return None
+
+
 def retain_freed_memory() -> bool:
   """Sets glibc's malloc to keep freed memory for reuse; returns whether it applied.
 

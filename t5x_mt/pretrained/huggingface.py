@@ -22,19 +22,22 @@ step 0. What the architecture cannot express (another model type, untied output 
 an activation t5x_mt lacks, a weight it has no place for) is a UserError naming it.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 import dataclasses
 import json
 import logging
+import math
 import pathlib
 from typing import Any
 
 from flax import traverse_util
+import jax.numpy as jnp
 import numpy as np
-import safetensors.numpy
+import safetensors
 
 from t5x_mt.runs import checkpoints
 from t5x_mt.core import files
+from t5x_mt.core import host_memory
 from t5x_mt.core.registry import Registry
 from t5x_mt.model import models
 from t5x_mt.model import network
@@ -142,9 +145,44 @@ def tag_strategy(config: dict[str, Any], vocabulary: hf_vocabulary.ConvertedVoca
   return tags.T_ENC if vocabulary.languages else tags.NO_TAGS
 
 
-def read_weights(directory: pathlib.Path) -> dict[str, np.ndarray]:
-  """Every tensor of model.safetensors (or of the shards its index lists), float32, by
-  name without transformers' 'model.' prefix."""
+class CheckpointTensors(Mapping):
+  """The tensors of a checkpoint's safetensors files by name (without transformers'
+  'model.' prefix), each read in float32 when asked for and not kept: a conversion that
+  reads them one at a time holds one copy of the weights. Their names, shapes and bytes
+  come from the files' headers, before any tensor is read."""
+
+  def __init__(self, directory: pathlib.Path, shards: Sequence[str]):
+    self._files, self._where, self._shapes = [], {}, {}
+    for shard in shards:
+      try:
+        opened = safetensors.safe_open(directory / shard, framework='numpy')
+      except (OSError, ValueError, TypeError, safetensors.SafetensorError) as error:
+        raise UserError(f'{directory / shard}: not a readable safetensors file '
+                        f'({error})') from None
+      self._files.append(opened)
+      for key in opened.keys():
+        name = key.removeprefix('model.')
+        self._where[name] = (opened, key)
+        self._shapes[name] = tuple(opened.get_slice(key).get_shape())
+
+  def __getitem__(self, name: str) -> np.ndarray:
+    opened, key = self._where[name]
+    return np.asarray(opened.get_tensor(key), np.float32)
+
+  def __iter__(self):
+    return iter(self._where)
+
+  def __len__(self) -> int:
+    return len(self._where)
+
+  def float32_bytes(self) -> tuple[int, int]:
+    """(all tensors', the largest tensor's) bytes in float32."""
+    sizes = [4 * math.prod(shape) for shape in self._shapes.values()]
+    return sum(sizes), max(sizes, default=0)
+
+
+def read_weights(directory: pathlib.Path) -> CheckpointTensors:
+  """The tensors of model.safetensors (or of the shards its index lists)."""
   index = directory / 'model.safetensors.index.json'
   if index.is_file():
     shards = sorted(set(json.loads(index.read_text(encoding='utf-8'))['weight_map'].values()))
@@ -156,16 +194,7 @@ def read_weights(directory: pathlib.Path) -> dict[str, np.ndarray]:
     raise UserError(f'{directory}: no model.safetensors' + (
         f' ({other[0]} only: t5x_mt reads safetensors, which save_pretrained writes)'
         if other else ''))
-  weights = {}
-  for shard in shards:
-    try:
-      tensors = safetensors.numpy.load_file(directory / shard)
-    except (OSError, ValueError, TypeError) as error:
-      raise UserError(f'{directory / shard}: not a readable safetensors file '
-                      f'({error})') from None
-    for name, tensor in tensors.items():
-      weights[name.removeprefix('model.')] = np.asarray(tensor, np.float32)
-  return weights
+  return CheckpointTensors(directory, shards)
 
 
 def _dense(weights, prefix: str) -> dict[str, np.ndarray]:
@@ -212,16 +241,23 @@ def _layer(weights, stack: str, index: int, config: network.TransformerConfig
 _COPIES = ('encoder.embed_tokens.weight', 'decoder.embed_tokens.weight', 'lm_head.weight')
 
 
-class _Weights(dict):
+class _Weights(Mapping):
   """The checkpoint's tensors by name, each name recorded when read."""
 
-  def __init__(self, tensors: dict[str, np.ndarray]):
-    super().__init__(tensors)
+  def __init__(self, tensors: Mapping[str, np.ndarray]):
+    self._tensors = tensors
     self.read = set()
 
   def __getitem__(self, name: str) -> np.ndarray:
+    tensor = self._tensors[name]
     self.read.add(name)
-    return super().__getitem__(name)
+    return tensor
+
+  def __iter__(self):
+    return iter(self._tensors)
+
+  def __len__(self) -> int:
+    return len(self._tensors)
 
 
 def shared_embedding(weights: _Weights, directory: pathlib.Path) -> np.ndarray:
@@ -251,7 +287,7 @@ def _check_position_tables(weights: _Weights, config: network.TransformerConfig,
                       'of its config.json; t5x_mt computes the sinusoids')
 
 
-def convert_params(tensors: dict[str, np.ndarray], config: network.TransformerConfig,
+def convert_params(tensors: Mapping[str, np.ndarray], config: network.TransformerConfig,
                    checkpoint_ids: np.ndarray, directory: pathlib.Path) -> dict[str, Any]:
   """t5x_mt's parameter tree (unrolled layers) for `config`: each checkpoint tensor moved
   to its place, rows of the embedding (and the logits' bias) in t5x_mt's token order, rows
@@ -365,12 +401,43 @@ def _checked_directions(names: Sequence[str], vocabulary: hf_vocabulary.Converte
   return [direction.name for direction in parsed]
 
 
-def import_checkpoint(path: str, output_dir: str, directions: Sequence[str] = ()
-                      ) -> ImportedRun:
+STORAGE_DTYPES = ('float32', 'bfloat16')
+
+
+def check_fits_host(weights: CheckpointTensors, storage_dtype: str,
+                    available: int | None) -> None:
+  """Refuses, before any tensor is read, an import that `available` bytes of host memory
+  cannot hold: the converted weights in `storage_dtype`, one float32 copy of the largest
+  tensor while it is converted, and during a bfloat16 conversion the float32 weights."""
+  total, largest = weights.float32_bytes()
+  needed = (total if storage_dtype == 'float32' else total + total // 2) + largest
+  if available is not None and needed > available:
+    raise UserError(f'--path: importing needs {needed / 2**30:.1f} GiB of host memory '
+                    f'({total / 2**30:.1f} GiB of float32 weights), {available / 2**30:.1f} '
+                    'GiB is available' + ('' if storage_dtype == 'bfloat16' else
+                                          '; --storage_dtype=bfloat16 needs less'))
+
+
+def _stored(params: dict[str, Any], storage_dtype: str) -> dict[str, Any]:
+  """`params` in `storage_dtype`, cast one array at a time (each float32 array is freed
+  as its cast replaces it)."""
+  if storage_dtype == 'float32':
+    return params
+  flat = traverse_util.flatten_dict(params)
+  params.clear()
+  for path in list(flat):
+    flat[path] = flat[path].astype(jnp.bfloat16)
+  return traverse_util.unflatten_dict(flat)
+
+
+def import_checkpoint(path: str, output_dir: str, directions: Sequence[str] = (),
+                      storage_dtype: str = 'float32') -> ImportedRun:
   """Writes the checkpoint folder `path` as a run folder at `output_dir` (whole or not at
   all). `directions` ('eng_Latn-hau_Latn'), if any, are recorded as the run's
   (directions.json), so that commands refuse any other target: a bilingual OPUS-MT model's
-  direction is in its name on the hub, not in its files."""
+  direction is in its name on the hub, not in its files. The weights are read one tensor
+  at a time and saved in `storage_dtype` ('bfloat16' halves the checkpoint; every
+  reader computes in float32 as before, from the rounded weights)."""
   directory = pathlib.Path(path).expanduser()
   if not directory.is_dir():
     raise UserError(f'--path: {path} is not a directory')
@@ -386,8 +453,13 @@ def import_checkpoint(path: str, output_dir: str, directions: Sequence[str] = ()
   _warn_training_only(hf_config)
   config = network.TransformerConfig(
       vocab_size=run_vocabulary.padded_vocab_size(len(checkpoint_ids)), **settings)
-  params = convert_params(read_weights(directory), config, vocabulary.checkpoint_ids,
-                          directory)
+  if storage_dtype not in STORAGE_DTYPES:
+    raise UserError(f'--storage_dtype: {storage_dtype!r} is not one of '
+                    f'{", ".join(STORAGE_DTYPES)}')
+  weights = read_weights(directory)
+  check_fits_host(weights, storage_dtype, host_memory.available_bytes())
+  params = _stored(convert_params(weights, config, vocabulary.checkpoint_ids, directory),
+                   storage_dtype)
   final = run_layout.RunLayout(output)
   with files.staged_folder(output) as staging:
     run = run_layout.RunLayout(staging)
