@@ -17,8 +17,8 @@ that commands refuse any other target.
 
 The weights are read one tensor at a time, so the import holds one copy of them; one that
 the host's free memory cannot hold is refused before any is read, with the bytes it needs.
---storage_dtype=bfloat16 saves them rounded to bfloat16: half the checkpoint and of the
-import's memory; every reader computes in float32 from the rounded weights.
+--storage_dtype=bfloat16 saves them rounded to bfloat16: half the checkpoint on disk;
+every reader computes in float32 from the rounded weights.
 """
 
 import argparse

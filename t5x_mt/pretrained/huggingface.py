@@ -404,18 +404,16 @@ def _checked_directions(names: Sequence[str], vocabulary: hf_vocabulary.Converte
 STORAGE_DTYPES = ('float32', 'bfloat16')
 
 
-def check_fits_host(weights: CheckpointTensors, storage_dtype: str,
-                    available: int | None) -> None:
+def check_fits_host(weights: CheckpointTensors, available: int | None) -> None:
   """Refuses, before any tensor is read, an import that `available` bytes of host memory
-  cannot hold: the converted weights in `storage_dtype`, one float32 copy of the largest
-  tensor while it is converted, and during a bfloat16 conversion the float32 weights."""
+  cannot hold: the converted float32 weights and a float32 copy of the largest tensor
+  while it is converted (a bfloat16 cast then replaces one array at a time)."""
   total, largest = weights.float32_bytes()
-  needed = (total if storage_dtype == 'float32' else total + total // 2) + largest
+  needed = total + largest
   if available is not None and needed > available:
     raise UserError(f'--path: importing needs {needed / 2**30:.1f} GiB of host memory '
                     f'({total / 2**30:.1f} GiB of float32 weights), {available / 2**30:.1f} '
-                    'GiB is available' + ('' if storage_dtype == 'bfloat16' else
-                                          '; --storage_dtype=bfloat16 needs less'))
+                    'GiB is available')
 
 
 def _stored(params: dict[str, Any], storage_dtype: str) -> dict[str, Any]:
@@ -457,7 +455,7 @@ def import_checkpoint(path: str, output_dir: str, directions: Sequence[str] = ()
     raise UserError(f'--storage_dtype: {storage_dtype!r} is not one of '
                     f'{", ".join(STORAGE_DTYPES)}')
   weights = read_weights(directory)
-  check_fits_host(weights, storage_dtype, host_memory.available_bytes())
+  check_fits_host(weights, host_memory.available_bytes())
   params = _stored(convert_params(weights, config, vocabulary.checkpoint_ids, directory),
                    storage_dtype)
   final = run_layout.RunLayout(output)
