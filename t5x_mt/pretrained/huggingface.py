@@ -31,9 +31,9 @@ import pathlib
 from typing import Any
 
 from flax import traverse_util
+import jax
 import jax.numpy as jnp
 import numpy as np
-import safetensors
 
 from t5x_mt.runs import checkpoints
 from t5x_mt.core import files
@@ -145,29 +145,48 @@ def tag_strategy(config: dict[str, Any], vocabulary: hf_vocabulary.ConvertedVoca
   return tags.T_ENC if vocabulary.languages else tags.NO_TAGS
 
 
+# safetensors' dtype names, as numpy reads them.
+_SAFETENSORS_DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16,
+                       'BF16': jnp.bfloat16, 'I64': np.int64, 'I32': np.int32,
+                       'I16': np.int16, 'I8': np.int8, 'U8': np.uint8, 'BOOL': np.bool_}
+
+
 class CheckpointTensors(Mapping):
   """The tensors of a checkpoint's safetensors files by name (without transformers'
   'model.' prefix), each read in float32 when asked for and not kept: a conversion that
   reads them one at a time holds one copy of the weights. Their names, shapes and bytes
-  come from the files' headers, before any tensor is read."""
+  come from the files' headers, before any tensor is read.
+
+  Each tensor is read from its byte range with plain file reads (the format: an 8-byte
+  little-endian header length, a JSON header of dtype, shape and data offsets, then the
+  data): the safetensors package maps the whole file, which leaves every byte read
+  resident in the process beside the converted copy."""
 
   def __init__(self, directory: pathlib.Path, shards: Sequence[str]):
-    self._files, self._where, self._shapes = [], {}, {}
+    self._where, self._shapes = {}, {}
     for shard in shards:
+      path = directory / shard
       try:
-        opened = safetensors.safe_open(directory / shard, framework='numpy')
-      except (OSError, ValueError, TypeError, safetensors.SafetensorError) as error:
-        raise UserError(f'{directory / shard}: not a readable safetensors file '
-                        f'({error})') from None
-      self._files.append(opened)
-      for key in opened.keys():
+        header, data_start = _safetensors_header(path)
+      except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UserError(f'{path}: not a readable safetensors file ({error})') from None
+      for key, entry in header.items():
+        if key == '__metadata__':
+          continue
         name = key.removeprefix('model.')
-        self._where[name] = (opened, key)
-        self._shapes[name] = tuple(opened.get_slice(key).get_shape())
+        begin, end = entry['data_offsets']
+        self._where[name] = (path, data_start + begin, end - begin, entry['dtype'])
+        self._shapes[name] = tuple(entry['shape'])
 
   def __getitem__(self, name: str) -> np.ndarray:
-    opened, key = self._where[name]
-    return np.asarray(opened.get_tensor(key), np.float32)
+    path, offset, size, dtype = self._where[name]
+    data = np.empty(size, np.uint8)
+    with open(path, 'rb') as stored:
+      stored.seek(offset)
+      if stored.readinto(memoryview(data)) != size:
+        raise UserError(f'{path}: {name} is cut short (a truncated safetensors file)')
+    return data.view(_SAFETENSORS_DTYPES[dtype]).reshape(self._shapes[name]).astype(
+        np.float32, copy=False)
 
   def __iter__(self):
     return iter(self._where)
@@ -179,6 +198,19 @@ class CheckpointTensors(Mapping):
     """(all tensors', the largest tensor's) bytes in float32."""
     sizes = [4 * math.prod(shape) for shape in self._shapes.values()]
     return sum(sizes), max(sizes, default=0)
+
+
+def _safetensors_header(path: pathlib.Path) -> tuple[dict[str, Any], int]:
+  """(the JSON header, where the data starts) of a safetensors file."""
+  with open(path, 'rb') as stored:
+    length = int.from_bytes(stored.read(8), 'little')
+    if not 0 < length <= path.stat().st_size - 8:
+      raise ValueError('its header length is past the end of the file')
+    header = json.loads(stored.read(length))
+  for key, entry in header.items():
+    if key != '__metadata__' and entry['dtype'] not in _SAFETENSORS_DTYPES:
+      raise ValueError(f'{key} has the dtype {entry["dtype"]}, which t5x_mt does not read')
+  return header, 8 + length
 
 
 def read_weights(directory: pathlib.Path) -> CheckpointTensors:
@@ -404,12 +436,23 @@ def _checked_directions(names: Sequence[str], vocabulary: hf_vocabulary.Converte
 STORAGE_DTYPES = ('float32', 'bfloat16')
 
 
+# Beside the weights, what an import's process holds at its peak: TensorFlow and JAX, the
+# largest tensor twice (read, then converted) and Orbax's buffers as it writes
+# (bench/import_memory.py measures the peak at NLLB-200's shapes, below this bound).
+_IMPORT_OVERHEAD_BYTES = 3 * 2**29
+
+
+def import_bytes_needed(total: int, largest: int) -> int:
+  """A bound on an import's peak host memory for `total` bytes of float32 weights whose
+  largest tensor has `largest`."""
+  return int(1.1 * total) + 2 * largest + _IMPORT_OVERHEAD_BYTES
+
+
 def check_fits_host(weights: CheckpointTensors, available: int | None) -> None:
   """Refuses, before any tensor is read, an import that `available` bytes of host memory
-  cannot hold: the converted float32 weights and a float32 copy of the largest tensor
-  while it is converted (a bfloat16 cast then replaces one array at a time)."""
+  cannot hold (`import_bytes_needed`; a bfloat16 cast replaces one array at a time)."""
   total, largest = weights.float32_bytes()
-  needed = total + largest
+  needed = import_bytes_needed(total, largest)
   if available is not None and needed > available:
     raise UserError(f'--path: importing needs {needed / 2**30:.1f} GiB of host memory '
                     f'({total / 2**30:.1f} GiB of float32 weights), {available / 2**30:.1f} '
@@ -417,14 +460,13 @@ def check_fits_host(weights: CheckpointTensors, available: int | None) -> None:
 
 
 def _stored(params: dict[str, Any], storage_dtype: str) -> dict[str, Any]:
-  """`params` in `storage_dtype`, cast one array at a time (each float32 array is freed
-  as its cast replaces it)."""
-  if storage_dtype == 'float32':
-    return params
+  """`params` as JAX arrays in `storage_dtype`, moved one array at a time (each numpy
+  array is freed as its copy replaces it). Orbax saves JAX arrays without the copy of
+  the whole tree it makes of numpy arrays."""
   flat = traverse_util.flatten_dict(params)
   params.clear()
   for path in list(flat):
-    flat[path] = flat[path].astype(jnp.bfloat16)
+    flat[path] = jax.device_put(flat[path].astype(storage_dtype, copy=False))
   return traverse_util.unflatten_dict(flat)
 
 
@@ -469,7 +511,8 @@ def import_checkpoint(path: str, output_dir: str, directions: Sequence[str] = ()
     files.write_text_atomically(run.config, gin_config(
         settings, tag_strategy(hf_config, vocabulary), str(final.vocabulary),
         str(final.source_vocabulary) if vocabulary.source_model else None))
-    saver = checkpoints.RunCheckpoints(str(staging), keep=1)
+    # Written at once: an asynchronous save would copy the weights first.
+    saver = checkpoints.RunCheckpoints(str(staging), keep=1, asynchronous=False)
     try:
       saver.save_params(0, params)
     finally:
