@@ -27,7 +27,9 @@ from t5x_mt.config import configurables
 from t5x_mt.config import gin_utils
 from t5x_mt.core import host_memory
 from t5x_mt.model import parameter_layout
+from t5x_mt.runs import run_layout
 from t5x_mt.core import languages
+from t5x_mt.core.errors import UserError
 from t5x_mt.model.position_embeddings.sinusoidal import SINUSOIDS
 from t5x_mt.config import run_loading
 from t5x_mt.data import corpora
@@ -462,3 +464,44 @@ def test_the_weights_are_read_when_converted_and_an_import_too_big_is_refused_fi
                         f'memory ({total / 2**30:.1f} GiB of float32 weights), '
                         f'{total / 2**30:.1f} GiB is available'), err
   assert not output.exists()
+
+
+def test_a_multilingual_opus_mt_model_records_directions_by_their_target(tmp_path,
+                                                                       monkeypatch, capsys):
+  # Its sources carry no tag: a source language needs no token, a target language does.
+  run = tmp_path / 'run'
+  code, _, err = run_in_process('import_checkpoint.py', [
+      f'--path={CHECKPOINTS / "marian_mul"}', f'--output_dir={run}',
+      '--directions=eng_Latn-hau_Latn'], monkeypatch, capsys)
+  assert code == 0, err
+  assert run_layout.RunLayout(run).trained_directions() == ['eng_Latn-hau_Latn']
+  code, _, err = run_in_process('import_checkpoint.py', [
+      f'--path={CHECKPOINTS / "marian_mul"}', f'--output_dir={tmp_path / "other"}',
+      '--directions=hau_Latn-kin_Latn'], monkeypatch, capsys)
+  assert code == 2 and err.strip() == ('error: --directions: hau_Latn-kin_Latn: the '
+                                       'checkpoint has no token for kin_Latn')
+
+
+def test_an_import_into_a_relative_folder_names_its_vocabulary_by_its_absolute_path(
+    tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(tmp_path)
+  code, _, err = run_in_process('import_checkpoint.py', [
+      f'--path={CHECKPOINTS / "nllb"}', '--output_dir=imp/nllb'], monkeypatch, capsys)
+  assert code == 0, err
+  assert (f"VOCABULARY_PATH = '{tmp_path / 'imp' / 'nllb' / 'vocab.model'}'" in
+          (tmp_path / 'imp' / 'nllb' / 'config.gin').read_text(encoding='utf-8'))
+
+
+@pytest.mark.parametrize('macro', ['INPUTS_LENGTH', 'TARGETS_LENGTH'])
+def test_a_length_past_the_imported_models_positions_is_refused_before_training(
+    imported, tmp_path, macro):
+  # The tiny NLLB has 64 positions; 128 would read past its table (NaN).
+  run_dir = tmp_path / 'finetuned'
+  gin.clear_config()
+  gin_utils.parse_gin(['gin/runs/demo.gin', str(imported['nllb'] / 'config.gin')],
+                      _fine_tuning_bindings(run_dir, imported['nllb'], 2, f'{macro} = 128'))
+  with pytest.raises(UserError, match=rf'^{macro}: 128 is longer than the model\'s 64 '
+                     r'positions \(network.TransformerConfig.max_length\); set it to at '
+                     'most 64$'):
+    train_configured()
+  assert not run_dir.exists()

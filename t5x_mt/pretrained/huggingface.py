@@ -420,13 +420,16 @@ class ImportedRun:
   languages: tuple[str, ...]
 
 
-def _checked_directions(names: Sequence[str], vocabulary: hf_vocabulary.ConvertedVocabulary
-                        ) -> list[str]:
+def _checked_directions(names: Sequence[str], vocabulary: hf_vocabulary.ConvertedVocabulary,
+                        strategy: str) -> list[str]:
   """`names` ('eng_Latn-hau_Latn') parsed; where the checkpoint has language tokens, each
-  language must have one."""
+  language that the tag strategy tags must have one (a multilingual OPUS-MT model tags
+  the target alone: its sources may be in any language)."""
   parsed = [Direction.parse(name, '--directions') for name in names]
   for direction in parsed:
-    for lang in (direction.src_lang, direction.tgt_lang):
+    tagged = ((direction.tgt_lang,) if strategy == tags.T_ENC
+              else (direction.src_lang, direction.tgt_lang))
+    for lang in tagged:
       if vocabulary.languages and lang not in vocabulary.languages:
         raise UserError(f'--directions: {direction.name}: the checkpoint has no token for '
                         f'{lang}')
@@ -487,7 +490,7 @@ def import_checkpoint(path: str, output_dir: str, directions: Sequence[str] = ()
   hf_config = read_config(directory)
   settings = model_settings(hf_config, directory)
   vocabulary = vocabulary_of(directory, hf_config)
-  directions = _checked_directions(directions, vocabulary)
+  directions = _checked_directions(directions, vocabulary, tag_strategy(hf_config, vocabulary))
   checkpoint_ids = list(vocabulary.checkpoint_ids)
   settings['decoder_start_token'] = checkpoint_ids.index(settings['decoder_start_token'])
   _warn_training_only(hf_config)
@@ -500,7 +503,8 @@ def import_checkpoint(path: str, output_dir: str, directions: Sequence[str] = ()
   check_fits_host(weights, host_memory.available_bytes())
   params = _stored(convert_params(weights, config, vocabulary.checkpoint_ids, directory),
                    storage_dtype)
-  final = run_layout.RunLayout(output)
+  # config.gin names the vocabularies wherever the run is read from: by absolute paths.
+  final = run_layout.RunLayout(files.absolute(output))
   with files.staged_folder(output) as staging:
     run = run_layout.RunLayout(staging)
     files.write_bytes_atomically(run.vocabulary, vocabulary.model)

@@ -151,6 +151,21 @@ def _restore_latest_readable(run_checkpoints: checkpoints.RunCheckpoints,
   return 0, state
 
 
+def _check_lengths_fit_positions(config: run_config.TrainConfig,
+                                 model: network.TransformerConfig) -> None:
+  """A UserError for an input or target length longer than the table of absolute
+  positions the model reads (an imported model's is its checkpoint's): rows past it do
+  not exist."""
+  stacks = (('decoder', config.targets_length, 'TARGETS_LENGTH'),)
+  if not model.decoder_only:
+    stacks = (('encoder', config.inputs_length, 'INPUTS_LENGTH'), *stacks)
+  for stack, length, macro in stacks:
+    if model.positions_of(stack).absolute and length > model.max_length:
+      raise UserError(f'{macro}: {length} is longer than the model\'s {model.max_length} '
+                      'positions (network.TransformerConfig.max_length); set it to at most '
+                      f'{model.max_length}')
+
+
 def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro | None]:
   """The run of `spec`, resumed from MODEL_DIR's latest checkpoint if there is one, and
   DRO's action when the run is robust (its state is one of the run's host states).
@@ -162,6 +177,7 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   run_dir = files.path(config.model_dir)
   layout = run_layout.RunLayout(run_dir)
   checkpoints.check_writable(config.model_dir)
+  _check_lengths_fit_positions(config, spec.model)
   mesh = partitioning.create_mesh(config.mesh_shape, dcn_mesh_shape=config.dcn_mesh_shape)
   rules = spec.axis_rules
   partitioning.check_batch_divisible(config.batch_size, mesh)
