@@ -319,3 +319,33 @@ def test_a_run_without_lora_refuses_to_start_from_a_lora_run(lora_run, tmp_path)
                                       'LORA_RANK and LORA_TARGETS'):
     train_configured()
   assert not (tmp_path / 'full').exists()
+
+
+@pytest.mark.slow  # Two more training steps: ~10 s.
+def test_a_lora_run_started_from_a_lora_run_continues_its_lora_on_the_same_base(
+    trained_run, lora_run, tmp_path):
+  run, base_before = lora_run
+  child = tmp_path / 'child'
+  configure_tiny_run(child, trained_run / 'vocab.model', TASK, 2, **{
+      'training.TrainConfig.init_from': repr(str(run)), 'LORA_RANK': str(RANK),
+      'training.TrainConfig.learning_rate_schedule': '@trainer.constant_schedule()',
+      'trainer.constant_schedule.learning_rate': '0.0'})
+  train_configured()
+  assert json.loads((child / 'base_run.json').read_text()) == {'run': str(run), 'step': 4}
+  saved = traverse_util.flatten_dict(_saved_item(child, 2, 'params'))
+  assert all(parameter_layout.is_lora_path(path) for path in saved)
+  # At learning rate 0 the child's LoRA is the parent's, read on the base of the base.
+  parent = traverse_util.flatten_dict(_saved_item(run, 4, 'params'))
+  assert saved.keys() == parent.keys()
+  for path, leaf in saved.items():
+    np.testing.assert_array_equal(leaf, parent[path])
+  run_checkpoints = checkpoints.RunCheckpoints(str(child), read_only=True)
+  try:
+    params = run_checkpoints.restore_params(2, nn.unbox(models.abstract_variables(
+        _tiny_lora_config(child))['params']))
+  finally:
+    run_checkpoints.close()
+  flat = traverse_util.flatten_dict(params)
+  base = [flat[path] for path in sorted(flat) if not parameter_layout.is_lora_path(path)]
+  for got, want in zip(base, base_before, strict=True):
+    np.testing.assert_array_equal(got, want)
