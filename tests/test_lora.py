@@ -17,7 +17,9 @@ from conftest import configure_tiny_run, saved_params, train_configured
 from test_adapters import TASK, TINY, _packed_batch
 from test_export import SENTENCES, export, random_run, translate
 from test_launch_translate_evaluate import run_in_process
+from test_multiprocess import keep_until, losses
 
+from t5x_mt.config import run_loading
 from t5x_mt.core.errors import UserError
 from t5x_mt.model import lora
 from t5x_mt.model import models
@@ -225,24 +227,17 @@ def test_a_lora_run_checkpoints_lora_alone_and_reads_its_base_from_the_base_run(
 
 
 def _tiny_lora_config(run) -> network.TransformerConfig:
-  from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   return run_loading.read_run(str(run)).model
-
-
-def _losses(run) -> dict[int, float]:
-  return {record['step']: record['loss'] for record in map(
-      json.loads, (run / 'metrics.jsonl').read_text().splitlines()) if 'loss' in record}
 
 
 @pytest.mark.slow
 def test_a_lora_run_resumed_on_an_fsdp_mesh_continues_the_same_curve(trained_run, lora_run,
                                                                      tmp_path):
-  from test_multiprocess import keep_until  # pylint: disable=g-import-not-at-top
   run, _ = lora_run
   resumed = keep_until(run, tmp_path / 'resumed', 2)
   _configure_lora(trained_run, resumed, MESH_SHAPE='(2, 4, 1)')
   train_configured()
-  want, got = _losses(run), _losses(resumed)
+  want, got = losses(run), losses(resumed)
   assert sorted(got) == sorted(want) == [1, 2, 3, 4]
   np.testing.assert_allclose([got[s] for s in (3, 4)], [want[s] for s in (3, 4)], rtol=1e-5)
 

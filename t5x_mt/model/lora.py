@@ -74,16 +74,12 @@ def _matches(target: str, path: str) -> bool:
       fnmatch.fnmatchcase(part, pattern) for part, pattern in zip(parts[-len(wanted):], wanted))
 
 
-def targeted(config: Any, stack: str, module: str, projection: str) -> bool:
-  """Whether the dense layer `projection` of `module` in `stack` gets LoRA."""
-  path = f'{stack}/{module}/{projection}'
-  return bool(config.lora_rank) and any(_matches(t, path) for t in config.lora_targets)
-
-
 def settings_for(config: Any, stack: str, module: str,
                  projection: str) -> LoraSettings | None:
-  """The LoRA of a dense layer, None where `config` puts none there."""
-  if not targeted(config, stack, module, projection):
+  """The LoRA of the dense layer `projection` of `module` in `stack`, None where `config`
+  puts none there."""
+  path = f'{stack}/{module}/{projection}'
+  if not config.lora_rank or not any(_matches(t, path) for t in config.lora_targets):
     return None
   return LoraSettings(config.lora_rank, config.lora_alpha, config.lora_dropout)
 
