@@ -1,10 +1,13 @@
 """Bad input to the launch commands: exit 2, one line on stderr naming the flag or file,
 nothing written, and no TensorFlow start-up logging.
 
-Each command runs in a subprocess, as a user runs it, from an empty working folder (so
-anything it writes there shows). Argument errors are answered before TensorFlow or JAX
-is imported; the few tests that need a gin parse with the model's configurables, or a
-trained run, pay for the imports.
+Each command runs from an empty working folder (so anything it writes there shows).
+Argument errors are answered before TensorFlow or JAX is imported: those commands run in
+a subprocess, as a user runs them, and the test checks what they imported. The errors
+found after the imports (a gin parse with the model's configurables, a trained run) come
+from commands run through `cli.run` in this process, the same parsing, error lines and
+exit codes without paying ~10 s of imports each; one of them runs in a subprocess, to
+show that a user sees no TensorFlow start-up logging above the line.
 """
 
 import dataclasses
@@ -20,6 +23,7 @@ from t5x_mt.core import cli
 
 from test_launch_translate_evaluate import command_environment
 from test_launch_translate_evaluate import LAUNCH
+from test_launch_translate_evaluate import run_in_process
 
 SCRIPTS = sorted(path.name for path in LAUNCH.glob('*.py'))
 HEAVY_LIBRARIES = ('jax', 'tensorflow')
@@ -41,7 +45,7 @@ class Finished:
   returncode: int
   stdout: str
   stderr: str
-  imported: list[str]  # Which of HEAVY_LIBRARIES the command imported.
+  imported: list[str] | None  # Which of HEAVY_LIBRARIES it imported; None in process.
 
 
 def launch(script: str, *flags: str, cwd: pathlib.Path) -> Finished:
@@ -53,6 +57,16 @@ def launch(script: str, *flags: str, cwd: pathlib.Path) -> Finished:
   imported = report.read_text().split()
   report.unlink()
   return Finished(done.returncode, done.stdout, done.stderr, imported)
+
+
+@pytest.fixture
+def launch_in_process(monkeypatch, capsys):
+  """launch(), for commands whose error comes after the imports: runs launch/<script>
+  through cli.run in this process, in `cwd`."""
+  def run(script: str, *flags: str, cwd: pathlib.Path) -> Finished:
+    monkeypatch.chdir(cwd)
+    return Finished(*run_in_process(script, list(flags), monkeypatch, capsys), imported=None)
+  return run
 
 
 @pytest.fixture
@@ -265,13 +279,14 @@ def test_bad_distributed_flags_are_one_line_before_any_import(workdir, flags, er
 
 
 @pytest.mark.parametrize('binding, error_line', [
-    ('--gin.MESH_SHAPE=(2, 2, 1)', 'error: MESH_SHAPE: (2, 2, 1) does not cover the 1 devices '
+    ('--gin.MESH_SHAPE=(2, 2, 1)', 'error: MESH_SHAPE: (2, 2, 1) does not cover the 8 devices '
      '(the product of the sizes must equal the device count)'),
     ('--gin.TRAIN_STEP=5', "error: gin: binding 'TRAIN_STEP = 5': no binding reads the macro "
      'TRAIN_STEP (did you mean TRAIN_STEPS?)'),
 ])
-def test_bad_demo_binding_is_one_line_before_any_work(workdir, binding, error_line):
-  finished = launch('train.py', '--gin_file=gin/runs/demo.gin', binding,
+def test_bad_demo_binding_is_one_line_before_any_work(workdir, binding, error_line,
+                                                     launch_in_process):
+  finished = launch_in_process('train.py', '--gin_file=gin/runs/demo.gin', binding,
                     f"--gin.MODEL_DIR='{workdir / 'run'}'", cwd=workdir)
   assert_refused(finished, error_line)
   assert files_under(workdir) == []
@@ -284,8 +299,9 @@ def test_bad_demo_binding_is_one_line_before_any_work(workdir, binding, error_li
     (['--gin.LORA_RANK=300'], 'error: network.TransformerConfig.lora_rank (LORA_RANK): 300 '
      'is larger than encoder/attention/query, whose smaller side is 256'),
 ])
-def test_a_lora_setting_that_cannot_hold_is_one_line(workdir, bindings, error_line):
-  finished = launch('train.py', '--gin_file=gin/runs/demo.gin', *bindings,
+def test_a_lora_setting_that_cannot_hold_is_one_line(workdir, bindings, error_line,
+                                                     launch_in_process):
+  finished = launch_in_process('train.py', '--gin_file=gin/runs/demo.gin', *bindings,
                     f"--gin.MODEL_DIR='{workdir / 'run'}'", cwd=workdir)
   assert finished.returncode == 2 and finished.stdout == ''
   assert len(finished.stderr.splitlines()) == 1, finished.stderr
@@ -309,14 +325,13 @@ def test_gin_file_with_an_unclosed_parenthesis_is_named_before_any_import(workdi
   assert finished.imported == [] and files_under(workdir) == ['in.txt', 'steps.gin']
 
 
-@pytest.mark.slow
-def test_gin_mistake_names_the_file_and_line(workdir):
+def test_gin_mistake_names_the_file_and_line(workdir, launch_in_process):
   (workdir / 'in.txt').write_text('hello\n', encoding='utf-8')
   (workdir / 'steps.gin').write_text('# Tighter duplicates.\nduplicates.bloom_error = 1e-7\n',
                                      encoding='utf-8')
-  finished = launch('clean.py', '--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
-                    '--tgt_lang=hau_Latn', '--preset=default', '--gin_file=steps.gin',
-                    '--output_dir=cleaned', cwd=workdir)
+  finished = launch_in_process('clean.py', '--src_file=in.txt', '--tgt_file=in.txt',
+                               '--src_lang=eng_Latn', '--tgt_lang=hau_Latn', '--preset=default',
+                               '--gin_file=steps.gin', '--output_dir=cleaned', cwd=workdir)
   assert_refused(finished, "error: gin: steps.gin, line 2: Configurable 'duplicates' doesn't "
                  "have a parameter named 'bloom_error' (did you mean bloom_error_rate?)")
 
@@ -385,38 +400,36 @@ def test_error_inside_a_configurable_is_one_line_without_tensorflow_logging(work
       "error: MIXTURE_OR_TASK_NAME: unknown mixture or task 'no_such_mixture'; ")
 
 
-@pytest.mark.slow
-def test_unknown_mixture_names_the_mixture_flag(workdir):
-  finished = launch('plot_sampling.py', '--mixture=no_such_mixture', '--output=shares.png',
-                    cwd=workdir)
+def test_unknown_mixture_names_the_mixture_flag(workdir, launch_in_process):
+  finished = launch_in_process('plot_sampling.py', '--mixture=no_such_mixture',
+                               '--output=shares.png', cwd=workdir)
   assert finished.returncode == 2 and len(finished.stderr.splitlines()) == 1, finished.stderr
   assert finished.stderr.startswith("error: --mixture: unknown mixture or task "
                                     "'no_such_mixture'; ")
   assert files_under(workdir) == []
 
 
-@pytest.mark.slow
-def test_missing_averaging_step_names_the_steps_flag(trained_run, workdir):
-  finished = launch('average_checkpoints.py', f'--checkpoint_dir={trained_run}',
-                    '--steps=2,3', '--output_dir=averaged', cwd=workdir)
+def test_missing_averaging_step_names_the_steps_flag(trained_run, workdir, launch_in_process):
+  finished = launch_in_process('average_checkpoints.py', f'--checkpoint_dir={trained_run}',
+                               '--steps=2,3', '--output_dir=averaged', cwd=workdir)
   assert_refused(finished, f'error: --steps: {trained_run} has no checkpoint 3 (it keeps 2, 4)')
   assert files_under(workdir) == []
 
 
-@pytest.mark.slow
-def test_unloadable_sentencepiece_model_is_one_line_naming_the_file(trained_run, workdir):
+def test_unloadable_sentencepiece_model_is_one_line_naming_the_file(trained_run, workdir,
+                                                                    launch_in_process):
   run = workdir / 'run'
   shutil.copytree(trained_run, run)
   (run / 'vocab.model').write_bytes(b'not a SentencePiece model')
   (workdir / 'in.txt').write_text('Monday\n', encoding='utf-8')
-  finished = launch('translate.py', f'--checkpoint_dir={run}', '--src_lang=eng_Latn',
-                    '--tgt_lang=hau_Latn', '--input=in.txt', '--output=out.txt', cwd=workdir)
+  finished = launch_in_process('translate.py', f'--checkpoint_dir={run}', '--src_lang=eng_Latn',
+                               '--tgt_lang=hau_Latn', '--input=in.txt', '--output=out.txt',
+                               cwd=workdir)
   assert_refused(finished, f'error: {run}/vocab.model: cannot load this SentencePiece model '
                  f'(INTERNAL: could not parse ModelProto from {run}/vocab.model)')
   assert not (workdir / 'out.txt').exists()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize('binding, error_line', [
     ('--gin.TRAIN_STEPS=0',
      'error: TRAIN_STEPS (training.TrainConfig.train_steps): must be >= 1, got 0'),
@@ -425,8 +438,8 @@ def test_unloadable_sentencepiece_model_is_one_line_naming_the_file(trained_run,
      "'swish'"),
 ])
 def test_bad_training_setting_is_one_line_and_creates_no_model_dir(workdir, binding,
-                                                                   error_line):
-  finished = launch('train.py', '--gin_file=gin/runs/demo.gin', binding,
+                                                                   error_line, launch_in_process):
+  finished = launch_in_process('train.py', '--gin_file=gin/runs/demo.gin', binding,
                     f"--gin.MODEL_DIR='{workdir / 'run'}'",
                     f"--gin.VOCABULARY_PATH='{workdir / 'vocab.model'}'", cwd=workdir)
   assert_refused(finished, error_line)
@@ -443,17 +456,16 @@ def streamed_corpus_flags(workdir: pathlib.Path, lines: str) -> list[str]:
           "--gin.MIXTURE_OR_TASK_NAME='web_eng_Latn.hau_Latn'"]
 
 
-@pytest.mark.slow
-def test_streamed_corpus_line_without_its_columns_is_named(workdir):
-  finished = launch('train.py', *streamed_corpus_flags(workdir, 'a\tb\nno tab\n'), cwd=workdir)
+def test_streamed_corpus_line_without_its_columns_is_named(workdir, launch_in_process):
+  finished = launch_in_process('train.py', *streamed_corpus_flags(workdir, 'a\tb\nno tab\n'), cwd=workdir)
   assert_refused(finished, f'error: {workdir / "web.tsv"}:2: fewer than 2 tab-separated '
                  'columns (columns 0 and 1)')
   assert files_under(workdir) == ['web.tsv']
 
 
-@pytest.mark.slow
-def test_run_that_could_score_no_direction_is_refused_before_training(workdir):
-  finished = launch('train.py', *streamed_corpus_flags(workdir, 'a\tb\n'), cwd=workdir)
+def test_run_that_could_score_no_direction_is_refused_before_training(workdir,
+                                                                     launch_in_process):
+  finished = launch_in_process('train.py', *streamed_corpus_flags(workdir, 'a\tb\n'), cwd=workdir)
   assert_refused(finished, "error: no direction of 'web_eng_Latn.hau_Latn' has validation "
                  'pairs in its corpora; name a corpus that has them with '
                  'evaluation.EvalConfig.corpus')
