@@ -24,7 +24,8 @@ from t5x_mt.core.errors import UserError
 
 from conftest import TINY_RUN_CHECKPOINT_EVERY
 from conftest import TINY_RUN_STEPS as TRAIN_STEPS
-from test_launch_translate_evaluate import run_command
+from test_launch_translate_evaluate import error_lines
+from test_launch_translate_evaluate import run_in_process
 
 
 def saved_params(run_dir: pathlib.Path, step: int) -> dict:
@@ -233,29 +234,29 @@ def test_a_cut_checkpoint_is_one_line_naming_it(trained_run, tmp_path):
   assert run_loading.load_translator(str(run), step=TRAIN_STEPS - 2).settings.beam_size >= 1
 
 
-def test_translating_with_a_cut_checkpoint_prints_one_line(trained_run, tmp_path):
+def test_translating_with_a_cut_checkpoint_prints_one_line(trained_run, tmp_path, monkeypatch,
+                                                           capsys):
   run = _with_a_cut_checkpoint(trained_run, tmp_path / 'run')
   source = tmp_path / 'source.txt'
   source.write_text('Monday\n', encoding='utf-8')
-  result = run_command('translate.py', f'--checkpoint_dir={run}', '--src_lang=eng_Latn',
-                       '--tgt_lang=hau_Latn', f'--input={source}')
-  assert result.returncode == 2 and result.stdout == ''
-  # TensorStore's reads still in flight may print "Event loop is closed" as the process
-  # exits; the command's own output is its first line, and the only error line.
-  assert result.stderr.startswith(f'error: {run}/checkpoints/{TRAIN_STEPS}: cannot be read')
-  assert [line for line in result.stderr.splitlines() if line.startswith('error:')] == [
-      result.stderr.splitlines()[0]]
+  code, stdout, stderr = run_in_process('translate.py', [
+      f'--checkpoint_dir={run}', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+      f'--input={source}'], monkeypatch, capsys)
+  assert code == 2 and stdout == ''
+  assert stderr.startswith(f'error: {run}/checkpoints/{TRAIN_STEPS}: cannot be read')
+  assert error_lines(stderr) == [stderr.splitlines()[0]]
 
 
-def test_a_target_the_model_never_learned_is_refused_with_those_it_knows(trained_run, tmp_path):
+def test_a_target_the_model_never_learned_is_refused_with_those_it_knows(trained_run, tmp_path,
+                                                                         monkeypatch, capsys):
   assert (trained_run / 'directions.json').read_text().split() == [
       '{', '"directions":', '[', '"eng_Latn-hau_Latn"', ']', '}']
   source = tmp_path / 'source.txt'
   source.write_text('Monday\n', encoding='utf-8')
-  result = run_command('translate.py', f'--checkpoint_dir={trained_run}', '--src_lang=eng_Latn',
-                       '--tgt_lang=fra_Latn', f'--input={source}',
-                       f'--output={tmp_path / "out.txt"}')
-  assert result.returncode == 2 and result.stderr.splitlines() == [
+  code, _, stderr = run_in_process('translate.py', [
+      f'--checkpoint_dir={trained_run}', '--src_lang=eng_Latn', '--tgt_lang=fra_Latn',
+      f'--input={source}', f'--output={tmp_path / "out.txt"}'], monkeypatch, capsys)
+  assert code == 2 and stderr.splitlines() == [
       'error: fra_Latn: the model was never trained to translate into it; it translates '
       'into hau_Latn']
   assert not (tmp_path / 'out.txt').exists()

@@ -4,14 +4,13 @@ translates, resumes and fine-tunes."""
 
 import pathlib
 import shutil
-import subprocess
-import sys
 
 import gin
 import numpy as np
 import pytest
 
 from conftest import configure_tiny_run, saved_params, train_configured
+from test_launch_translate_evaluate import run_in_process
 from t5x_mt.config import configurables
 from t5x_mt.config import gin_utils
 from t5x_mt.config import run_loading
@@ -60,16 +59,15 @@ def test_reading_a_saved_run_leaves_the_process_gin_config_as_it_was():
   assert configurables.decode_settings().beam_size == 7
 
 
-def test_a_saved_run_translates_with_the_translate_command(saved_run, tmp_path):
+def test_a_saved_run_translates_with_the_translate_command(saved_run, tmp_path, monkeypatch,
+                                                          capsys):
   source = tmp_path / 'source.txt'
   source.write_text('Monday\nthree days\n')
   output = tmp_path / 'output.txt'
-  completed = subprocess.run(
-      [sys.executable, 'launch/translate.py', f'--checkpoint_dir={saved_run}',
-       '--src_lang=eng_Latn', '--tgt_lang=hau_Latn', f'--input={source}',
-       f'--output={output}', '--beam_size=2'],
-      capture_output=True, text=True, timeout=300, check=False)
-  assert completed.returncode == 0, completed.stderr
+  code, _, stderr = run_in_process('translate.py', [
+      f'--checkpoint_dir={saved_run}', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+      f'--input={source}', f'--output={output}', '--beam_size=2'], monkeypatch, capsys)
+  assert code == 0, stderr
   lines = output.read_text().splitlines()
   assert len(lines) == 2 and all(lines)  # Two steps of training: something, not nothing.
 

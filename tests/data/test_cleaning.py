@@ -2,7 +2,6 @@
 
 import json
 import subprocess
-import sys
 
 import gin
 import pytest
@@ -11,7 +10,8 @@ from t5x_mt.config import configurables
 from t5x_mt.data import corpora
 from t5x_mt.data.cleaning import io as cleaning_io
 from t5x_mt.data.cleaning import pipeline
-from t5x_mt.config.gin_utils import REPO_ROOT
+
+from test_launch_translate_evaluate import run_in_process
 
 SOURCE = [
     'The meeting starts at 9 tomorrow.',         # 1 kept
@@ -115,14 +115,20 @@ def test_cleaned_folder_is_a_corpus(tmp_path):
   assert corpus.pairs('train', 'hau_Latn', 'eng_Latn')[0] == (TARGET[0], SOURCE[0])
 
 
-def _run_clean(*args, cwd=REPO_ROOT):
-  return subprocess.run([sys.executable, 'launch/clean.py', *map(str, args)], cwd=cwd,
-                        capture_output=True, text=True, check=False)
+@pytest.fixture
+def run_clean(monkeypatch, capsys):
+  """Runs launch/clean.py with these flags through cli.run in this process: the command's
+  parsing, error lines and exit code without a process start each."""
+  def run(*flags) -> subprocess.CompletedProcess:
+    argv = [str(flag) for flag in flags]
+    return subprocess.CompletedProcess(argv, *run_in_process('clean.py', argv, monkeypatch,
+                                                             capsys))
+  return run
 
 
-def test_mismatched_line_counts_name_both_files(tmp_path):
+def test_mismatched_line_counts_name_both_files(tmp_path, run_clean):
   src, tgt = _write_pair(tmp_path, target=TARGET[:-1])
-  result = _run_clean(f'--src_file={src}', f'--tgt_file={tgt}', '--src_lang=eng_Latn',
+  result = run_clean(f'--src_file={src}', f'--tgt_file={tgt}', '--src_lang=eng_Latn',
                       '--tgt_lang=hau_Latn', '--filters=empty', f'--output_dir={tmp_path}/o')
   assert result.returncode == 2
   assert result.stderr.strip().splitlines()[-1] == (
@@ -136,22 +142,22 @@ def test_mismatched_line_counts_name_both_files(tmp_path):
     (['--filters=empty,lenght'], "unknown cleaning step 'lenght'"),
     (['--preset=nt5', '--src_lang=xx_Latn'], 'xx_Latn'),
 ])
-def test_bad_flags_are_one_line_and_exit_2(tmp_path, flags, message):
+def test_bad_flags_are_one_line_and_exit_2(tmp_path, flags, message, run_clean):
   src, tgt = _write_pair(tmp_path)
   base = [f'--src_file={src}', f'--tgt_file={tgt}', '--src_lang=eng_Latn',
           '--tgt_lang=hau_Latn', f'--output_dir={tmp_path}/o']
   if not any(flag.startswith(('--preset', '--filters')) for flag in flags):
     flags = [*flags, '--filters=empty']
-  result = _run_clean(*base, *flags)
+  result = run_clean(*base, *flags)
   assert result.returncode == 2
   assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
   assert not (tmp_path / 'o').exists()
 
 
-def test_empty_input_is_an_error(tmp_path):
+def test_empty_input_is_an_error(tmp_path, run_clean):
   (tmp_path / 'a').write_text('')
   (tmp_path / 'b').write_text('')
-  result = _run_clean(f'--src_file={tmp_path}/a', f'--tgt_file={tmp_path}/b',
+  result = run_clean(f'--src_file={tmp_path}/a', f'--tgt_file={tmp_path}/b',
                       '--src_lang=eng_Latn', '--tgt_lang=hau_Latn', '--filters=empty',
                       f'--output_dir={tmp_path}/o')
   assert result.returncode == 2 and 'are empty' in result.stderr
@@ -178,10 +184,9 @@ def test_beam_pipeline_writes_the_same_folder_as_the_local_engine(tmp_path):
     assert (tmp_path / 'beam' / name).read_bytes() == (tmp_path / 'local' / name).read_bytes()
 
 
-@pytest.mark.slow
-def test_command_line_cleans_with_beam_and_prints_the_totals(tmp_path):
+def test_command_line_cleans_with_beam_and_prints_the_totals(tmp_path, run_clean):
   src, tgt = _write_pair(tmp_path)
-  result = _run_clean(f'--src_file={src}', f'--tgt_file={tgt}', '--src_lang=eng_Latn',
+  result = run_clean(f'--src_file={src}', f'--tgt_file={tgt}', '--src_lang=eng_Latn',
                       '--tgt_lang=hau_Latn', f'--filters={",".join(STEPS)}', '--runner=beam',
                       '--chunk_lines=4', f'--output_dir={tmp_path}/o')
   assert result.returncode == 0, result.stderr
