@@ -17,14 +17,17 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # step, and each command started as a subprocess compiles from nothing. JAX's persistent
 # cache serves every repeat from disk. A session makes its own folder, which the xdist
 # workers and the commands the tests start inherit through the environment; a developer
-# who sets JAX_COMPILATION_CACHE_DIR keeps one across sessions. Every compilation is
-# written (JAX's default keeps only those over a second), and a size limit turns on the
-# cache's file lock, so two workers never read an entry half written.
+# who sets JAX_COMPILATION_CACHE_DIR keeps one across sessions. A size limit turns on the
+# cache's file lock, so two workers never read an entry half written; it also makes each
+# write read every entry in the folder, to find what to evict. So only compilations over
+# 0.1 s are written (JAX's default keeps those over a second): a tiny model's steps and
+# searches, not the thousands of single operations run outside jit, which compile again
+# in less time than a folder of them takes to scan.
 _CACHE_OWNER = 'T5X_MT_TEST_CACHE_OWNER'
 if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
   os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='t5x_mt_test_xla_cache_')
   os.environ[_CACHE_OWNER] = str(os.getpid())
-os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.1')
 os.environ.setdefault('JAX_COMPILATION_CACHE_MAX_SIZE', str(16 << 30))
 # XLA's backend optimisation level 0: a tiny model compiles in half the time, and the tests
 # compare runs with each other or with tolerances far above what optimisation changes.
