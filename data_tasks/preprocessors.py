@@ -12,11 +12,9 @@ import functools
 
 import seqio
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from data_tasks.run_settings import settings
 from data_tasks.vocabularies import SOURCE_VOCABULARY
-from data_tasks.vocabularies import SharedVocabulary
 from data_tasks.vocabularies import VOCABULARY
 from t5x_mt.data import corpora
 from t5x_mt.data import corpus_types
@@ -51,13 +49,6 @@ def subword_sampling(direction: str) -> SubwordSampling:
                          settings().sampling_nbest_size)
 
 
-def _subword_sampler(sampling: SubwordSampling, vocabulary: SharedVocabulary):
-  """A TF SentencePiece tokenizer of `vocabulary` that samples as `sampling` says."""
-  return tf_text.SentencepieceTokenizer(
-      model=vocabulary.sentencepiece.sp_model, out_type=tf.int32,
-      nbest_size=sampling.nbest_size, alpha=sampling.alpha)
-
-
 def to_inputs_targets(dataset: tf.data.Dataset) -> tf.data.Dataset:
   """A translation example: the source as inputs, the target as targets."""
   return dataset.map(lambda ex: {'inputs': ex['source'], 'targets': ex['target'],
@@ -78,7 +69,7 @@ def _tokenize(dataset: tf.data.Dataset, direction: str) -> tf.data.Dataset:
   sampling = subword_sampling(direction)
   sides = (('inputs', sampling.source, SOURCE_VOCABULARY),
            ('targets', sampling.target, VOCABULARY))
-  samplers = {feature: _subword_sampler(sampling, vocabulary)
+  samplers = {feature: vocabulary.tokenizer_tf(sampling.nbest_size, sampling.alpha)
               for feature, sample, vocabulary in sides if sample}
 
   def tokenize(example):
@@ -90,7 +81,7 @@ def _tokenize(dataset: tf.data.Dataset, direction: str) -> tf.data.Dataset:
       if sample:
         tokenized[feature] = tf.cond(example['is_training'],
                                      lambda text=text, sampler=samplers[feature]:
-                                     sampler.tokenize(text),
+                                     sampler(text),
                                      lambda best=best: best)
       else:
         tokenized[feature] = best

@@ -3,12 +3,14 @@ folder outside it, every link between its Markdown pages lands on a page and hea
 exist, and every command they show parses as the command itself parses it."""
 
 import ast
+from collections.abc import Iterator
 import dataclasses
 import importlib.util
 import pathlib
 import re
 import shlex
 import textwrap
+from typing import Any
 
 import gin
 
@@ -17,6 +19,9 @@ from t5x_mt.config import configurables  # pylint: disable=unused-import  (gin n
 from t5x_mt.config import gin_utils
 from t5x_mt.data.cleaning import pipeline
 from t5x_mt.core.errors import UserError
+from t5x_mt.runs import run_layout
+
+from test_launch_translate_evaluate import run_in_process
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 METHODS = REPO / 'docs' / 'methods.md'
@@ -193,18 +198,24 @@ def shell_words(text: str) -> list[str]:
   return words
 
 
+def joined_lines(code: str) -> Iterator[tuple[int, str]]:
+  """(index of its first line, line) of each line of `code`, continuation lines joined."""
+  lines = code.split('\n')
+  number = 0
+  while number < len(lines):
+    start, line = number, lines[number]
+    while line.endswith('\\') and number + 1 < len(lines):
+      number += 1
+      line = line[:-1] + ' ' + lines[number]
+    number += 1
+    yield start, line
+
+
 def documented_commands(page: pathlib.Path) -> list[DocumentedCommand]:
   """Every `python launch/<script> ...` command of `page`, continuation lines joined."""
   commands = []
   for first_line, code in code_of(page):
-    lines = code.split('\n')
-    number = 0
-    while number < len(lines):
-      start, line = number, lines[number]
-      while line.endswith('\\') and number + 1 < len(lines):
-        number += 1
-        line = line[:-1] + ' ' + lines[number]
-      number += 1
+    for start, line in joined_lines(code):
       for match in COMMAND.finditer(line):
         commands.append(DocumentedCommand(
             f'{shown(page)}:{first_line + start}', match[1],
@@ -383,3 +394,118 @@ def test_every_command_the_readme_and_docs_show_parses(monkeypatch, capsys):
            for mistake in mistakes_of(command, monkeypatch)]
   capsys.readouterr()
   assert not wrong, '\n'.join(wrong)
+
+
+# A shell variable set on a line of its own (IMPORTED=/tmp/t5x_mt/nllb), and one read.
+SHELL_VARIABLE = re.compile(r'^([A-Za-z_]\w*)=(\S+)$')
+SHELL_REFERENCE = re.compile(r'\$(?:\{(\w+)\}|(\w+))')
+TINY_NLLB = REPO / 'tests' / 'checkpoints' / 'huggingface' / 'nllb'
+FINE_TUNING_RECIPE = 'gin/runs/finetune/pretrained.gin'
+
+
+def documented_sequence(page: pathlib.Path, section: str | None = None,
+                        variables: dict[str, str] | None = None) -> list[DocumentedCommand]:
+  """The `python launch/<script> ...` commands of `page`'s fenced blocks (those under its
+  heading `section`, if given), in order, with the shell variables that lines before
+  them set expanded; `variables` replace the values the page gives."""
+  text = page.read_text(encoding='utf-8')
+  start, end = 0, len(text)
+  if section:
+    start = text.index(f'\n## {section}\n')
+    next_section = text.find('\n## ', start + 1)
+    end = next_section if next_section >= 0 else end
+  values, commands = {}, []
+  for block in FENCED_BLOCK.finditer(text, start, end):
+    first_line = text.count('\n', 0, block.start(1)) + 1
+    for offset, line in joined_lines(block[1]):
+      where = f'{shown(page)}:{first_line + offset}'
+      assignment = SHELL_VARIABLE.match(line.strip())
+      if assignment:
+        values[assignment[1]] = (variables or {}).get(assignment[1], assignment[2])
+        continue
+      unset = [name for name in SHELL_REFERENCE.findall(line) if ''.join(name) not in values]
+      assert not unset, f'{where}: ${"".join(unset[0])} is set by no line before it'
+      line = SHELL_REFERENCE.sub(lambda reference: values[reference[1] or reference[2]], line)
+      commands += [DocumentedCommand(where, match[1], tuple(shell_words(match[2])))
+                   for match in COMMAND.finditer(line)]
+  return commands
+
+
+def training_inputs(gin_files: list[str], bindings: list[str]) -> dict[str, Any]:
+  """The folders and files a training run of `gin_files` and `bindings` reads: the run it
+  starts from, its vocabularies and its cleaned corpora; a UserError where train.py
+  would stop before reading them (a macro the recipe reads that nothing sets)."""
+  gin_utils.check_recipe(gin_files, bindings)
+  gin.clear_config()
+  try:
+    gin_utils.parse_gin(gin_files, bindings)
+    data = configurables.data_settings()
+    return {'init_from': configurables.train_config().init_from,
+            'vocabulary': data.vocabulary_path,
+            'source_vocabulary': data.source_vocabulary_path,
+            'corpora_dirs': configurables.corpora_and_mixtures()['corpora_dirs'] or {}}
+  finally:
+    gin.clear_config()
+
+
+def contents(path: str | pathlib.Path | None) -> bytes | None:
+  """The bytes of the file at `path`, None where there is none."""
+  return pathlib.Path(path).read_bytes() if path and pathlib.Path(path).is_file() else None
+
+
+def unmet_inputs(commands: list[DocumentedCommand], monkeypatch, capsys) -> list[str]:
+  """What a fine-tuning of an import among `commands` reads that no command before it
+  writes. The import runs, from the tiny NLLB checkpoint (the folder a user brings) into
+  the folder the command names; launch/clean.py is taken at its word (it reads the data
+  folder for minutes): it writes its --output_dir."""
+  written, unmet = set(), []
+  for command in commands:
+    parser, arguments = parser_and_arguments(command, monkeypatch)
+    args = type(parser).parse_args(parser, arguments)
+    if command.script == 'launch/import_checkpoint.py':
+      if not pathlib.Path(args.output_dir).exists():
+        flags = [f'--path={TINY_NLLB}' if flag.startswith('--path=') else flag
+                 for flag in command.flags()]
+        code, _, err = run_in_process('import_checkpoint.py', flags, monkeypatch, capsys)
+        assert code == 0, f'{command.where}: {err}'
+      written.add(args.output_dir)
+    elif command.script == 'launch/clean.py':
+      written.add(args.output_dir)
+    elif command.script == 'launch/train.py' and FINE_TUNING_RECIPE in args.gin_file:
+      bindings, _ = gin_utils.split_gin_overrides(command.flags())
+      try:
+        inputs = training_inputs(args.gin_file, args.gin_bindings + bindings)
+      except UserError as error:
+        unmet.append(f'{command.where}: {error}')
+        continue
+      parent = inputs['init_from']
+      if parent not in written:
+        unmet.append(f'{command.where}: init_from {parent} is written by no command before it')
+        continue
+      layout = run_layout.RunLayout(parent)
+      for name, theirs in (('vocabulary', layout.vocabulary),
+                           ('source_vocabulary', layout.source_vocabulary)):
+        if contents(inputs[name]) != contents(theirs):  # What fine-tuning requires.
+          unmet.append(f'{command.where}: the {name} is not that of {parent}')
+      unmet += [f'{command.where}: corpus {corpus}: {folder} is written by no command before it'
+                for corpus, folder in inputs['corpora_dirs'].items() if folder not in written]
+  return unmet
+
+
+def test_the_documented_fine_tuning_of_an_import_runs_in_order(tmp_path, monkeypatch, capsys):
+  """The commands that fine-tune an imported model, as the README, docs/pretrained.md and
+  docs/lora.md (after the README's import) show them: every folder the training run reads
+  is one a command before it writes, and every macro its recipe reads is set. IMPORTED
+  names another folder here than on the pages: it alone must carry the import to the
+  run, its start (init_from) and its vocabulary."""
+  variables = {'IMPORTED': str(tmp_path / 'imported')}
+  readme = documented_sequence(README, 'Start from NLLB or OPUS-MT', variables)
+  importing = [command for command in readme if command.script != 'launch/train.py']
+  sequences = [readme, documented_sequence(REPO / 'docs' / 'pretrained.md', None, variables),
+               importing + documented_sequence(REPO / 'docs' / 'lora.md', None, variables)]
+  fine_tunings = [command for sequence in sequences for command in sequence
+                  if f'--gin_file={FINE_TUNING_RECIPE}' in command.arguments]
+  assert len(fine_tunings) == 3, fine_tunings
+  unmet = [problem for sequence in sequences
+           for problem in unmet_inputs(sequence, monkeypatch, capsys)]
+  assert not unmet, '\n'.join(unmet)

@@ -82,14 +82,37 @@ def _piece_of(token: str) -> str:
 
 @pytest.mark.parametrize('name', FAMILIES)
 def test_imported_vocabulary_segments_as_the_checkpoints_tokenizer(imported, name):
+  # Sources as translation encodes them, targets as scoring does.
   expected = _expected(name)
   translator = _translator(imported[name])
   direction = tags.tags_for(translator.tag_strategy, FLORES[expected['src_lang']],
                             FLORES[expected['tgt_lang']])
-  for sentence, tokens in zip(expected['sources'], expected['input_tokens']):
+  for sentence, tokens in zip(expected['sources'], expected['input_tokens'], strict=True):
     ids = translator.encode_source(sentence, direction)
     wanted = [_piece_of(token) for token in tokens if token != '<pad>']
     assert [translator.tokenizer.id_to_piece(i) for i in ids] == wanted
+  checkpoint_ids = _checkpoint_ids(name)
+  ours = {int(checkpoint_id): i for i, checkpoint_id in enumerate(checkpoint_ids)}
+  tag = [translator.tokenizer.piece_to_id(direction.decoder_tag)] if direction.decoder_tag else []
+  for sentence, labels in zip(expected['targets'], expected['labels'], strict=True):
+    ids = tag + translator.tokenizer.encode(sentence) + [vocab.EOS_ID]
+    assert ids == [ours[i] for i in labels if i != checkpoint_ids[0]]
+
+
+@pytest.mark.parametrize('name', ['marian', 'marian_mul'])
+def test_marian_sentences_hold_characters_one_sides_model_lacks(name):
+  """What the equality tests hold for OPUS-MT: each side's test sentences have runs of
+  characters its own SentencePiece model has no piece for, which transformers numbers as
+  the other side's piece that spells the run where vocab.json has one, else as <unk>."""
+  expected = _expected(name)
+  tokens = {index: token for token, index in json.loads(
+      (CHECKPOINTS / name / 'vocab.json').read_text(encoding='utf-8')).items()}
+  lacking = {'source': {','}, 'target': {'ã', '&'}}
+  for side, rows in (('source', expected['input_ids']), ('target', expected['labels'])):
+    model = vocab.sentencepiece_processor(CHECKPOINTS / name / f'{side}.spm')
+    assert {model.piece_to_id(piece) for piece in lacking[side]} == {model.unk_id()}
+    pieces = {tokens[i] for row in rows for i in row}
+    assert lacking[side] | {'<unk>'} <= pieces  # <unk>: 'Ọ̀' in English, '€5' in Hausa.
 
 
 @pytest.mark.parametrize('name', FAMILIES)

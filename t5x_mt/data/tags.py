@@ -136,18 +136,21 @@ def tag_piece_id(tokenizer: Any, tag: str, vocabulary_file: str) -> int:
   return piece_id
 
 
-# SentencePiece piece types that spell text; every other piece marks data.
+# SentencePiece piece types that spell text; every other piece marks data. Unused pieces
+# are text that the model's own segmentation never cuts: an imported Marian model's pieces
+# of the other side (`vocab.PieceTableProcessor`), which it may generate.
 _TEXT_PIECE_TYPES = (model_pb2.ModelProto.SentencePiece.NORMAL,
-                     model_pb2.ModelProto.SentencePiece.BYTE)
+                     model_pb2.ModelProto.SentencePiece.BYTE,
+                     model_pb2.ModelProto.SentencePiece.UNUSED)
 
 
 def reserved_pieces(tokenizer: Any) -> np.ndarray:
   """bool [pieces] of a SentencePiece processor: True for the pieces that are never text.
 
   Those are the user-defined symbols (language tags, `<BT>`, `<DA>`, the spare `TBD<i>`),
-  the control pieces (padding, BOS where a vocabulary has one), the unknown piece and any
-  unused ones: a model must never generate them after the forced decoder tag, and
-  detokenised text must never hold them. EOS is not among them: it ends a translation.
+  the control pieces (padding, BOS where a vocabulary has one) and the unknown piece: a
+  model must never generate them after the forced decoder tag, and detokenised text must
+  never hold them. EOS is not among them: it ends a translation.
   """
   model = model_pb2.ModelProto.FromString(tokenizer.serialized_model_proto())
   eos_id = tokenizer.eos_id()

@@ -8,6 +8,7 @@ so small languages are upsampled and large ones downsampled before SentencePiece
 
 from collections.abc import Mapping, Sequence
 import dataclasses
+import functools
 import io
 import logging
 import os
@@ -156,13 +157,44 @@ class VocabularyReport:
   languages: tuple[LanguageReport, ...]
 
 
-def sentencepiece_processor(model_path: str | os.PathLike) -> spm.SentencePieceProcessor:
+class PieceTableProcessor(spm.SentencePieceProcessor):
+  """SentencePiece's processor whose ids are the pieces it cuts, looked up in the model's
+  table of pieces, as Marian's tokenizer numbers them.
+
+  The two differ only where SentencePiece meets characters its model has no piece for:
+  it cuts each run of them as one piece that spells the run, and numbers it <unk>. An
+  imported Marian (OPUS-MT) model segments each side with a SentencePiece model of its
+  own and numbers the pieces of both in one table, so a run that one side's model lacks
+  but the other side's has as a piece (a comma, in an English model trained on text
+  without one) is that piece to Marian, not <unk>. In t5x_mt's form of those models the
+  other side's pieces are unused pieces (`pretrained.hf_vocabulary`): this processor's
+  `encode` gives such a run their id. A model without unused pieces, as every vocabulary
+  t5x_mt trains is, encodes exactly as SentencePiece does.
+  """
+
+  def Encode(self, input, out_type=int, **options):  # pylint: disable=invalid-name,redefined-builtin
+    out_type = options.pop('return_type', None) or out_type
+    if out_type is not int or not self.has_unused_pieces:
+      return super().Encode(input, out_type=out_type, **options)
+    pieces = super().Encode(input, out_type=str, **options)
+    if isinstance(input, list):
+      return [self.piece_to_id(row) for row in pieces]
+    return self.piece_to_id(pieces)
+
+  encode = Encode
+
+  @functools.cached_property
+  def has_unused_pieces(self) -> bool:
+    return any(self.is_unused(i) for i in range(self.get_piece_size()))
+
+
+def sentencepiece_processor(model_path: str | os.PathLike) -> PieceTableProcessor:
   """The SentencePiece model at `model_path`, a local file (opened by name, so a file that
   is no model is named in the error) or one on an object store (gs://), which
   SentencePiece cannot open itself."""
   if not files.on_object_store(model_path):
-    return spm.SentencePieceProcessor(model_file=str(model_path))
-  return spm.SentencePieceProcessor(model_proto=files.path(model_path).read_bytes())
+    return PieceTableProcessor(model_file=str(model_path))
+  return PieceTableProcessor(model_proto=files.path(model_path).read_bytes())
 
 
 def vocabulary_report(model_path: str, sentences: Mapping[str, Sequence[str]], *,

@@ -213,13 +213,15 @@ class Translator:
 
   def decode_target(self, ids: Sequence[int]) -> str:
     """Text of generated ids up to the first EOS: without the forced tag, or any other
-    tag or control piece (`tags.reserved_pieces`) a search that bans none let through."""
+    tag or control piece (`tags.reserved_pieces`) a search that bans none let through,
+    and without the space a word piece generated last would leave (a line of text, as
+    Marian's tokenizer decodes it)."""
     ids = list(ids)
     if vocab.EOS_ID in ids:
       ids = ids[:ids.index(vocab.EOS_ID)]
     if self.reverse_target:
       ids.reverse()
-    return self.tokenizer.decode([i for i in ids if not self._reserved_pieces[i]])
+    return self.tokenizer.decode([i for i in ids if not self._reserved_pieces[i]]).strip()
 
   def _batch_rows(self, num_sentences: int) -> int:
     """Rows to decode: a power of two (few shapes to compile), no more than needed."""

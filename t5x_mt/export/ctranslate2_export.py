@@ -188,7 +188,8 @@ tokenizer = sentencepiece.SentencePieceProcessor(model_file=f'{{folder}}/vocab.m
 source_tokenizer = sentencepiece.SentencePieceProcessor(model_file=f'{{folder}}/{source_model}')
 vocabulary = sentencepiece_model_pb2.ModelProto.FromString(
     open(f'{{folder}}/vocab.model', 'rb').read())
-text = (vocabulary.SentencePiece.NORMAL, vocabulary.SentencePiece.BYTE)
+text = (vocabulary.SentencePiece.NORMAL, vocabulary.SentencePiece.BYTE,
+        vocabulary.SentencePiece.UNUSED)
 not_text = [p.piece for p in vocabulary.pieces if p.type not in text and p.piece != '</s>']
 translator = ctranslate2.Translator(folder, device='cpu')
 pieces = source_tokenizer.encode('Hello.', out_type=str)

@@ -21,7 +21,10 @@ joint vocab.json (EOS first, padding last), and a multilingual model's target-la
 token (`>>hau<<`) starts the source: t5x_mt's T-ENC, or no tags at all for a bilingual
 model. Its tokens become two t5x_mt models numbered alike: the target side's, which the
 run's vocabulary is, and the source side's (`source_model`), which segments sources; in
-each, the pieces only the other side's model has are unused pieces, never produced.
+each, the pieces only the other side's model has are unused pieces. SentencePiece never
+cuts them, but Marian's tokenizer looks every piece it cuts up in vocab.json, so a run of
+characters a side's model has no piece for is the other side's piece that spells it
+(`vocab.PieceTableProcessor` numbers text so), and a model may generate one.
 """
 
 import dataclasses
