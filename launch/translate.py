@@ -51,9 +51,7 @@ def main(argv: list[str]) -> int:
   parser.add_argument('--tgt_lang', required=True, help='FLORES-200 code, e.g. hau_Latn')
   parser.add_argument('--input', default=None, help='text file (default: stdin)')
   parser.add_argument('--output', default=None, help='text file (default: stdout)')
-  parser.add_argument('--ctranslate2', default=None,
-                      help='a folder of launch/export.py --format=ctranslate2 instead of '
-                      '--checkpoint_dir')
+  decoding_flags.add_ctranslate2_flag(parser)
   parser.add_argument('--nbest', type=int, default=0,
                       help='write the N best hypotheses of each line with their scores, in '
                       "Moses' n-best format (N <= the beam size, or N samples; default: the "
@@ -66,19 +64,14 @@ def main(argv: list[str]) -> int:
     files.check_output(args.output, '--output')
   if args.input is not None:
     files.check_input(args.input, '--input')
-  overrides = _decoding_overrides(args)
+  overrides = decoding_flags.decoding_overrides(args)
   total = _line_count(args.input)
   cli.start_jax(args)
   # pylint: disable=g-import-not-at-top  (JAX loads after start_jax)
-  from t5x_mt.config import run_loading
   from t5x_mt.decoding import line_streaming
+  from t5x_mt.export import ctranslate2_translator
   # pylint: enable=g-import-not-at-top
-  if args.ctranslate2 is not None:
-    from t5x_mt.export import ctranslate2_translator  # pylint: disable=g-import-not-at-top
-    translator = ctranslate2_translator.load_translator(args.ctranslate2, overrides)
-    translator = run_loading.with_restored_marks(translator, translator.settings)
-  else:
-    translator = decoding_flags.load_model(args, args.step, overrides)
+  translator = ctranslate2_translator.load_model(args, overrides)
   model_dir = args.checkpoint_dir or args.ctranslate2
   if model_dir is not None:
     run_layout.RunLayout(model_dir).warn_untrained(translator.legs(src_lang, tgt_lang))
@@ -120,17 +113,6 @@ def _nbest_lines(lists: list, first_index: int) -> str:
                          nbest.search_features(hypothesis.log_prob, hypothesis.score,
                                                hypothesis.length), hypothesis.score)
       for offset, hypotheses in enumerate(lists) for hypothesis in hypotheses)
-
-
-def _decoding_overrides(args: argparse.Namespace) -> dict:
-  """`decoding_flags.decoding_overrides`; an exported folder (--ctranslate2) names the model instead
-  of the run flags, and holds one checkpoint."""
-  if args.ctranslate2 is not None:
-    for flag in ('checkpoint_dir', 'family_models', 'ensemble', 'step'):
-      if getattr(args, flag) is not None:
-        raise UserError(f'--{flag}: not with --ctranslate2, whose folder is the model')
-    files.check_input(args.ctranslate2, '--ctranslate2', folder=True)
-  return decoding_flags.decoding_overrides(args)
 
 
 def _line_count(input_file: str | None) -> int | None:

@@ -10,7 +10,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ('t5x_mt', 'data_tasks')
 # Lowest first: a package may import the ones before it, never one after it.
 LAYERS = ('core', 'kernels', 'model', 'data', 'runs', 'decoding', 'evaluation', 'training',
-          'config', 'export', 'pretrained')
+          'config', 'export', 'serving', 'pretrained')
 
 
 def _modules() -> dict[str, pathlib.Path]:

@@ -155,7 +155,8 @@ OUTPUTS = {
 
 
 def test_every_command_with_an_output_is_covered():
-  no_output = {'train.py'}  # Writes MODEL_DIR, which its gin config names.
+  # train.py writes MODEL_DIR, which its gin config names; serve.py answers requests.
+  no_output = {'train.py', 'serve.py'}
   assert sorted(OUTPUTS) == sorted(set(SCRIPTS) - no_output)
 
 
@@ -242,6 +243,8 @@ MISSING_INPUTS = [
     ('rerank.py', ['--nbest=in.nbest', '--source=in.nbest', '--src_lang=eng_Latn',
                    '--tgt_lang=hau_Latn', '--backward=run', '--weights=in.nbest',
                    '--output=chosen.txt'], 'error: --backward: run is not a directory'),
+    ('serve.py', ['--ctranslate2=model'], 'error: --ctranslate2: model is not a directory'),
+    ('serve.py', ['--ensemble=run,.'], 'error: --ensemble: run is not a directory'),
     ('clean.py', ['--tsv_file=pairs.tsv', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
                   '--preset=default', '--output_dir=cleaned'],
      'error: --tsv_file: pairs.tsv: no such file'),
@@ -259,6 +262,20 @@ def test_a_missing_input_file_or_run_folder_is_named_before_any_import(script, f
   finished = launch(script, *flags, cwd=workdir)
   assert_refused(finished, error_line)
   assert finished.imported == [] and files_under(workdir) == ['in.nbest']
+
+
+@pytest.mark.parametrize('flags, error_line', [
+    (['--ctranslate2=.', '--port=70000'],
+     'error: --port: a port number from 1 to 65535, got 70000'),
+    (['--ctranslate2=.', '--max_queue=0'], 'error: --max_queue: must be >= 1, got 0'),
+    (['--ctranslate2=.', '--checkpoint_dir=.'],
+     'error: --checkpoint_dir: not with --ctranslate2, whose folder is the model'),
+    (['--port=5000'], 'error: give exactly one of --checkpoint_dir or --ensemble'),
+])
+def test_bad_server_flags_are_one_line_before_any_import(workdir, flags, error_line):
+  finished = launch('serve.py', *flags, cwd=workdir)
+  assert_refused(finished, error_line)
+  assert finished.imported == [] and files_under(workdir) == []
 
 
 @pytest.mark.parametrize('flags, error_line', [

@@ -88,6 +88,8 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
   names_runs = getattr(args, 'ctranslate2', None) is None  # An exported folder names the model.
   if names_runs:
     _check_model_flags(args)
+  else:
+    _check_export_flags(args)
   overrides = search_overrides(args)
   for name, at_least in (('alpha', None), ('batch_size', 1),
                          ('parallel_batches', 1), ('no_repeat_ngram_size', 0),
@@ -146,6 +148,22 @@ def _check_model_flags(args: argparse.Namespace) -> None:
   if args.step is not None and args.checkpoint_dir is None:
     raise UserError('--step: only with --checkpoint_dir; ensembles and family models '
                     'each load their runs\' latest checkpoints')
+
+
+def add_ctranslate2_flag(parser: argparse.ArgumentParser) -> None:
+  """--ctranslate2: an exported folder as the model, instead of the run flags."""
+  parser.add_argument('--ctranslate2', default=None,
+                      help='a folder of launch/export.py --format=ctranslate2 instead of '
+                      '--checkpoint_dir')
+
+
+def _check_export_flags(args: argparse.Namespace) -> None:
+  """No run flags beside --ctranslate2, whose folder is the model (and holds one
+  checkpoint), and that folder there."""
+  for flag in ('checkpoint_dir', 'family_models', 'ensemble', 'step'):
+    if getattr(args, flag, None) is not None:
+      raise UserError(f'--{flag}: not with --ctranslate2, whose folder is the model')
+  files.check_input(args.ctranslate2, '--ctranslate2', folder=True)
 
 
 def _check_ensemble_combination(combination: str) -> None:

@@ -96,6 +96,12 @@ M2M100_TO_FLORES: dict[str, str] = dict(pair.split(':') for pair in """
 # FLORES-200 first gave the language, sat_Beng, since renamed after its script, Ol Chiki.
 NLLB_TO_FLORES: dict[str, str] = {'sat_Beng': 'sat_Olck'}
 
+# ISO 639-1 code -> FLORES-200 code: M2M-100's two-letter tokens (all ISO 639-1 but 'ns',
+# its own name for Northern Sotho, which has no ISO 639-1 code) and CLDR's.
+ISO639_1_TO_FLORES: dict[str, str] = {
+    code: flores for code, flores in {**M2M100_TO_FLORES, **CLDR_LOCALE_TO_FLORES}.items()
+    if len(code) == 2 and code != 'ns'}
+
 def marian_to_flores(code: str) -> str | None:
   """The FLORES-200 code of a Marian target-language token's code (`>>hau<<`,
   `>>zho_Hans<<`): the code itself where it is one, else the one FLORES-200 code of that
@@ -104,6 +110,28 @@ def marian_to_flores(code: str) -> str | None:
     return code
   matches = [flores for flores in FLORES200_CODES if flores.split('_')[0] == code]
   return matches[0] if len(matches) == 1 else None
+
+
+def any_code_to_flores(code: str) -> str | None:
+  """The FLORES-200 code a client means by `code`: a FLORES-200 code (in any case), an
+  ISO 639-1 code ('ha'), or an ISO 639-3 code that names one FLORES-200 language ('hau';
+  a macrolanguage as NTREX-128 names it: 'swa' -> swh_Latn); None for any other."""
+  by_lower = {c.lower(): c for c in FLORES200_CODES}
+  lowered = code.strip().replace('-', '_').lower()
+  if lowered in by_lower:
+    return by_lower[lowered]
+  if lowered in ISO639_1_TO_FLORES:
+    return ISO639_1_TO_FLORES[lowered]
+  return marian_to_flores(lowered) or NTREX_TO_FLORES.get(lowered)
+
+
+def short_code(flores: str) -> str:
+  """The code LibreTranslate's clients expect for a FLORES-200 code: its ISO 639-1 code
+  where it has one and that code means it, else the code itself."""
+  for iso, code in ISO639_1_TO_FLORES.items():
+    if code == flores:
+      return iso
+  return flores
 
 
 _INDEX: dict[str, int] = {code: i for i, code in enumerate(FLORES200_CODES)}

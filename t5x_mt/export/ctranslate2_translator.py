@@ -21,6 +21,7 @@ another translation than ours. Its samples come from its own generator, seeded o
 """
 
 from collections.abc import Mapping, Sequence
+import argparse
 import os
 from typing import Any
 
@@ -33,6 +34,7 @@ from t5x_mt.decoding import search
 from t5x_mt.model import models
 from t5x_mt.model import network
 from t5x_mt.runs import run_layout
+from t5x_mt.config import decoding_flags
 from t5x_mt.config import run_loading
 from t5x_mt.data import tags
 from t5x_mt.core.errors import UserError
@@ -155,3 +157,14 @@ def load_translator(model_dir: str,
       model_dir, run.model, str(layout.vocabulary), run.data.tag_strategy, settings,
       target_languages=run_loading.trained_target_languages(model_dir),
       source_vocabulary_file=run_loading.source_vocabulary_file(model_dir))
+
+
+def load_model(args: argparse.Namespace, overrides: Mapping[str, Any]) -> Any:
+  """The translator the model flags name (`decoding_flags.add_ctranslate2_flag` and
+  `add_decoding_flags`): the folder --ctranslate2 names, its outputs into yor_Latn restored
+  as its settings say (`run_loading.with_restored_marks`), else the run, ensemble or family
+  models of `decoding_flags.load_model` at --step."""
+  if args.ctranslate2 is None:
+    return decoding_flags.load_model(args, args.step, overrides)
+  translator = load_translator(args.ctranslate2, overrides)
+  return run_loading.with_restored_marks(translator, translator.settings)

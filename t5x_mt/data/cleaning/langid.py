@@ -24,6 +24,7 @@ requires English and French sides to be exactly that.
 
 import dataclasses
 import functools
+from collections.abc import Collection
 from typing import Callable, ClassVar
 
 from t5x_mt.data.cleaning.steps import Keep
@@ -78,6 +79,23 @@ def py3langid_guess(text: str) -> tuple[str, float]:
   lower-cased, which keeps Title Case Headlines from looking foreign."""
   label, probability = _py3langid().classify(text.lower())
   return label, float(probability)
+
+
+def identify(text: str, among: Collection[str] | None = None) -> tuple[str | None, float]:
+  """(FLORES code, probability) of the language py3langid finds most likely among its
+  languages with a FLORES code here (those in `among` alone, if given), or CLD2's where
+  that is one of CLD2_CODES' (which py3langid lacks) and surer; (None, 0) if none is."""
+  by_label = {code: flores for flores, code in PY3LANGID_LABELS.items()}
+  found = next(((by_label[label], float(probability))
+                for label, probability in _py3langid().rank(text.lower())
+                if by_label.get(label) in (by_label.values() if among is None else among)),
+               (None, 0.0))
+  cld2_code, share = cld2_guess(text)
+  by_cld2 = {code: flores for flores, code in CLD2_CODES.items()}
+  if by_cld2.get(cld2_code) in (by_cld2.values() if among is None else among) and (
+      share > found[1]):
+    return by_cld2[cld2_code], share
+  return found
 
 
 def cld2_guess(text: str) -> tuple[str, float]:
