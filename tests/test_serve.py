@@ -20,6 +20,7 @@ from selenium import webdriver
 from selenium.webdriver.support import ui
 from starlette import testclient
 
+from t5x_mt.config import run_loading
 from t5x_mt.export import ctranslate2_export
 from t5x_mt.export import ctranslate2_translator
 from t5x_mt.serving import app
@@ -49,12 +50,12 @@ def served(exported: pathlib.Path, **settings) -> testclient.TestClient:
                                                   app.ServerSettings(**settings)))
 
 
-def translate_py(exported: pathlib.Path, lines: list[str], tmp_path, monkeypatch, capsys
-                 ) -> list[str]:
+def translate_py(exported: pathlib.Path, lines: list[str], tmp_path, monkeypatch, capsys,
+                 model_flag: str = '--ctranslate2') -> list[str]:
   input_file = tmp_path / 'input.eng'
   input_file.write_text(''.join(f'{line}\n' for line in lines), encoding='utf-8')
   code, out, err = run_in_process('translate.py', [
-      f'--ctranslate2={exported}', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+      f'{model_flag}={exported}', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
       f'--input={input_file}'], monkeypatch, capsys)
   assert code == 0, err
   return out.splitlines()
@@ -87,6 +88,20 @@ def test_answers_are_translate_py_s_whatever_shares_their_batch(exported, tmp_pa
   sentence_outputs = translate_py(exported, [f'{SENTENCES[0]}.', f'{SENTENCES[1]}!',
                                              SENTENCES[2]], tmp_path, monkeypatch, capsys)
   assert whole.json() == {'translatedText': '{} {}\n\n{}'.format(*sentence_outputs)}
+
+
+def test_a_run_folder_is_served_as_translate_py_translates_it(exported, tmp_path,
+                                                              monkeypatch, capsys):
+  run = exported.parent / 'run'
+  translator = run_loading.load_model(str(run), None, None, {})
+  settings = app.ServerSettings(batch_wait_ms=200)
+  with testclient.TestClient(app.translator_app(translator, str(run), settings)) as client:
+    with concurrent.futures.ThreadPoolExecutor(len(SENTENCES)) as pool:
+      together = list(pool.map(lambda s: client.post('/translate', json={
+          'q': s, 'source': 'en', 'target': 'ha'}).json()['translatedText'], SENTENCES))
+    assert metric(client, 'translate_batch_sentences_count') < len(SENTENCES)
+  assert together == translate_py(run, SENTENCES, tmp_path, monkeypatch, capsys,
+                                  '--checkpoint_dir')
 
 
 def test_libretranslate_api(exported):
