@@ -23,6 +23,7 @@ from starlette import testclient
 from t5x_mt.config import run_loading
 from t5x_mt.export import ctranslate2_export
 from t5x_mt.export import ctranslate2_translator
+from t5x_mt.runs import run_layout
 from t5x_mt.serving import app
 
 from test_export import random_run
@@ -30,16 +31,22 @@ from test_launch_translate_evaluate import command_environment
 from test_launch_translate_evaluate import LAUNCH
 from test_launch_translate_evaluate import run_in_process
 
+DIRECTIONS = ['eng_Latn-hau_Latn', 'eng_Latn-fra_Latn', 'hau_Latn-eng_Latn']
 SENTENCES = ['Monday', '10 kilometres', 'Tuesday, 3 March 2015', 'English and French',
              '45 minutes ago', 'Thursday', 'one two three four five six seven', 'Friday']
 
 
 @pytest.fixture(scope='module')
 def exported(trained_run, tmp_path_factory) -> pathlib.Path:
-  """A CTranslate2 export of a random eng->hau model whose translations differ and end
-  before their length limit (so that they cannot depend on their batch's limit)."""
+  """A CTranslate2 export of a random model of DIRECTIONS whose translations differ and
+  end before their length limit (so that they cannot depend on their batch's limit). Its
+  output projection is its own: tied, the rows `random_run` points away from would make
+  the tags' embeddings alike, and every direction's translations the same."""
   folder = tmp_path_factory.mktemp('serve')
-  run, _, _ = random_run(trained_run, folder / 'run', {}, eos_weight=3.5, seed=1)
+  run, _, _ = random_run(trained_run, folder / 'run',
+                         {'network.TransformerConfig.logits_via_embedding': 'False'},
+                         eos_weight=2.0, seed=1)
+  run_layout.RunLayout(run).write_directions(DIRECTIONS)
   ctranslate2_export.export_run(str(run), str(folder / 'ct2'), 'float32')
   return folder / 'ct2'
 
@@ -51,11 +58,13 @@ def served(exported: pathlib.Path, **settings) -> testclient.TestClient:
 
 
 def translate_py(exported: pathlib.Path, lines: list[str], tmp_path, monkeypatch, capsys,
-                 model_flag: str = '--ctranslate2') -> list[str]:
-  input_file = tmp_path / 'input.eng'
+                 model_flag: str = '--ctranslate2', direction: str = DIRECTIONS[0]
+                 ) -> list[str]:
+  input_file = tmp_path / 'input.txt'
   input_file.write_text(''.join(f'{line}\n' for line in lines), encoding='utf-8')
+  src_lang, tgt_lang = direction.split('-')
   code, out, err = run_in_process('translate.py', [
-      f'{model_flag}={exported}', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+      f'{model_flag}={exported}', f'--src_lang={src_lang}', f'--tgt_lang={tgt_lang}',
       f'--input={input_file}'], monkeypatch, capsys)
   assert code == 0, err
   return out.splitlines()
@@ -69,25 +78,50 @@ def metric(client: testclient.TestClient, name: str) -> float:
 
 def test_answers_are_translate_py_s_whatever_shares_their_batch(exported, tmp_path,
                                                                 monkeypatch, capsys):
-  expected = translate_py(exported, SENTENCES, tmp_path, monkeypatch, capsys)
-  assert len(set(expected)) >= 4
+  expected = {direction: translate_py(exported, SENTENCES, tmp_path, monkeypatch, capsys,
+                                      direction=direction) for direction in DIRECTIONS}
+  assert len(set(expected[DIRECTIONS[0]])) >= 4 and expected[DIRECTIONS[0]] != expected[
+      DIRECTIONS[1]]
+  work = [(direction, s) for direction in DIRECTIONS for s in SENTENCES]
+
+  def answer(client, direction_and_sentence, codes=('eng', 'eng_Latn', 'en')):
+    direction, sentence = direction_and_sentence
+    src_lang, tgt_lang = direction.split('-')
+    code = codes[hash(sentence) % len(codes)]  # Any kind of code names the language.
+    return client.post('/translate', json={
+        'q': sentence, 'source': src_lang.replace('eng_Latn', code), 'target': tgt_lang}
+        ).json()['translatedText']
+
   with served(exported, batch_wait_ms=200) as client:
-    alone = [client.post('/translate', json={'q': s, 'source': 'en', 'target': 'ha'}
-                         ).json()['translatedText'] for s in SENTENCES]
-    assert metric(client, 'translate_batch_sentences_count') == len(SENTENCES)
-    with concurrent.futures.ThreadPoolExecutor(len(SENTENCES)) as pool:
-      together = list(pool.map(lambda s: client.post('/translate', json={
-          'q': s, 'source': 'eng_Latn', 'target': 'hau'}).json()['translatedText'],
-          SENTENCES))
-    # The concurrent requests shared batches.
-    assert metric(client, 'translate_batch_sentences_count') < 2 * len(SENTENCES)
-    # A text of several sentences and lines is translated sentence by sentence.
-    text = f'{SENTENCES[0]}. {SENTENCES[1]}!\n\n{SENTENCES[2]}'
+    alone = [answer(client, item) for item in work]
+    assert metric(client, 'translate_batch_sentences_count') == len(work)
+    with concurrent.futures.ThreadPoolExecutor(len(work)) as pool:
+      together = list(pool.map(lambda item: answer(client, item), work))
+    # The concurrent requests of all three directions shared batches.
+    assert metric(client, 'translate_batch_sentences_count') < len(work) + 4
+    # A text is translated line by line, as translate.py translates a file.
+    text = f'{SENTENCES[0]}. {SENTENCES[1]}!\n\n{SENTENCES[2]}\n'
     whole = client.post('/translate', data={'q': text, 'source': 'eng', 'target': 'ha'})
-  assert alone == expected and together == expected
-  sentence_outputs = translate_py(exported, [f'{SENTENCES[0]}.', f'{SENTENCES[1]}!',
-                                             SENTENCES[2]], tmp_path, monkeypatch, capsys)
-  assert whole.json() == {'translatedText': '{} {}\n\n{}'.format(*sentence_outputs)}
+  assert alone == together == [expected[d][SENTENCES.index(s)] for d, s in work]
+  lines = translate_py(exported, [f'{SENTENCES[0]}. {SENTENCES[1]}!', SENTENCES[2]],
+                       tmp_path, monkeypatch, capsys)
+  assert whole.json() == {'translatedText': '{}\n\n{}\n'.format(*lines)}
+
+
+def test_a_line_longer_than_the_model_s_input_is_split_into_sentences(exported, tmp_path,
+                                                                      monkeypatch, capsys):
+  tokenizer = ctranslate2_translator.load_translator(str(exported), {}).source_tokenizer
+  # The line does not fit the input (its pieces, a tag and EOS); each sentence does.
+  pieces = len(tokenizer.encode(' '.join(SENTENCES)))
+  translator = ctranslate2_translator.load_translator(str(exported),
+                                                      {'max_input_length': pieces})
+  settings = app.ServerSettings()
+  with testclient.TestClient(app.translator_app(translator, str(exported), settings)) as client:
+    answer = client.post('/translate', json={'q': '. '.join(SENTENCES), 'source': 'en',
+                                             'target': 'ha'}).json()
+  sentences = [f'{s}.' for s in SENTENCES[:-1]] + SENTENCES[-1:]
+  assert answer == {'translatedText': ' '.join(
+      translate_py(exported, sentences, tmp_path, monkeypatch, capsys))}
 
 
 def test_a_run_folder_is_served_as_translate_py_translates_it(exported, tmp_path,
@@ -107,8 +141,9 @@ def test_a_run_folder_is_served_as_translate_py_translates_it(exported, tmp_path
 def test_libretranslate_api(exported):
   with served(exported) as client:
     languages = client.get('/languages').json()
-    assert languages == [{'code': 'en', 'name': 'English', 'targets': ['ha']},
-                         {'code': 'ha', 'name': 'Hausa', 'targets': []}]
+    assert languages == [{'code': 'en', 'name': 'English', 'targets': ['fr', 'ha']},
+                         {'code': 'fr', 'name': 'French', 'targets': []},
+                         {'code': 'ha', 'name': 'Hausa', 'targets': ['en', 'fr']}]
     listed = client.post('/translate', json={'q': SENTENCES[:2], 'source': 'auto',
                                              'target': 'hau_Latn', 'format': 'text'}).json()
     one = [client.post('/translate', json={'q': s, 'source': 'en', 'target': 'ha'}
@@ -125,8 +160,8 @@ def test_libretranslate_api(exported):
     ('{"q": "Monday", "source": "en"', 400, 'the body is not valid JSON'),
     ({'q': 'Monday', 'source': 'xx', 'target': 'ha'}, 400,
      "source: 'xx' is no ISO 639-1, ISO 639-3 or FLORES-200 language code"),
-    ({'q': 'Litinin', 'source': 'ha', 'target': 'en'}, 400,
-     'target: the model does not translate into eng_Latn'),
+    ({'q': 'Litinin', 'source': 'ha', 'target': 'de'}, 400,
+     'target: the model does not translate into deu_Latn'),
     ({'q': 'Monday', 'source': 'fr', 'target': 'ha'}, 400,
      'source: the model does not translate from fra_Latn'),
     ({'q': 'Monday', 'target': 'ha'}, 400, 'source: missing'),
@@ -135,8 +170,8 @@ def test_libretranslate_api(exported):
      'q: 31 characters, over the limit of 30 per request (--char_limit)'),
     ({'q': ['abcdefgh'] * 300, 'source': 'en', 'target': 'ha'}, 413,
      'over the limit of 2000 (--max_request_bytes)'),
-    ({'q': 'One. Two. Three. Four. Five.', 'source': 'en', 'target': 'ha'}, 503,
-     'the server is busy (0 sentences are waiting, at most 4)'),
+    ({'q': ['One', 'Two', 'Three', 'Four', 'Five'], 'source': 'en', 'target': 'ha'}, 413,
+     'q: 5 sentences, over the limit of 4 waiting (--max_queue)'),
 ])
 def test_bad_requests_get_one_clear_error(exported, request_fields, status, message):
   with served(exported, char_limit=30, max_request_bytes=2000, max_queue=4) as client:
@@ -147,7 +182,22 @@ def test_bad_requests_get_one_clear_error(exported, request_fields, status, mess
       answer = client.post('/translate', json=request_fields)
   assert answer.status_code == status
   assert message in answer.json()['error'], answer.json()
-  assert (answer.headers.get('Retry-After') == '1') == (status == 503)
+
+
+def test_a_full_queue_answers_503_with_retry_after(exported):
+  with served(exported, max_queue=4, batch_wait_ms=3000) as client:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+      waiting = pool.submit(client.post, '/translate', json={
+          'q': ['One', 'Two', 'Three'], 'source': 'en', 'target': 'ha'})
+      deadline = time.monotonic() + 10
+      while client.get('/health').json()['queued'] < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+      refused = client.post('/translate', json={'q': ['Four', 'Five'], 'source': 'en',
+                                                'target': 'ha'})
+      assert waiting.result().status_code == 200
+  assert refused.status_code == 503 and refused.headers['Retry-After'] == '1'
+  assert refused.json() == {
+      'error': 'the server is busy (3 sentences are waiting, at most 4); try again'}
 
 
 def free_port() -> int:
@@ -192,7 +242,7 @@ def test_libretranslate_s_own_client_works_unchanged(server, exported, tmp_path,
                                                      monkeypatch, capsys):
   _, url = server
   client = libretranslatepy.LibreTranslateAPI(url)
-  assert [language['code'] for language in client.languages()] == ['en', 'ha']
+  assert [language['code'] for language in client.languages()] == ['en', 'fr', 'ha']
   assert client.detect('one two three four five six seven')[0]['language'] == 'en'
   assert [client.translate(s, 'en', 'ha') for s in SENTENCES[:3]] == translate_py(
       exported, SENTENCES[:3], tmp_path, monkeypatch, capsys)
@@ -230,9 +280,11 @@ def test_the_page_translates_in_a_headless_browser(server):
     browser.find_element('id', 'text').send_keys(SENTENCES[2])
     browser.find_element('id', 'translate').click()
     wait.until(lambda b: b.find_element('id', 'output').text)
-    expected = post(url, {'q': SENTENCES[2], 'source': 'en', 'target': 'ha'})
+    target = ui.Select(browser.find_element('id', 'target')).first_selected_option
+    assert target.get_attribute('value') == 'fr'
+    expected = post(url, {'q': SENTENCES[2], 'source': 'en', 'target': 'fr'})
     assert browser.find_element('id', 'output').text == expected['translatedText']
-    browser.find_element('id', 'swap').click()  # ha -> en: the model has no such direction.
+    browser.find_element('id', 'swap').click()  # fr -> en: the model has no such direction.
     assert 'does not translate' in browser.find_element('id', 'error').text
   finally:
     browser.quit()
@@ -253,7 +305,7 @@ def test_sigterm_under_load_answers_every_accepted_request(server):
   assert process.wait(timeout=60) == 0
   accepted = [r for r in results if isinstance(r, dict)]
   assert len(accepted) >= len(fields) // 2, results
-  assert all(r['translatedText'] for r in accepted)
+  assert all(isinstance(r['translatedText'], str) for r in accepted)
   # The others were refused a connection, none cut off once accepted; so was one sent
   # after the signal.
   assert all(isinstance(r, urllib.error.URLError) and isinstance(r.reason, ConnectionRefusedError)

@@ -342,18 +342,24 @@ class Translator:
     prefix_id = (self._tag_id(direction_tags.decoder_tag)
                  if direction_tags.decoder_tag else None)
     encoded = [self.encode_source(s, direction_tags) for s in sentences]
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-    batches = [order[start:start + self.batch_size]
-               for start in range(0, len(order), self.batch_size)]
     if nbest:
       run = lambda rows: self._run_nbest_batch([encoded[i] for i in rows], prefix_id,
                                                direction, nbest)
     else:
       run = lambda rows: self._run_batch([encoded[i] for i in rows], prefix_id, direction)
+    for rows, generated in self._in_batches(encoded, run):
+      for row, index in enumerate(rows):
+        yield index, (generated[row] if not nbest
+                      else [np.asarray(part[row]) for part in generated])
+      if on_batch is not None:
+        on_batch(len(rows))
+
+  def _in_batches(self, encoded: Sequence[Sequence[int]],
+                  run: Callable[[list[int]], Any]) -> Iterator[tuple[list[int], Any]]:
+    """(indices, `run` of them) of each batch of the encoded sentences: sorted by length,
+    batch_size at a time, parallel_batches batches decoding at once."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    batches = [order[start:start + self.batch_size]
+               for start in range(0, len(order), self.batch_size)]
     with concurrent.futures.ThreadPoolExecutor(self.parallel_batches) as pool:
-      for rows, generated in zip(batches, pool.map(run, batches)):
-        for row, index in enumerate(rows):
-          yield index, (generated[row] if not nbest
-                        else [np.asarray(part[row]) for part in generated])
-        if on_batch is not None:
-          on_batch(len(rows))
+      yield from zip(batches, pool.map(run, batches))

@@ -94,13 +94,17 @@ def _translate_chunk(translator: inference.Translator | family_routing.FamilyTra
   newline inside becomes a space); `bar` moves with each decoded batch."""
   if not sentences:
     return []
-  one_line = lambda text: ' '.join(text.splitlines())
   if nbest:
     lists = translator.translate_nbest(sentences, src_lang, tgt_lang, nbest,
                                        on_batch=bar.update)
     return [[h._replace(text=one_line(h.text)) for h in hypotheses] for hypotheses in lists]
   translations = translator.translate(sentences, src_lang, tgt_lang, on_batch=bar.update)
   return [one_line(translation) for translation in translations]
+
+
+def one_line(text: str) -> str:
+  """A translation as one line: a newline inside becomes a space."""
+  return ' '.join(text.splitlines())
 
 
 def _translate_lines_chunk(translator: inference.Translator | family_routing.FamilyTranslator,

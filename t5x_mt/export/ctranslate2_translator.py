@@ -104,23 +104,52 @@ class CTranslate2Translator(inference.Translator):
 
   def _run_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
                  direction: int) -> list[list[int]]:
-    """Each sentence's best output ids, the forced tag first (if any): CTranslate2's
-    search within the batch's output limit, its finished hypotheses ranked by ours."""
+    """Each sentence's best output ids, the forced tag first (if any)."""
     del direction  # Chooses adapters, which no export has.
+    return self._run_rows(encoder_ids, [prefix_id] * len(encoder_ids))
+
+  def _run_rows(self, encoder_ids: list[list[int]], prefix_ids: list[int | None]
+                ) -> list[list[int]]:
+    """Each sentence's best output ids after its own forced tag (if any): CTranslate2's
+    search within the batch's output limit, its finished hypotheses ranked by ours."""
     _, decode_length = self.batch_lengths(encoder_ids)
     pieces = self.tokenizer.id_to_piece
-    prefix = [] if prefix_id is None else [pieces(prefix_id)]
+    prefixes = [[] if prefix_id is None else [pieces(prefix_id)] for prefix_id in prefix_ids]
     settings = self.settings
     results = self._engine.translate_batch(
         [[pieces(i) for i in ids] for ids in encoder_ids],
-        target_prefix=[prefix] * len(encoder_ids) if prefix else None,
+        target_prefix=prefixes if any(prefixes) else None,
         **SEARCH_OPTIONS[settings.search](settings.search_settings),
         length_penalty=settings.alpha, no_repeat_ngram_size=settings.no_repeat_ngram_size,
         suppress_sequences=self._not_text, return_end_token=True, return_scores=True,
         max_input_length=0, max_decoding_length=decode_length, min_decoding_length=0)
     return [[self.tokenizer.piece_to_id(piece)
              for piece in best_hypothesis(result, settings.alpha, len(prefix))]
-            for result in results]
+            for result, prefix in zip(results, prefixes)]
+
+  def translate_mixed(self, sentences: Sequence[str], directions: Sequence[tuple[str, str]]
+                      ) -> list[str]:
+    """Translations of `sentences`, each from and into its own (src_lang, tgt_lang), in
+    batches that mix directions: CTranslate2 forces each row's target tag on its own, and
+    the tags the encoder reads are the row's. Batches are made as `translate` makes them
+    (by length, their output limit), so that a sentence gets the translation `translate`
+    gives it among the sentences of its own direction. No direction may pivot."""
+    for src_lang, tgt_lang in set(directions):
+      if self.pivots(src_lang, tgt_lang):
+        raise UserError(f'{src_lang}-{tgt_lang} pivots through '
+                        f'{self.settings.pivot_language}; translate it with `translate`')
+      self.check_direction(src_lang, tgt_lang)
+    row_tags = [tags.tags_for(self.tag_strategy, *direction) for direction in directions]
+    encoded = [self.encode_source(sentence, row)
+               for sentence, row in zip(sentences, row_tags)]
+    prefix_ids = [None if row.decoder_tag is None else self._tag_id(row.decoder_tag)
+                  for row in row_tags]
+    outputs = [''] * len(sentences)
+    run = lambda rows: self._run_rows([encoded[i] for i in rows], [prefix_ids[i] for i in rows])
+    for rows, generated in self._in_batches(encoded, run):
+      for index, ids in zip(rows, generated):
+        outputs[index] = self.decode_target(ids)
+    return outputs
 
 
 def best_hypothesis(result: ctranslate2.TranslationResult, alpha: float,

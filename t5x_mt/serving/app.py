@@ -37,11 +37,14 @@ from t5x_mt.core import languages
 from t5x_mt.core.errors import UserError
 from t5x_mt.data.cleaning import langid
 from t5x_mt.decoding import line_streaming
+from t5x_mt.export import ctranslate2_translator
 from t5x_mt.runs import run_layout
 from t5x_mt.serving import batching
 from t5x_mt.serving import segmenting
 
 AUTO = 'auto'
+# (lines, src_lang, tgt_lang) -> the indices of those longer than the model's input.
+Overlong = Callable[[Sequence[str], str, str], list[int]]
 # Seconds a client refused for a full queue is told to wait before trying again.
 RETRY_AFTER_S = 1
 # How often a waiting request checks that its client is still connected.
@@ -85,15 +88,17 @@ class ModelLanguages:
 
   @classmethod
   def of_directions(cls, trained: Iterable[str] | None) -> 'ModelLanguages':
-    """From the run's trained directions ('eng_Latn-hau_Latn'): each language on either
-    side reads, into every target trained but itself; None: every FLORES-200 language."""
+    """From the run's trained directions ('eng_Latn-hau_Latn'): each source language
+    into every target language but itself (directions it did not train on too, as a
+    multilingual model translates them), a language only translated into from none;
+    None: every FLORES-200 language into every other."""
     if trained is None:
-      sides, into = languages.FLORES200_CODES, languages.FLORES200_CODES
+      sources, into = languages.FLORES200_CODES, languages.FLORES200_CODES
     else:
       parsed = [directions_lib.Direction.parse(name, 'directions.json') for name in trained]
-      into = sorted({d.tgt_lang for d in parsed})
-      sides = sorted({d.src_lang for d in parsed} | set(into))
-    return cls({lang: tuple(t for t in into if t != lang) for lang in sides})
+      sources, into = {d.src_lang for d in parsed}, {d.tgt_lang for d in parsed}
+    return cls({lang: tuple(sorted(t for t in into if t != lang)) if lang in sources else ()
+                for lang in sorted({*sources, *into})})
 
 
 class _Metrics:
@@ -117,18 +122,20 @@ class _Metrics:
         buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30), registry=self.registry)
 
 
-def create_app(translate: batching.TranslateFn, count_pieces: Callable[[str], int],
-               check_direction: Callable[[str, str], None], model_languages: ModelLanguages,
-               settings: ServerSettings) -> applications.Starlette:
-  """The application over a translator: `translate` and `count_pieces` as the batcher
+def create_app(translate_rows: batching.RowsFn, count_pieces: Callable[[str], int],
+               check_direction: Callable[[str, str], None], overlong: Overlong,
+               model_languages: ModelLanguages, settings: ServerSettings
+               ) -> applications.Starlette:
+  """The application over a translator: `translate_rows` and `count_pieces` as the batcher
   takes them, `check_direction` a UserError for a direction the model cannot translate
-  (`Translator.check_direction`)."""
+  and `overlong` the lines longer than its input (`Translator.check_direction` and
+  `overlong`)."""
   metrics = _Metrics()
 
   @contextlib.asynccontextmanager
   async def lifespan(app: applications.Starlette) -> AsyncIterator[None]:
     batcher = batching.Batcher(
-        translate, count_pieces, max_batch_pieces=settings.batch_pieces,
+        translate_rows, count_pieces, max_batch_pieces=settings.batch_pieces,
         max_wait_s=settings.batch_wait_ms / 1000, max_queue=settings.max_queue,
         on_batch=metrics.batch_sentences.observe)
     metrics.queue_depth.set_function(lambda: batcher.depth)
@@ -144,7 +151,7 @@ def create_app(translate: batching.TranslateFn, count_pieces: Callable[[str], in
     status = 200
     try:
       answer = await _translate(request, request.app.state.batcher, check_direction,
-                                model_languages, settings)
+                                overlong, model_languages, settings)
       metrics.sentences.inc(answer.pop('sentences'))
       return responses.JSONResponse(answer)
     except ApiError as error:
@@ -194,7 +201,7 @@ def create_app(translate: batching.TranslateFn, count_pieces: Callable[[str], in
 
 
 async def _translate(request: requests.Request, batcher: batching.Batcher,
-                     check_direction: Callable[[str, str], None],
+                     check_direction: Callable[[str, str], None], overlong: Overlong,
                      model_languages: ModelLanguages, settings: ServerSettings
                      ) -> dict[str, Any]:
   """The answer to POST /translate, with the number of sentences translated."""
@@ -217,17 +224,19 @@ async def _translate(request: requests.Request, batcher: batching.Batcher,
     sources = [_language(fields, 'source')] * len(texts)
   for source in set(sources):
     _check_direction(source, target, check_direction, model_languages)
-  segmented = [segmenting.segment(text) for text in texts]
-  futures = []
+  segmented = [segmenting.segment(text, lambda line, source=source: bool(overlong(
+      [line], source, target))) for text, source in zip(texts, sources)]
+  sentences = [sentence for parts in segmented for sentence in parts.sentences]
+  if len(sentences) > settings.max_queue:
+    raise ApiError(413, f'q: {len(sentences)} sentences, over the limit of '
+                   f'{settings.max_queue} waiting (--max_queue)')
   try:
-    for source, parts in zip(sources, segmented):
-      futures.append(batcher.submit(parts.sentences, source, target))
+    futures = batcher.submit(sentences, [
+        (source, target) for source, parts in zip(sources, segmented) for _ in parts.sentences])
   except batching.QueueFull as full:
-    for future in (f for text_futures in futures for f in text_futures):
-      future.cancel()
     raise ApiError(503, f'the server is busy ({full}); try again',
                    {'Retry-After': str(RETRY_AFTER_S)}) from full
-  translated = await _answers(request, [f for text_futures in futures for f in text_futures])
+  translated = await _answers(request, futures)
   outputs, start = [], 0
   for parts in segmented:
     outputs.append(parts.reassembled(translated[start:start + len(parts.sentences)]))
@@ -292,7 +301,7 @@ def _check_direction(source: str, target: str, check_direction: Callable[[str, s
   """400 for a direction the model cannot translate."""
   if source == target:
     raise ApiError(400, f'source and target are both {source}')
-  if source not in model_languages.targets:
+  if not model_languages.targets.get(source):
     raise ApiError(400, f'source: the model does not translate from {source}')
   try:
     check_direction(source, target)
@@ -303,7 +312,8 @@ def _check_direction(source: str, target: str, check_direction: Callable[[str, s
 def _detection(text: str, model_languages: ModelLanguages) -> dict[str, Any]:
   """LibreTranslate's answer for `text`'s language, the likeliest of those the model
   reads: 400 where identification knows none of them."""
-  lang, probability = langid.identify(text, among=model_languages.targets)
+  lang, probability = langid.identify(
+      text, among={lang for lang, targets in model_languages.targets.items() if targets})
   if lang is None:
     raise ApiError(400, 'source=auto: the text is in none of the languages identification '
                    'tells apart that the model translates from; name the source language')
@@ -344,9 +354,19 @@ def translator_app(translator: Any, model_dir: str, settings: ServerSettings
                    ) -> applications.Starlette:
   """The application over a loaded translator (`ctranslate2_translator.load_model`), the
   languages it offers those of the directions `model_dir` (a run, or an export) trained.
-  Sentences are translated as translate.py translates lines (`line_streaming`)."""
+  Sentences are translated as translate.py translates lines (`line_streaming`); those of
+  different directions share batches where the translator is a CTranslate2 export's
+  (Yoruba tone marks restored by a wrapper decode direction by direction)."""
   trained = run_layout.RunLayout(model_dir).trained_directions()
+  translate = functools.partial(line_streaming.translate_lines, translator)
+  if isinstance(translator, ctranslate2_translator.CTranslate2Translator):
+    translate_rows = batching.mixing(
+        lambda sentences, directions: [line_streaming.one_line(text) for text in
+                                       translator.translate_mixed(sentences, directions)],
+        lambda src_lang, tgt_lang: not translator.pivots(src_lang, tgt_lang), translate)
+  else:
+    translate_rows = batching.by_direction(translate)
   return create_app(
-      functools.partial(line_streaming.translate_lines, translator),
-      lambda sentence: len(translator.source_tokenizer.encode(sentence)),
-      translator.check_direction, ModelLanguages.of_directions(trained), settings)
+      translate_rows, lambda sentence: len(translator.source_tokenizer.encode(sentence)),
+      translator.check_direction, translator.overlong, ModelLanguages.of_directions(trained),
+      settings)

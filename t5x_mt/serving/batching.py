@@ -3,11 +3,13 @@
 Each request's sentences wait in one queue. The batcher takes the sentences pending, up
 to a budget of source pieces, once the budget is full or the first of them has waited
 `max_wait_s`, and decodes them in a worker thread, so that the event loop goes on
-accepting and answering requests meanwhile. A batch's sentences are decoded by direction,
-each direction's through the translator as translate.py decodes a file (tags, pivots,
-Yoruba tone marks, output limits), so a sentence gets the translation translate.py gives
-it. A request whose client has gone cancels its futures, and the batcher drops what it
-has not yet taken.
+accepting and answering requests meanwhile. Where the model takes its direction per row
+(a CTranslate2 export forces each row's target tag), the sentences of every direction
+that does not pivot decode in the same batches (`mixing`); the others are decoded
+direction by direction, each through the translator as translate.py decodes a file
+(tags, pivots, Yoruba tone marks, output limits: `by_direction`). Either way a sentence
+gets the translation translate.py gives its line. A request whose client has gone
+cancels its futures, and the batcher drops what it has not yet taken.
 """
 
 import asyncio
@@ -17,8 +19,63 @@ import concurrent.futures
 import dataclasses
 import time
 
+Direction = tuple[str, str]
 # (sentences, src_lang, tgt_lang) -> their translations, line for line.
 TranslateFn = Callable[[Sequence[str], str, str], list[str]]
+# (sentences, the (src_lang, tgt_lang) of each) -> their translations, line for line.
+MixedFn = Callable[[Sequence[str], Sequence[Direction]], list[str]]
+# The same, each sentence's translation or the error that stopped it.
+RowsFn = Callable[[Sequence[str], Sequence[Direction]], list['str | Exception']]
+
+
+def by_direction(translate: TranslateFn) -> RowsFn:
+  """Rows decoded direction by direction through `translate`; an error answers the rows
+  of its direction."""
+  def decode(sentences: Sequence[str], directions: Sequence[Direction]
+             ) -> list[str | Exception]:
+    grouped = collections.defaultdict(list)
+    for index, direction in enumerate(directions):
+      grouped[direction].append(index)
+    results: list[str | Exception] = [''] * len(sentences)
+    for (src_lang, tgt_lang), indices in grouped.items():
+      for index, result in zip(indices, _answers_or_error(
+          lambda: translate([sentences[i] for i in indices], src_lang, tgt_lang),
+          len(indices))):
+        results[index] = result
+    return results
+  return decode
+
+
+def mixing(translate_mixed: MixedFn, mixes: Callable[[str, str], bool],
+           translate: TranslateFn) -> RowsFn:
+  """Rows of the directions that `mixes` decoded together through `translate_mixed`, the
+  others `by_direction` through `translate`."""
+  separately = by_direction(translate)
+
+  def decode(sentences: Sequence[str], directions: Sequence[Direction]
+             ) -> list[str | Exception]:
+    mixed = [i for i, direction in enumerate(directions) if mixes(*direction)]
+    alone = [i for i, direction in enumerate(directions) if not mixes(*direction)]
+    results: list[str | Exception] = [''] * len(sentences)
+    for indices, outputs in (
+        (mixed, _answers_or_error(lambda: translate_mixed(
+            [sentences[i] for i in mixed], [directions[i] for i in mixed]), len(mixed))),
+        (alone, separately([sentences[i] for i in alone], [directions[i] for i in alone]))):
+      for index, output in zip(indices, outputs):
+        results[index] = output
+    return results
+  return decode
+
+
+def _answers_or_error(translate: Callable[[], list[str]], count: int
+                      ) -> list[str | Exception]:
+  """`translate()`, or the error it raised `count` times (answered to its clients)."""
+  if not count:
+    return []
+  try:
+    return list(translate())
+  except Exception as error:  # pylint: disable=broad-except  (answered to its clients)
+    return [error] * count
 
 
 class QueueFull(Exception):
@@ -28,23 +85,24 @@ class QueueFull(Exception):
 @dataclasses.dataclass
 class _Pending:
   sentence: str
-  direction: tuple[str, str]
+  direction: Direction
   pieces: int
   future: asyncio.Future
 
 
 class Batcher:
-  """Decodes queued sentences in batches of up to `max_batch_pieces` source pieces (at
-  least one sentence each), waiting at most `max_wait_s` after a batch's first sentence
-  for more; refuses sentences beyond `max_queue` waiting (`QueueFull`).
+  """Decodes queued sentences through `translate_rows` (`by_direction` or `mixing`) in
+  batches of up to `max_batch_pieces` source pieces (at least one sentence each),
+  waiting at most `max_wait_s` after a batch's first sentence for more; refuses
+  sentences beyond `max_queue` waiting (`QueueFull`).
 
   `count_pieces` measures a sentence; `on_batch` hears each batch's size in sentences.
   """
 
-  def __init__(self, translate: TranslateFn, count_pieces: Callable[[str], int], *,
+  def __init__(self, translate_rows: RowsFn, count_pieces: Callable[[str], int], *,
                max_batch_pieces: int, max_wait_s: float, max_queue: int,
                on_batch: Callable[[int], None] = lambda size: None):
-    self._translate = translate
+    self._translate_rows = translate_rows
     self._count_pieces = count_pieces
     self.max_batch_pieces = max_batch_pieces
     self.max_wait_s = max_wait_s
@@ -61,18 +119,19 @@ class Batcher:
     """Sentences waiting to be decoded (their clients still waiting)."""
     return sum(not pending.future.cancelled() for pending in self._pending)
 
-  def submit(self, sentences: Sequence[str], src_lang: str, tgt_lang: str
+  def submit(self, sentences: Sequence[str], directions: Sequence[Direction]
              ) -> list[asyncio.Future]:
-    """A future of each sentence's translation; QueueFull if they do not fit the queue."""
+    """A future of each sentence's translation in its (src_lang, tgt_lang); QueueFull if
+    they do not all fit the queue (then none is queued)."""
     self._drop_cancelled()
     if len(self._pending) + len(sentences) > self.max_queue:
       raise QueueFull(f'{len(self._pending)} sentences are waiting, at most {self.max_queue}')
     loop = asyncio.get_running_loop()
     futures = []
-    for sentence in sentences:
+    for sentence, direction in zip(sentences, directions, strict=True):
       futures.append(loop.create_future())
-      self._pending.append(_Pending(sentence, (src_lang, tgt_lang),
-                                    self._count_pieces(sentence), futures[-1]))
+      self._pending.append(_Pending(sentence, direction, self._count_pieces(sentence),
+                                    futures[-1]))
     self._arrived.set()
     return futures
 
@@ -87,7 +146,7 @@ class Batcher:
           results = await loop.run_in_executor(self._worker, self._decode, batch)
           for pending, result in zip(batch, results):
             if not pending.future.done():
-              if isinstance(result, BaseException):
+              if isinstance(result, Exception):
                 pending.future.set_exception(result)
               else:
                 pending.future.set_result(result)
@@ -121,19 +180,7 @@ class Batcher:
   def _drop_cancelled(self) -> None:
     self._pending = collections.deque(p for p in self._pending if not p.future.cancelled())
 
-  def _decode(self, batch: list[_Pending]) -> list[str | BaseException]:
-    """Each sentence's translation (or the error that stopped its direction), decoded
-    direction by direction (in the worker thread)."""
-    by_direction = collections.defaultdict(list)
-    for index, pending in enumerate(batch):
-      by_direction[pending.direction].append(index)
-    results: list[str | BaseException] = [''] * len(batch)
-    for (src_lang, tgt_lang), indices in by_direction.items():
-      try:
-        translations = self._translate([batch[i].sentence for i in indices], src_lang,
-                                       tgt_lang)
-      except Exception as error:  # pylint: disable=broad-except  (answered to its clients)
-        translations = [error] * len(indices)
-      for index, translation in zip(indices, translations):
-        results[index] = translation
-    return results
+  def _decode(self, batch: list[_Pending]) -> list[str | Exception]:
+    """Each sentence's translation or the error that stopped it (in the worker thread)."""
+    return self._translate_rows([pending.sentence for pending in batch],
+                                [pending.direction for pending in batch])
