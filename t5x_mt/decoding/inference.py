@@ -354,12 +354,13 @@ class Translator:
       if on_batch is not None:
         on_batch(len(rows))
 
-  def _in_batches(self, encoded: Sequence[Sequence[int]],
-                  run: Callable[[list[int]], Any]) -> Iterator[tuple[list[int], Any]]:
+  def _in_batches(self, encoded: Sequence[Sequence[int]], run: Callable[[list[int]], Any],
+                  batch_size: int | None = None) -> Iterator[tuple[list[int], Any]]:
     """(indices, `run` of them) of each batch of the encoded sentences: sorted by length,
-    batch_size at a time, parallel_batches batches decoding at once."""
+    `batch_size` (default: the settings') at a time, parallel_batches batches decoding at
+    once."""
+    batch_size = batch_size or self.batch_size
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-    batches = [order[start:start + self.batch_size]
-               for start in range(0, len(order), self.batch_size)]
+    batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
     with concurrent.futures.ThreadPoolExecutor(self.parallel_batches) as pool:
       yield from zip(batches, pool.map(run, batches))

@@ -133,7 +133,9 @@ class CTranslate2Translator(inference.Translator):
     batches that mix directions: CTranslate2 forces each row's target tag on its own, and
     the tags the encoder reads are the row's. Batches are made as `translate` makes them
     (by length, their output limit), so that a sentence gets the translation `translate`
-    gives it among the sentences of its own direction. No direction may pivot."""
+    gives it among the sentences of its own direction; fewer sentences than
+    parallel_batches full batches are spread over parallel_batches batches, so that each
+    of CTranslate2's threads decodes some. No direction may pivot."""
     for src_lang, tgt_lang in set(directions):
       if self.pivots(src_lang, tgt_lang):
         raise UserError(f'{src_lang}-{tgt_lang} pivots through '
@@ -146,7 +148,8 @@ class CTranslate2Translator(inference.Translator):
                   for row in row_tags]
     outputs = [''] * len(sentences)
     run = lambda rows: self._run_rows([encoded[i] for i in rows], [prefix_ids[i] for i in rows])
-    for rows, generated in self._in_batches(encoded, run):
+    spread = -(-len(sentences) // self.parallel_batches)
+    for rows, generated in self._in_batches(encoded, run, min(spread, self.batch_size)):
       for index, ids in zip(rows, generated):
         outputs[index] = self.decode_target(ids)
     return outputs
