@@ -309,6 +309,14 @@ def test_a_lora_setting_that_cannot_hold_is_one_line(workdir, bindings, error_li
   assert files_under(workdir) == []
 
 
+def test_an_unknown_ensemble_combination_is_named_before_any_import(workdir):
+  finished = launch('translate.py', '--ensemble=.,.:2', '--ensemble_combination=max',
+                    '--src_lang=eng_Latn', '--tgt_lang=hau_Latn', cwd=workdir)
+  assert_refused(finished, "error: --ensemble_combination: 'max' is not one of "
+                 "'log_mean_prob', 'mean_log_prob'")
+  assert finished.imported == []
+
+
 def test_missing_gin_file_is_named_before_any_import(workdir):
   finished = launch('train.py', '--gin_file=gin/runs/no_such_run.gin', cwd=workdir)
   assert_refused(finished, 'error: --gin_file: gin/runs/no_such_run.gin not found')

@@ -17,6 +17,7 @@ from t5x_mt.core import files
 from t5x_mt.core import languages
 from t5x_mt.core import validation
 from t5x_mt.core.errors import UserError
+from t5x_mt.decoding import ensemble_combinations
 from t5x_mt.decoding import search
 
 
@@ -38,7 +39,7 @@ def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = Fa
        help='several runs sharing one vocabulary, decoding as one model, '
        'instead of --checkpoint_dir: RUN[:WEIGHT],RUN[:WEIGHT],... (weight 1 '
        'when left out); each loads its latest checkpoint')
-  flag('--ensemble_combination', default='mean_log_prob',
+  flag('--ensemble_combination', default=ensemble_combinations.DEFAULT,
        help='how --ensemble combines its runs at each step: mean_log_prob '
        '(weighted mean of log-probabilities, as Marian) or log_mean_prob '
        '(log of the weighted mean probability, as fairseq)')
@@ -107,7 +108,7 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if folder is not None:
       files.check_input(folder, flag, folder=True)
   if names_runs and args.ensemble is not None:
-    _check_ensemble_combination(args.ensemble_combination)
+    ensemble_combinations.check('--ensemble_combination', args.ensemble_combination)
   return overrides
 
 
@@ -146,14 +147,6 @@ def _check_model_flags(args: argparse.Namespace) -> None:
   if args.step is not None and args.checkpoint_dir is None:
     raise UserError('--step: only with --checkpoint_dir; ensembles and family models '
                     'each load their runs\' latest checkpoints')
-
-
-def _check_ensemble_combination(combination: str) -> None:
-  """Checked last: its names come with the ensemble's module, which imports JAX."""
-  from t5x_mt.decoding import ensemble  # pylint: disable=g-import-not-at-top
-  if combination not in ensemble.COMBINATIONS:
-    raise UserError(f'--ensemble_combination: one of {", ".join(ensemble.COMBINATIONS)}, '
-                    f'got {combination!r}')
 
 
 def _runs_named(args: argparse.Namespace) -> list[tuple[str, str | None]]:
