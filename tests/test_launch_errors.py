@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from t5x_mt.core import cli
+from t5x_mt.pretrained import huggingface
 
 from test_launch_translate_evaluate import command_environment
 from test_launch_translate_evaluate import LAUNCH
@@ -139,6 +140,8 @@ OUTPUTS = {
     'distill.py': (['--checkpoint_dir=run', '--corpus=cldr',
                     '--directions=eng_Latn-hau_Latn'], '--output'),
     'export.py': (['--checkpoint_dir=run', '--format=ctranslate2'], '--output_dir'),
+    'extend_vocab.py': (['--checkpoint_dir=run', '--language=ach_Latn', '--text=in.txt'],
+                        '--output_dir'),
     'import_checkpoint.py': (['--format=huggingface', '--path=in'], '--output_dir'),
     'build_vocab.py': (['--gin_file=gin/runs/demo.gin'], '--output'),
     'clean.py': (['--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
@@ -259,6 +262,45 @@ def test_a_missing_input_file_or_run_folder_is_named_before_any_import(script, f
   finished = launch(script, *flags, cwd=workdir)
   assert_refused(finished, error_line)
   assert finished.imported == [] and files_under(workdir) == ['in.nbest']
+
+
+def _imported_run(folder: pathlib.Path) -> None:
+  """What extend_vocab.py reads of a run before anything loads: the tiny imported NLLB's
+  vocabulary (its tags), a config.gin and a checkpoints/ folder."""
+  folder.mkdir()
+  nllb = pathlib.Path(__file__).parent / 'checkpoints' / 'huggingface' / 'nllb'
+  (folder / 'vocab.model').write_bytes(
+      huggingface.vocabulary_of(nllb, huggingface.read_config(nllb)).model)
+  (folder / 'config.gin').write_text('', encoding='utf-8')
+  (folder / 'checkpoints').mkdir()
+
+
+@pytest.mark.parametrize('flags, error_line', [
+    (['--language=hau_Latn', '--text=ach.txt'],
+     'error: --language: run has hau_Latn already (its vocabulary holds the tag <2hau_Latn>)'),
+    (['--language=ach', '--text=ach.txt'], "error: --language: 'ach' is not shaped as a "
+     'FLORES-200 code (ISO 639-3 language, ISO 15924 script: ach_Latn)'),
+    (['--language=ach_Latn', '--text=blank.txt'], 'error: --text: blank.txt holds no text'),
+    (['--language=xyz_Latn', '--text=amh.txt'], 'error: --text: amh.txt: 100% of its letters '
+     'are outside the Latn script that xyz_Latn names'),
+    (['--language=ach_Latn', '--text=ach.txt', '--checkpoint_dir=texts'],
+     'error: --checkpoint_dir: texts is not a run folder (it has no config.gin)'),
+    (['--language=ach_Latn', '--text=ach.txt', '--output_dir=texts'],
+     'error: --output_dir: texts exists and is not empty'),
+])
+def test_a_language_that_cannot_be_added_is_one_line_before_any_import(workdir, flags,
+                                                                        error_line):
+  _imported_run(workdir / 'run')
+  (workdir / 'texts').mkdir()  # A folder, not empty, and no run.
+  (workdir / 'texts' / 'notes.txt').write_text('notes\n', encoding='utf-8')
+  for name, text in (('ach', 'Lunyodo pwonyo lutino gi\n'), ('blank', '\n  \n'),
+                     ('amh', 'ሰላም ለዓለም\n')):
+    (workdir / f'{name}.txt').write_text(text, encoding='utf-8')
+  written = files_under(workdir)
+  finished = launch('extend_vocab.py', '--checkpoint_dir=run', '--output_dir=extended', *flags,
+                    cwd=workdir)
+  assert_refused(finished, error_line)
+  assert finished.imported == [] and files_under(workdir) == written
 
 
 @pytest.mark.parametrize('flags, error_line', [

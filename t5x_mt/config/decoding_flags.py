@@ -17,8 +17,10 @@ from t5x_mt.core import files
 from t5x_mt.core import languages
 from t5x_mt.core import validation
 from t5x_mt.core.errors import UserError
+from t5x_mt.data import tags
 from t5x_mt.decoding import ensemble_combinations
 from t5x_mt.decoding import search
+from t5x_mt.runs import run_layout
 
 
 def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = False
@@ -147,6 +149,17 @@ def _check_model_flags(args: argparse.Namespace) -> None:
   if args.step is not None and args.checkpoint_dir is None:
     raise UserError('--step: only with --checkpoint_dir; ensembles and family models '
                     'each load their runs\' latest checkpoints')
+
+
+def add_model_languages(args: argparse.Namespace) -> None:
+  """Makes the languages that the vocabularies of the runs the model flags name add beyond
+  FLORES-200 known (`tags.add_vocabulary_languages`), so that the language flags may name
+  them before anything loads; a folder that holds no vocabulary is left to later checks."""
+  named = _runs_named(args) if getattr(args, 'ctranslate2', None) is None else []
+  for _, folder in named:
+    vocabulary = run_layout.RunLayout(folder).vocabulary if folder else None
+    if vocabulary is not None and vocabulary.is_file():
+      tags.add_vocabulary_languages(vocabulary.read_bytes())
 
 
 def _runs_named(args: argparse.Namespace) -> list[tuple[str, str | None]]:
