@@ -20,7 +20,6 @@ import argparse
 
 from t5x_mt.core import cli
 from t5x_mt.core import files
-from t5x_mt.core import languages
 from t5x_mt.core import validation
 from t5x_mt.core.errors import UserError
 from t5x_mt.data import readers
@@ -48,34 +47,16 @@ def parse_flags(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
   files.check_input(args.checkpoint_dir, '--checkpoint_dir', folder=True)
   run = run_layout.RunLayout(args.checkpoint_dir)
   run.check_is_run('--checkpoint_dir')
-  if run.source_vocabulary.is_file():
-    raise UserError(f'--checkpoint_dir: {args.checkpoint_dir} segments its sources with a '
-                    f'vocabulary of their own ({run.source_vocabulary.name}, an OPUS-MT '
-                    'import); languages are added to runs of one vocabulary')
+  run.check_one_vocabulary('--checkpoint_dir')
   vocab_merge.load_model(run.vocabulary, '--checkpoint_dir')
-  _check_language(args.language, run)
+  tags.check_new_language(run.vocabulary.read_bytes(), args.language, args.checkpoint_dir)
+  steps.check_known_script(args.language, '--language')
   files.check_input(args.text, '--text')
   lines = [line for line in readers.read_lines(args.text) if line.strip()]
   if not lines:
     raise UserError(f'--text: {args.text} holds no text')
   steps.check_script(lines, args.language, f'--text: {args.text}')
   return args, lines
-
-
-def _check_language(code: str, run: run_layout.RunLayout) -> None:
-  """--language: shaped as a FLORES-200 code, in a script Unicode knows, and new to a run
-  whose vocabulary tags languages."""
-  if not languages.is_code_shaped(code):
-    raise UserError(f'--language: {code!r} is not shaped as a FLORES-200 code (ISO 639-3 '
-                    'language, ISO 15924 script: ach_Latn)')
-  steps.check_known_script(code, '--language')
-  known = tags.add_vocabulary_languages(run.vocabulary.read_bytes())
-  if not known:
-    raise UserError(f'--checkpoint_dir: {run.root} tags no language (a bilingual model): '
-                    'it has no tag to add a language by')
-  if code in known:
-    raise UserError(f'--language: {run.root} has {code} already (its vocabulary holds the '
-                    f'tag {languages.language_tag(code)})')
 
 
 def main(argv: list[str]) -> int:

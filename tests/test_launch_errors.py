@@ -264,13 +264,14 @@ def test_a_missing_input_file_or_run_folder_is_named_before_any_import(script, f
   assert finished.imported == [] and files_under(workdir) == ['in.nbest']
 
 
-def _imported_run(folder: pathlib.Path) -> None:
-  """What extend_vocab.py reads of a run before anything loads: the tiny imported NLLB's
-  vocabulary (its tags), a config.gin and a checkpoints/ folder."""
+NLLB = pathlib.Path(__file__).parent / 'checkpoints' / 'huggingface' / 'nllb'
+
+
+def _run_folder(folder: pathlib.Path, vocabulary: bytes) -> None:
+  """What extend_vocab.py reads of a run before anything loads: its vocabulary, a
+  config.gin and a checkpoints/ folder."""
   folder.mkdir()
-  nllb = pathlib.Path(__file__).parent / 'checkpoints' / 'huggingface' / 'nllb'
-  (folder / 'vocab.model').write_bytes(
-      huggingface.vocabulary_of(nllb, huggingface.read_config(nllb)).model)
+  (folder / 'vocab.model').write_bytes(vocabulary)
   (folder / 'config.gin').write_text('', encoding='utf-8')
   (folder / 'checkpoints').mkdir()
 
@@ -287,10 +288,21 @@ def _imported_run(folder: pathlib.Path) -> None:
      'error: --checkpoint_dir: texts is not a run folder (it has no config.gin)'),
     (['--language=ach_Latn', '--text=ach.txt', '--output_dir=texts'],
      'error: --output_dir: texts exists and is not empty'),
+    (['--language=ach_Latn', '--text=ach.txt', '--checkpoint_dir=bilingual'],
+     'error: --checkpoint_dir: bilingual tags no language (a bilingual model): it has no '
+     'tag to add a language by'),
+    (['--language=ach_Latn', '--text=ach.txt', '--checkpoint_dir=opus'],
+     'error: --checkpoint_dir: opus segments its sources with a vocabulary of their own '
+     '(source_vocab.model, an OPUS-MT import); languages are added to runs of one '
+     'vocabulary'),
 ])
 def test_a_language_that_cannot_be_added_is_one_line_before_any_import(workdir, flags,
                                                                         error_line):
-  _imported_run(workdir / 'run')
+  imported = huggingface.vocabulary_of(NLLB, huggingface.read_config(NLLB)).model
+  _run_folder(workdir / 'run', imported)
+  _run_folder(workdir / 'bilingual', (NLLB / 'sentencepiece.bpe.model').read_bytes())
+  _run_folder(workdir / 'opus', imported)
+  (workdir / 'opus' / 'source_vocab.model').write_bytes(imported)
   (workdir / 'texts').mkdir()  # A folder, not empty, and no run.
   (workdir / 'texts' / 'notes.txt').write_text('notes\n', encoding='utf-8')
   for name, text in (('ach', 'Lunyodo pwonyo lutino gi\n'), ('blank', '\n  \n'),

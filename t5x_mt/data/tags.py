@@ -145,6 +145,22 @@ def tag_languages(model: bytes) -> tuple[str, ...]:
   return tuple(code for code in tagged if code)
 
 
+def check_new_language(model: bytes, code: str, run: str) -> None:
+  """A UserError naming the flag at fault unless `code` (--language) is shaped as a
+  FLORES-200 code and run `run` (--checkpoint_dir), whose vocabulary is the serialized
+  SentencePiece model `model`, tags languages but not that one."""
+  if not languages.is_code_shaped(code):
+    raise UserError(f'--language: {code!r} is not shaped as a FLORES-200 code (ISO 639-3 '
+                    'language, ISO 15924 script: ach_Latn)')
+  known = add_vocabulary_languages(model)
+  if not known:
+    raise UserError(f'--checkpoint_dir: {run} tags no language (a bilingual model): it has '
+                    'no tag to add a language by')
+  if code in known:
+    raise UserError(f'--language: {run} has {code} already (its vocabulary holds the tag '
+                    f'{languages.language_tag(code)})')
+
+
 def add_vocabulary_languages(model: bytes) -> tuple[str, ...]:
   """Makes the languages a serialized SentencePiece model has tags for known to every
   check of a language code (`languages.add_languages`), those beyond FLORES-200 included;

@@ -113,8 +113,8 @@ def row_sources(base: model_pb2.ModelProto, grown: model_pb2.ModelProto
              and languages.tagged_language(piece.piece)]
   sources = []
   for piece in grown.pieces[len(base.pieces):]:
-    sources.append(tag_ids if languages.tagged_language(piece.piece) else
-                   processor.encode(piece.piece.replace('▁', ' ')))
+    sources.append(tag_ids if piece.type == model_pb2.ModelProto.SentencePiece.USER_DEFINED
+                   else processor.encode(piece.piece.replace('▁', ' ')))
   unknown = sum(set(ids) == {processor.unk_id()} for ids in sources)
   return sources, unknown
 
@@ -157,7 +157,10 @@ def extend_run(checkpoint_dir: str, code: str, lines: list[str], output_dir: str
   `new_pieces` new pieces) as a new run folder at `output_dir` (whole or not at all)."""
   files.check_new_folder(output_dir, '--output_dir')
   parent = run_layout.RunLayout(checkpoint_dir)
+  parent.check_is_run('--checkpoint_dir')
+  parent.check_one_vocabulary('--checkpoint_dir')
   base = vocab_merge.load_model(parent.vocabulary, '--checkpoint_dir')
+  tags.check_new_language(base.SerializeToString(), code, checkpoint_dir)
   languages.add_languages([code])
   learned = learned_model(lines, code, new_pieces, vocab_merge.model_type(base))
   grown, summary = vocab_merge.with_language(base, learned, code, new_pieces)

@@ -89,6 +89,14 @@ class RunLayout:
       if not path.exists():
         raise UserError(f'{flag}: {self.root} is not a run folder (it has no {path.name})')
 
+  def check_one_vocabulary(self, flag: str) -> None:
+    """A UserError naming `flag` where the run segments its sources with a vocabulary of
+    their own (an OPUS-MT import): a grown vocabulary would leave that one behind."""
+    if self.source_vocabulary.is_file():
+      raise UserError(f'{flag}: {self.root} segments its sources with a vocabulary of their '
+                      f'own ({self.source_vocabulary.name}, an OPUS-MT import); languages '
+                      'are added to runs of one vocabulary')
+
   def corpus_file(self, name: str) -> files.AnyPath:
     """A file a corpus of the run keeps with it (`mixtures.run_files`)."""
     return self.root / name
