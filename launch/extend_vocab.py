@@ -5,15 +5,16 @@
 
 --language is a code shaped as FLORES-200's (ISO 639-3 language, ISO 15924 script) that
 the run has no tag for, --text that language's text, one sentence per line, in that
-script. A SentencePiece model learned from the text offers its pieces; the first
---new_pieces of those the run's pieces cannot spell are appended to the vocabulary, so
-the old languages' text segments exactly as before, and so is the language's tag. Each
-new token gets an embedding row (and output-projection row where the run has one of its
-own) from the mean of the rows of the old pieces that spell it (<unk> for characters none
-has); the tag's row is the mean of the old tags' rows. Old rows are unchanged: the run's
-old tokens get the same logits and its greedy translations stay as they were. The output is a run folder (config.gin,
-vocab.model, a parameters-only checkpoint) for a fine-tuning run to start from
-(training.TrainConfig.init_from; docs/pretrained.md, "Adding a language").
+script. A SentencePiece model of the vocabulary's kind (unigram or BPE) learned from the
+text offers its pieces; at most --new_pieces of those the run's pieces cannot spell, its
+characters first, are appended to the vocabulary, so the old languages' text segments
+exactly as before, and so is the language's tag. Each new token gets an embedding row
+(and output-projection row where the run has one of its own) from the mean of the rows
+of the old pieces that spell it (<unk> for characters none has); the tag's row is the
+mean of the old tags' rows. Old rows are unchanged: the run's old tokens get the same
+logits and its greedy translations stay as they were. The output is a run folder
+(config.gin, vocab.model, a parameters-only checkpoint) for a fine-tuning run to start
+from (training.TrainConfig.init_from; docs/pretrained.md, "Adding a language").
 """
 
 import argparse

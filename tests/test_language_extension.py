@@ -135,6 +135,25 @@ def test_new_rows_are_means_of_the_old_rows_and_old_rows_are_unchanged(runs):
   assert runs['extension'].unknown > 0.5 * NEW_PIECES
 
 
+def test_an_output_projection_of_its_own_and_the_logits_bias_grow_as_the_embedding():
+  rng = np.random.default_rng(0)
+  embedding, kernel, bias = (rng.normal(size=shape).astype(np.float32)
+                             for shape in ((6, 4), (4, 6), (6,)))
+  params = {layout.DECODER_EMBEDDING: {layout.EMBEDDING_TABLE: embedding},
+            'decoder': {layout.OUTPUT_PROJECTION: {layout.KERNEL: kernel},
+                        layout.LOGITS_BIAS: bias}}
+  grown = language_extension.grown_params(params, 8, [[1, 2], [3]], first=5)
+  table = np.asarray(grown[layout.DECODER_EMBEDDING][layout.EMBEDDING_TABLE])
+  columns = np.asarray(grown['decoder'][layout.OUTPUT_PROJECTION][layout.KERNEL])
+  logits_bias = np.asarray(grown['decoder'][layout.LOGITS_BIAS])
+  assert table.shape == (8, 4) and columns.shape == (4, 8) and logits_bias.shape == (8,)
+  np.testing.assert_array_equal(table[:5], embedding[:5])  # Row 5 was padding: now a token.
+  np.testing.assert_array_equal(columns[:, :5], kernel[:, :5])
+  np.testing.assert_allclose(table[5:7], [embedding[1:3].mean(0), embedding[3]])
+  np.testing.assert_allclose(columns[:, 5:7].T, [kernel[:, 1:3].mean(1), kernel[:, 3]])
+  np.testing.assert_allclose(logits_bias[5:], [bias[1:3].mean(), bias[3], 0.0])
+
+
 @pytest.fixture(scope='module')
 def translators(runs) -> tuple:
   """Greedy translators of the imported run and of the extended one."""
