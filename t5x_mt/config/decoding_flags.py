@@ -13,6 +13,8 @@ import argparse
 import math
 from typing import Any
 
+from google.protobuf import message
+
 from t5x_mt.core import files
 from t5x_mt.core import languages
 from t5x_mt.core import validation
@@ -154,12 +156,21 @@ def _check_model_flags(args: argparse.Namespace) -> None:
 def add_model_languages(args: argparse.Namespace) -> None:
   """Makes the languages that the vocabularies of the runs the model flags name add beyond
   FLORES-200 known (`tags.add_vocabulary_languages`), so that the language flags may name
-  them before anything loads; a folder that holds no vocabulary is left to later checks."""
-  named = _runs_named(args) if getattr(args, 'ctranslate2', None) is None else []
+  them before anything loads. The folders on this machine are looked up first, so that a
+  missing one is named before an object store's client loads to read another; a folder
+  without a readable vocabulary is left to the run's loading, which names what is wrong."""
+  named = [(flag, folder) for flag, folder in (
+      _runs_named(args) if getattr(args, 'ctranslate2', None) is None else []) if folder]
+  for flag, folder in named:
+    if not files.on_object_store(folder):
+      files.check_input(folder, flag, folder=True)
   for _, folder in named:
-    vocabulary = run_layout.RunLayout(folder).vocabulary if folder else None
-    if vocabulary is not None and vocabulary.is_file():
-      tags.add_vocabulary_languages(vocabulary.read_bytes())
+    vocabulary = run_layout.RunLayout(folder).vocabulary
+    if vocabulary.is_file():
+      try:
+        tags.add_vocabulary_languages(vocabulary.read_bytes())
+      except message.DecodeError:
+        continue
 
 
 def _runs_named(args: argparse.Namespace) -> list[tuple[str, str | None]]:
