@@ -325,8 +325,10 @@ def test_a_language_that_cannot_be_added_is_one_line_before_any_import(workdir, 
      "error: --coordinator_address: 'localhost' is not HOST:PORT"),
     (['--local_device_ids=0,x'],
      "error: --local_device_ids: '0,x' is not a comma-separated list of device numbers"),
+    (['--topology=v5e:2x2'], 'error: --topology: only with --dry_run'),
+    (['--compile_plan'], 'error: --compile_plan: only with --dry_run'),
 ])
-def test_bad_distributed_flags_are_one_line_before_any_import(workdir, flags, error_line):
+def test_bad_train_flags_are_one_line_before_any_import(workdir, flags, error_line):
   finished = launch('train.py', '--gin_file=gin/runs/demo.gin', *flags, cwd=workdir)
   assert_refused(finished, error_line)
   assert finished.imported == [] and files_under(workdir) == []
