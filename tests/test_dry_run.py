@@ -234,6 +234,24 @@ def test_fsdp_shards_the_compiled_state_over_the_chips():
   assert fsdp['argument_bytes_per_chip'] < 0.27 * data['argument_bytes_per_chip']
 
 
+@pytest.mark.slow
+@needs_libtpu
+def test_the_plan_compiles_its_tpu_meshes_for_their_slice():
+  """--compile_plan: each way of training compiled under its chosen mesh for a v5e-8's
+  chips; each chip holds at least the shares of parameters and optimizer state the plan
+  counts."""
+  v5e_8 = memory_plan.TOPOLOGIES[2]
+  trainings = dry_runs.fine_tuning_plan(dataclasses.replace(PLAN_MODEL, dropout_rate=0.0),
+                                        PLAN_TRAIN, compile_tpu=True, topologies=(v5e_8,))
+  for training in trainings:
+    planned = training.plans[0].device_bytes
+    compiled = training.compiled_bytes['TPU v5e-8']
+    assert planned.params + planned.optimizer <= compiled < v5e_8.device_bytes
+  lines = dry_runs.describe_fine_tuning_plan(trainings, PLAN_TRAIN, 0).splitlines()
+  assert re.search(r'; compiled for v5e:2x4: \S+ MiB per chip of 16.00 GiB$', lines[3])
+  assert re.search(r'; compiled for v5e:2x4: \S+ MiB per chip of 16.00 GiB$', lines[5])
+
+
 @needs_libtpu
 def test_a_v4_chip_is_one_device():
   """libtpu describes v4's two cores per chip; JAX runs a chip as one device (megacore)."""

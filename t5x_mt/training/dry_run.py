@@ -495,7 +495,8 @@ def describe_fine_tuning_plan(trainings: Sequence[TrainingPlan],
       f'{train.targets_length} tokens), NUM_MICROBATCHES {train.num_microbatches}: per '
       'device, params + optimizer state + gradients + activations within '
       f'{1 - memory_plan.HEADROOM:.0%} of its memory; params, optimizer state and gradients '
-      "split over 'fsdp', the batch over 'data' x 'fsdp'; the smallest 'fsdp' that fits",
+      "split over 'fsdp' (which gathers the params whole as well), the batch over 'data' x "
+      "'fsdp'; the smallest 'fsdp' that fits",
       'activations: estimated from shapes, the residuals the backward pass keeps (jax.vjp '
       "traced), with XLA's attention (a TPU's flash kernel keeps less; --compile_plan "
       "compiles the TPU meshes); XLA's other temporaries are left to the headroom"]

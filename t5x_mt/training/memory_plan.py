@@ -12,8 +12,8 @@ that each rule below is one function a test computes by hand:
   microbatch;
 - with an 'fsdp' axis over 1, each device also holds the parameters whole
   (`Footprint.gathered_bytes`): XLA gathers each layer's weights for its products and
-  keeps them from the forward pass for the backward pass (the compiled TPU programs of
-  docs/dry_run.md hold them so, scanned or not);
+  keeps them from the forward pass for the backward pass (docs/dry_run.md compares
+  compiled programs);
 - with several microbatches the step holds a second copy of the gradients, the sum it
   accumulates beside one microbatch's;
 - a mesh fits when that total stays within the device's memory less HEADROOM;
