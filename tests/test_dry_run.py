@@ -166,7 +166,8 @@ def test_the_dry_run_of_an_imported_run_plans_full_and_lora_training(tmp_path, m
   huggingface.import_checkpoint(str(CHECKPOINTS / 'nllb'), str(imported))
   code, out, err = run_in_process(
       'train.py', ['--gin_file=gin/runs/finetune/pretrained.gin',
-                   f'--gin_file={imported}/config.gin', '--dry_run', '--gin.LORA_RANK=4'],
+                   f'--gin_file={imported}/config.gin', f"--gin.IMPORTED='{imported}'",
+                   '--dry_run', '--gin.LORA_RANK=4'],
       monkeypatch, capsys)
   assert code == 0, err
   plan = out[out.index('memory plan at '):].splitlines()
