@@ -156,15 +156,13 @@ def _check_model_flags(args: argparse.Namespace) -> None:
 def add_model_languages(args: argparse.Namespace) -> None:
   """Makes the languages that the vocabularies of the runs the model flags name add beyond
   FLORES-200 known (`tags.add_vocabulary_languages`), so that the language flags may name
-  them before anything loads. The folders on this machine are looked up first, so that a
-  missing one is named before an object store's client loads to read another; a folder
-  without a readable vocabulary is left to the run's loading, which names what is wrong."""
-  named = [(flag, folder) for flag, folder in (
-      _runs_named(args) if getattr(args, 'ctranslate2', None) is None else []) if folder]
-  for flag, folder in named:
-    if not files.on_object_store(folder):
-      files.check_input(folder, flag, folder=True)
+  them before anything loads. Runs on an object store are left out (their client would
+  load first, before the flags' other checks), as are folders without a readable
+  vocabulary, left to the run's loading, which names what is wrong."""
+  named = _runs_named(args) if getattr(args, 'ctranslate2', None) is None else []
   for _, folder in named:
+    if folder is None or files.on_object_store(folder):
+      continue
     vocabulary = run_layout.RunLayout(folder).vocabulary
     if vocabulary.is_file():
       try:
