@@ -16,8 +16,9 @@ import subprocess
 import sys
 import tempfile
 
+from t5x_mt.decoding.ensemble_combinations import COMBINATIONS
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
-COMBINATIONS = ('mean_log_prob', 'log_mean_prob')
 
 
 def score(model_flags: list[str], args: argparse.Namespace, output: pathlib.Path) -> dict:

@@ -2,7 +2,8 @@
 
 The t5x_mt library never imports the registry; a command does, here, before it hands the
 library a mixture or task name: it makes the recipe's data settings the registry's,
-registers the corpora and mixtures the recipe declares and, for a run it trains, the
+registers the corpora and mixtures the recipe declares (after the languages its
+vocabulary adds beyond FLORES-200, which they may name) and, for a run it trains, the
 run's mixture or task where the registry registers that name on first use. `import
 data_tasks` alone does none of this, so that another program reuses the registry without
 gin.
@@ -10,14 +11,19 @@ gin.
 
 import dataclasses
 
+import tensorflow as tf
+
 import data_tasks
 from t5x_mt.config import configurables
+from t5x_mt.data import tags
 from t5x_mt.training import run_config
 from t5x_mt.data.settings import DataSettings
 
 
 def _set_up(data: DataSettings) -> None:
   data_tasks.configure(data)
+  if tf.io.gfile.exists(data.vocabulary_path):  # Its added languages name corpora.
+    tags.add_vocabulary_languages(tf.io.gfile.GFile(data.vocabulary_path, 'rb').read())
   data_tasks.register_corpora_and_mixtures(**configurables.corpora_and_mixtures())
 
 

@@ -72,6 +72,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
     missing = [f'--{name}' for name in SINGLE_DIRECTION_FLAGS if getattr(args, name) is None]
     if missing:
       raise UserError(f'{", ".join(missing)}: required unless --tasks is given')
+    decoding_flags.add_model_languages(args)
     languages.check_language(args.src_lang, '--src_lang')
     languages.check_language(args.tgt_lang, '--tgt_lang')
   for flag in ('src_file', 'ref_file', 'spm_model'):

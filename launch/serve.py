@@ -39,6 +39,7 @@ def main(argv: list[str]) -> int:
                         help=f'{description} (default: {default})')
   args = parser.parse_args(argv)
   settings = _server_settings(args)
+  decoding_flags.add_model_languages(args)
   overrides = decoding_flags.decoding_overrides(args)
   cli.start_tensorflow()
   # pylint: disable=g-import-not-at-top  (JAX loads after start_tensorflow)

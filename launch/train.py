@@ -21,7 +21,8 @@ def main(argv: list[str]) -> int:
   cli.add_gin_flags(parser, 'TRAIN_STEPS = 200')
   cli.add_distributed_flags(parser)
   parser.add_argument('--dry_run', action='store_true',
-                      help='print parameter count and per-device memory, then exit')
+                      help='print parameter count, per-device memory and, for full and LoRA '
+                      'training, the mesh that fits each of a few accelerators, then exit')
   parser.add_argument('--vocab_size', type=int, default=None,
                       help='with --dry_run: vocabulary size to assume (default: the '
                       "run's vocabulary file, else VOCAB_SIZE)")
@@ -29,9 +30,14 @@ def main(argv: list[str]) -> int:
                       help='with --dry_run: also compile the train step for this TPU '
                       'topology (v5e:16x16, or a slice: v4-32) and report its bytes per chip '
                       'and flops; needs libtpu (docs/dry_run.md)')
+  parser.add_argument('--compile_plan', action='store_true',
+                      help="with --dry_run: compile the memory plan's TPU meshes (v5e-8, "
+                      'v5e-16) for their chips and print their bytes per chip; needs libtpu, '
+                      'and minutes for large models (docs/dry_run.md)')
   args = parser.parse_args(rest)
-  if args.topology and not args.dry_run:
-    raise UserError('--topology: only with --dry_run')
+  for flag in ('topology', 'compile_plan'):
+    if getattr(args, flag) and not args.dry_run:
+      raise UserError(f'--{flag}: only with --dry_run')
   gin_utils.check_recipe(args.gin_file, args.gin_bindings + bindings, inputs=not args.dry_run)
   cli.start_jax(args)
   # pylint: disable=g-import-not-at-top  (gin needs the configurables)
@@ -47,6 +53,8 @@ def main(argv: list[str]) -> int:
               else dry_run.run_report(spec, args.vocab_size))
     print(json.dumps(report, indent=1))
     print(dry_run.describe(report), flush=True)
+    plan = dry_run.run_fine_tuning_plan(spec, args.vocab_size, args.compile_plan)
+    print(dry_run.describe_fine_tuning_plan(plan, spec.train, spec.model.lora_rank), flush=True)
     dry_run.check_fits(report)
     return 0
   train_loop.train(from_gin.run_spec())

@@ -58,6 +58,7 @@ def main(argv: list[str]) -> int:
                       'best alone)')
   args = parser.parse_args(argv)
   _check_nbest(args)
+  decoding_flags.add_model_languages(args)
   src_lang = languages.check_language(args.src_lang, '--src_lang')
   tgt_lang = languages.check_language(args.tgt_lang, '--tgt_lang')
   if args.output is not None:

@@ -453,26 +453,37 @@ def contents(path: str | pathlib.Path | None) -> bytes | None:
   return pathlib.Path(path).read_bytes() if path and pathlib.Path(path).is_file() else None
 
 
-def unmet_inputs(commands: list[DocumentedCommand], monkeypatch, capsys) -> list[str]:
+def _given(flags: list[str], values: dict[str, str]) -> list[str]:
+  """`flags` with those named in `values` given those values instead."""
+  return [next((f'{name}={value}' for name, value in values.items()
+                if flag.startswith(f'{name}=')), flag) for flag in flags]
+
+
+def unmet_inputs(commands: list[DocumentedCommand], monkeypatch, capsys,
+                 brought: dict[str, str]) -> list[str]:
   """What a fine-tuning of an import among `commands` reads that no command before it
   writes. The import runs, from the tiny NLLB checkpoint (the folder a user brings) into
-  the folder the command names; launch/clean.py is taken at its word (it reads the data
-  folder for minutes): it writes its --output_dir."""
+  the folder the command names, and so does launch/extend_vocab.py; `brought` gives the
+  flags that name what else a user brings (text files) the values of such files here.
+  launch/clean.py is taken at its word (it reads the data folder for minutes): it writes
+  its --output_dir."""
+  brought = {'--path': str(TINY_NLLB), **brought}
   written, unmet = set(), []
   for command in commands:
     parser, arguments = parser_and_arguments(command, monkeypatch)
     args = type(parser).parse_args(parser, arguments)
-    if command.script == 'launch/import_checkpoint.py':
+    flags = _given(list(command.flags()), brought)
+    if command.script in ('launch/import_checkpoint.py', 'launch/extend_vocab.py'):
       if not pathlib.Path(args.output_dir).exists():
-        flags = [f'--path={TINY_NLLB}' if flag.startswith('--path=') else flag
-                 for flag in command.flags()]
-        code, _, err = run_in_process('import_checkpoint.py', flags, monkeypatch, capsys)
+        code, _, err = run_in_process(command.script.removeprefix('launch/'), flags,
+                                      monkeypatch, capsys)
         assert code == 0, f'{command.where}: {err}'
       written.add(args.output_dir)
     elif command.script == 'launch/clean.py':
       written.add(args.output_dir)
-    elif command.script == 'launch/train.py' and FINE_TUNING_RECIPE in args.gin_file:
-      bindings, _ = gin_utils.split_gin_overrides(command.flags())
+    elif command.script == 'launch/train.py' and (
+        FINE_TUNING_RECIPE in args.gin_file or any('init_from' in flag for flag in flags)):
+      bindings, _ = gin_utils.split_gin_overrides(flags)
       try:
         inputs = training_inputs(args.gin_file, args.gin_bindings + bindings)
       except UserError as error:
@@ -494,11 +505,19 @@ def unmet_inputs(commands: list[DocumentedCommand], monkeypatch, capsys) -> list
 
 def test_the_documented_fine_tuning_of_an_import_runs_in_order(tmp_path, monkeypatch, capsys):
   """The commands that fine-tune an imported model, as the README, docs/pretrained.md and
-  docs/lora.md (after the README's import) show them: every folder the training run reads
-  is one a command before it writes, and every macro its recipe reads is set. IMPORTED
-  names another folder here than on the pages: it alone must carry the import to the
-  run, its start (init_from) and its vocabulary."""
-  variables = {'IMPORTED': str(tmp_path / 'imported')}
+  docs/lora.md (after the README's import) show them, a language added to it among them:
+  every folder the training run reads is one a command before it writes, and every macro
+  its recipe reads is set. IMPORTED and EXTENDED name other folders here than on the
+  pages: they alone must carry the import to the run, its start (init_from) and its
+  vocabulary."""
+  variables = {'IMPORTED': str(tmp_path / 'imported'), 'EXTENDED': str(tmp_path / 'extended')}
+  # The parallel text a user brings to add a language: English and Acholi.
+  for name, line in (('train.eng', 'Parents teach their children'),
+                     ('train.ach', 'Lunyodo pwonyo lutino gi')):
+    (tmp_path / name).write_text(line + '\n', encoding='utf-8')
+  brought = {'--text': str(tmp_path / 'train.ach'),
+             '--gin.SRC_FILE': repr(str(tmp_path / 'train.eng')),
+             '--gin.TGT_FILE': repr(str(tmp_path / 'train.ach'))}
   readme = documented_sequence(README, 'Start from NLLB or OPUS-MT', variables)
   importing = [command for command in readme if command.script != 'launch/train.py']
   sequences = [readme, documented_sequence(REPO / 'docs' / 'pretrained.md', None, variables),
@@ -507,5 +526,5 @@ def test_the_documented_fine_tuning_of_an_import_runs_in_order(tmp_path, monkeyp
                   if f'--gin_file={FINE_TUNING_RECIPE}' in command.arguments]
   assert len(fine_tunings) == 3, fine_tunings
   unmet = [problem for sequence in sequences
-           for problem in unmet_inputs(sequence, monkeypatch, capsys)]
+           for problem in unmet_inputs(sequence, monkeypatch, capsys, brought)]
   assert not unmet, '\n'.join(unmet)

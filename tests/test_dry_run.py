@@ -1,6 +1,7 @@
 """--dry_run: parameter counts and per-device memory from shapes alone, and with --topology
 the train step compiled for TPU chips."""
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -13,6 +14,8 @@ import pytest
 
 from t5x_mt.config import configurables
 from t5x_mt.training import dry_run as dry_runs
+from t5x_mt.training import memory_plan
+from t5x_mt.training import run_config
 from t5x_mt.config import gin_utils
 from t5x_mt import kernels
 from t5x_mt.model import models
@@ -20,6 +23,8 @@ from t5x_mt.model import network
 from t5x_mt.core import partitioning
 from t5x_mt.runs import run_vocabulary
 from t5x_mt.core.errors import UserError
+from t5x_mt.pretrained import huggingface
+from test_import_checkpoint import CHECKPOINTS
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 
@@ -111,6 +116,80 @@ def test_dry_run_follows_the_run_axis_rules():
   assert replicated['param_bytes_per_device'] == 4 * replicated['parameters']
 
 
+# The memory plan: what full and LoRA training hold, and the mesh each topology needs.
+PLAN_MODEL = network.TransformerConfig(vocab_size=256, emb_dim=32, num_heads=2, head_dim=16,
+                                       mlp_dim=64, num_encoder_layers=2, num_decoder_layers=2,
+                                       max_length=64)
+PLAN_TRAIN = run_config.TrainConfig(model_dir='/tmp/t5x_mt/unused', train_steps=1,
+                                    batch_size=8, mixture_or_task_name='unused',
+                                    inputs_length=16, targets_length=16)
+
+
+@functools.cache
+def footprint(**changes) -> memory_plan.Footprint:
+  return dry_runs.training_footprint(dataclasses.replace(PLAN_MODEL, **changes), PLAN_TRAIN)
+
+
+def test_the_footprint_counts_adamw_and_gradients_for_what_trains_alone():
+  full = footprint()
+  count = models.count_params(PLAN_MODEL)
+  assert full.param_bytes == full.gradient_bytes == full.gathered_bytes == 4 * count
+  # Two float32 moments per parameter, and the optimizer's step counts.
+  assert 0 < full.optimizer_bytes - 2 * 4 * count <= 16
+  # LoRA of rank 4 on every projection: 2 x 32 x 4 on each 32 x 32 attention projection
+  # (4 a sublayer), 4 x (32 + 64) on each MLP projection; 2 encoder layers of one
+  # attention, 2 decoder layers of two. Only these train: gradients and moments for them.
+  lora = footprint(lora_rank=4)
+  lora_count = 2 * (4 * 256 + 2 * 384) + 2 * (8 * 256 + 2 * 384)
+  assert lora_count == 9216
+  assert lora.param_bytes == 4 * (count + lora_count)
+  assert lora.gradient_bytes == 4 * lora_count
+  assert 0 < lora.optimizer_bytes - 2 * 4 * lora_count <= 16
+
+
+def test_activations_follow_the_vocabulary_and_the_remat_policy():
+  """The backward pass keeps the logits once: a vocabulary 256 pieces larger adds
+  targets_length x 256 float32 to each row. Remat of every layer keeps its inputs alone."""
+  full = footprint()
+  larger = footprint(vocab_size=512)
+  assert larger.activation_bytes_per_row - full.activation_bytes_per_row == 16 * 256 * 4
+  remat = footprint(remat_policy='full')
+  assert remat.activation_bytes_per_row < 0.25 * full.activation_bytes_per_row
+  assert full.activation_fixed_bytes < 0.01 * full.activation_bytes_per_row
+
+
+def test_the_dry_run_of_an_imported_run_plans_full_and_lora_training(tmp_path, monkeypatch,
+                                                                     capsys):
+  """The fine-tuning recipe on a tiny imported NLLB-200 (d 16, 2+2 layers), with its
+  LORA_RANK: one line per topology for each way of training."""
+  imported = tmp_path / 'nllb'
+  huggingface.import_checkpoint(str(CHECKPOINTS / 'nllb'), str(imported))
+  code, out, err = run_in_process(
+      'train.py', ['--gin_file=gin/runs/finetune/pretrained.gin',
+                   f'--gin_file={imported}/config.gin', f"--gin.IMPORTED='{imported}'",
+                   '--dry_run', '--gin.LORA_RANK=4'],
+      monkeypatch, capsys)
+  assert code == 0, err
+  plan = out[out.index('memory plan at '):].splitlines()
+  assert plan[0].startswith('memory plan at BATCH_SIZE 8 (rows of 128 + 128 tokens), '
+                            'NUM_MICROBATCHES 1: per device, params + optimizer state + '
+                            'gradients + activations within 90% of its memory')
+  parameters = models.count_params(dataclasses.replace(
+      dry_runs.run_model_config(configurables.run_spec()), lora_rank=0))
+  # 4 x (16 + 16) on each attention projection, 4 x (16 + 32) on each MLP projection.
+  lora_count = 2 * (4 * 128 + 2 * 192) + 2 * (8 * 128 + 2 * 192)
+  assert plan[2].startswith(f'full: {parameters:,} of {parameters:,} parameters train')
+  assert plan[7].startswith(f'LoRA r=4 (as LORA_RANK sets): {lora_count:,} of '
+                            f'{parameters + lora_count:,} parameters train')
+  for first in (3, 8):
+    assert [line.split(':')[0] for line in plan[first:first + 4]] == [
+        '  ' + topology.name for topology in memory_plan.TOPOLOGIES]
+    assert plan[first].startswith('  1 x H100 80GB: mesh (data 1, fsdp 1): params ')
+    assert plan[first + 1].startswith('  8 x A100 40GB: mesh (data 8, fsdp 1): params ')
+    assert plan[first + 3] == ('  TPU v5e-16: nothing fits: BATCH_SIZE 8 does not split over '
+                               '16 devices x NUM_MICROBATCHES 1')
+
+
 # --dry_run --topology: the real train step compiled for TPU chips on this CPU machine.
 needs_libtpu = pytest.mark.skipif(
     dry_runs.libtpu_library() is None,
@@ -154,6 +233,24 @@ def test_fsdp_shards_the_compiled_state_over_the_chips():
   data = compiled_report('v5e:2x2', 'MESH_SHAPE = (4, 1, 1)', 'BATCH_SIZE = 8')
   assert data['param_bytes_per_device'] / fsdp['param_bytes_per_device'] > 3.9
   assert fsdp['argument_bytes_per_chip'] < 0.27 * data['argument_bytes_per_chip']
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_the_plan_compiles_its_tpu_meshes_for_their_slice():
+  """--compile_plan: each way of training compiled under its chosen mesh for a v5e-8's
+  chips; each chip holds at least the shares of parameters and optimizer state the plan
+  counts."""
+  v5e_8 = memory_plan.TOPOLOGIES[2]
+  trainings = dry_runs.fine_tuning_plan(dataclasses.replace(PLAN_MODEL, dropout_rate=0.0),
+                                        PLAN_TRAIN, compile_tpu=True, topologies=(v5e_8,))
+  for training in trainings:
+    planned = training.plans[0].device_bytes
+    compiled = training.compiled_bytes['TPU v5e-8']
+    assert planned.params + planned.optimizer <= compiled < v5e_8.device_bytes
+  lines = dry_runs.describe_fine_tuning_plan(trainings, PLAN_TRAIN, 0).splitlines()
+  assert re.search(r'; compiled for v5e:2x4: \S+ MiB per chip of 16.00 GiB$', lines[3])
+  assert re.search(r'; compiled for v5e:2x4: \S+ MiB per chip of 16.00 GiB$', lines[5])
 
 
 @needs_libtpu

@@ -11,6 +11,7 @@ import pytest
 from t5x_mt.decoding import search
 from t5x_mt.decoding.search import common
 from t5x_mt.decoding import ensemble
+from t5x_mt.decoding import ensemble_combinations
 from t5x_mt.model import models
 from t5x_mt.decoding import prediction
 from t5x_mt.config import run_loading
@@ -48,7 +49,7 @@ def test_an_ensemble_of_one_run_translates_and_scores_as_the_run(trained_run, si
       SENTENCES, 'eng_Latn', 'hau_Latn')
 
 
-@pytest.mark.parametrize('combination', ensemble.COMBINATIONS)
+@pytest.mark.parametrize('combination', ensemble_combinations.COMBINATIONS)
 def test_two_copies_of_a_run_translate_as_the_run(trained_run, single, combination):
   copies = run_loading.load_ensemble([(str(trained_run), 1.0), (str(trained_run), 3.0)],
                                      combination, beam_size=3)
@@ -69,7 +70,7 @@ def _teacher_forced_log_probs(config, params, encoder_tokens, targets):
   return np.take_along_axis(log_probs, targets[:, :, None], axis=-1)[:, :, 0]
 
 
-@pytest.mark.parametrize('combination', ensemble.COMBINATIONS)
+@pytest.mark.parametrize('combination', ensemble_combinations.COMBINATIONS)
 def test_each_hypothesis_scores_the_combined_teacher_forced_log_probs_of_two_architectures(
     combination):
   configs = (PRE_LN, POST_B2T_RELATIVE)

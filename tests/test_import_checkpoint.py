@@ -168,6 +168,7 @@ def test_a_language_the_checkpoint_lacks_is_one_line(imported, tmp_path, monkeyp
   assert code == 2
   assert err.strip().count('\n') == 0
   assert '<2kin_Latn>' in err and 'no token for that language' in err
+  assert err.strip().endswith('(launch/extend_vocab.py adds a language to a run)')
   assert not output.exists()
 
 
@@ -449,7 +450,8 @@ def test_a_direction_in_a_language_the_checkpoint_lacks_is_refused(tmp_path, mon
       '--directions=eng_Latn-kin_Latn'], monkeypatch, capsys)
   assert code == 2
   assert err.strip() == ('error: --directions: eng_Latn-kin_Latn: the checkpoint has no token '
-                         'for kin_Latn')
+                         'for kin_Latn (launch/extend_vocab.py adds a language to the imported '
+                         'run)')
   assert not (tmp_path / 'run').exists()
 
 
@@ -502,7 +504,9 @@ def test_a_multilingual_opus_mt_model_records_directions_by_their_target(tmp_pat
       f'--path={CHECKPOINTS / "marian_mul"}', f'--output_dir={tmp_path / "other"}',
       '--directions=hau_Latn-kin_Latn'], monkeypatch, capsys)
   assert code == 2 and err.strip() == ('error: --directions: hau_Latn-kin_Latn: the '
-                                       'checkpoint has no token for kin_Latn')
+                                       'checkpoint has no token for kin_Latn '
+                                       '(launch/extend_vocab.py adds a language to the '
+                                       'imported run)')
 
 
 def test_an_import_into_a_relative_folder_names_its_vocabulary_by_its_absolute_path(

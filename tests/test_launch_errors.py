@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from t5x_mt.core import cli
+from t5x_mt.pretrained import huggingface
 
 from test_launch_translate_evaluate import command_environment
 from test_launch_translate_evaluate import LAUNCH
@@ -139,6 +140,8 @@ OUTPUTS = {
     'distill.py': (['--checkpoint_dir=run', '--corpus=cldr',
                     '--directions=eng_Latn-hau_Latn'], '--output'),
     'export.py': (['--checkpoint_dir=run', '--format=ctranslate2'], '--output_dir'),
+    'extend_vocab.py': (['--checkpoint_dir=run', '--language=ach_Latn', '--text=in.txt'],
+                        '--output_dir'),
     'import_checkpoint.py': (['--format=huggingface', '--path=in'], '--output_dir'),
     'build_vocab.py': (['--gin_file=gin/runs/demo.gin'], '--output'),
     'clean.py': (['--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
@@ -264,6 +267,57 @@ def test_a_missing_input_file_or_run_folder_is_named_before_any_import(script, f
   assert finished.imported == [] and files_under(workdir) == ['in.nbest']
 
 
+NLLB = pathlib.Path(__file__).parent / 'checkpoints' / 'huggingface' / 'nllb'
+
+
+def _run_folder(folder: pathlib.Path, vocabulary: bytes) -> None:
+  """What extend_vocab.py reads of a run before anything loads: its vocabulary, a
+  config.gin and a checkpoints/ folder."""
+  folder.mkdir()
+  (folder / 'vocab.model').write_bytes(vocabulary)
+  (folder / 'config.gin').write_text('', encoding='utf-8')
+  (folder / 'checkpoints').mkdir()
+
+
+@pytest.mark.parametrize('flags, error_line', [
+    (['--language=hau_Latn', '--text=ach.txt'],
+     'error: --language: run has hau_Latn already (its vocabulary holds the tag <2hau_Latn>)'),
+    (['--language=ach', '--text=ach.txt'], "error: --language: 'ach' is not shaped as a "
+     'FLORES-200 code (ISO 639-3 language, ISO 15924 script: ach_Latn)'),
+    (['--language=ach_Latn', '--text=blank.txt'], 'error: --text: blank.txt holds no text'),
+    (['--language=xyz_Latn', '--text=amh.txt'], 'error: --text: amh.txt: 100% of its letters '
+     'are outside the Latn script that xyz_Latn names'),
+    (['--language=ach_Latn', '--text=ach.txt', '--checkpoint_dir=texts'],
+     'error: --checkpoint_dir: texts is not a run folder (it has no config.gin)'),
+    (['--language=ach_Latn', '--text=ach.txt', '--output_dir=texts'],
+     'error: --output_dir: texts exists and is not empty'),
+    (['--language=ach_Latn', '--text=ach.txt', '--checkpoint_dir=bilingual'],
+     'error: --checkpoint_dir: bilingual tags no language (a bilingual model): it has no '
+     'tag to add a language by'),
+    (['--language=ach_Latn', '--text=ach.txt', '--checkpoint_dir=opus'],
+     'error: --checkpoint_dir: opus segments its sources with a vocabulary of their own '
+     '(source_vocab.model, an OPUS-MT import); languages are added to runs of one '
+     'vocabulary'),
+])
+def test_a_language_that_cannot_be_added_is_one_line_before_any_import(workdir, flags,
+                                                                        error_line):
+  imported = huggingface.vocabulary_of(NLLB, huggingface.read_config(NLLB)).model
+  _run_folder(workdir / 'run', imported)
+  _run_folder(workdir / 'bilingual', (NLLB / 'sentencepiece.bpe.model').read_bytes())
+  _run_folder(workdir / 'opus', imported)
+  (workdir / 'opus' / 'source_vocab.model').write_bytes(imported)
+  (workdir / 'texts').mkdir()  # A folder, not empty, and no run.
+  (workdir / 'texts' / 'notes.txt').write_text('notes\n', encoding='utf-8')
+  for name, text in (('ach', 'Lunyodo pwonyo lutino gi\n'), ('blank', '\n  \n'),
+                     ('amh', 'ሰላም ለዓለም\n')):
+    (workdir / f'{name}.txt').write_text(text, encoding='utf-8')
+  written = files_under(workdir)
+  finished = launch('extend_vocab.py', '--checkpoint_dir=run', '--output_dir=extended', *flags,
+                    cwd=workdir)
+  assert_refused(finished, error_line)
+  assert finished.imported == [] and files_under(workdir) == written
+
+
 @pytest.mark.parametrize('flags, error_line', [
     (['--ctranslate2=.', '--port=70000'],
      'error: --port: a port number from 1 to 65535, got 70000'),
@@ -288,8 +342,10 @@ def test_bad_server_flags_are_one_line_before_any_import(workdir, flags, error_l
      "error: --coordinator_address: 'localhost' is not HOST:PORT"),
     (['--local_device_ids=0,x'],
      "error: --local_device_ids: '0,x' is not a comma-separated list of device numbers"),
+    (['--topology=v5e:2x2'], 'error: --topology: only with --dry_run'),
+    (['--compile_plan'], 'error: --compile_plan: only with --dry_run'),
 ])
-def test_bad_distributed_flags_are_one_line_before_any_import(workdir, flags, error_line):
+def test_bad_train_flags_are_one_line_before_any_import(workdir, flags, error_line):
   finished = launch('train.py', '--gin_file=gin/runs/demo.gin', *flags, cwd=workdir)
   assert_refused(finished, error_line)
   assert finished.imported == [] and files_under(workdir) == []
@@ -324,6 +380,14 @@ def test_a_lora_setting_that_cannot_hold_is_one_line(workdir, bindings, error_li
   assert len(finished.stderr.splitlines()) == 1, finished.stderr
   assert finished.stderr.startswith(error_line), finished.stderr
   assert files_under(workdir) == []
+
+
+def test_an_unknown_ensemble_combination_is_named_before_any_import(workdir):
+  finished = launch('translate.py', '--ensemble=.,.:2', '--ensemble_combination=max',
+                    '--src_lang=eng_Latn', '--tgt_lang=hau_Latn', cwd=workdir)
+  assert_refused(finished, "error: --ensemble_combination: 'max' is not one of "
+                 "'log_mean_prob', 'mean_log_prob'")
+  assert finished.imported == []
 
 
 def test_missing_gin_file_is_named_before_any_import(workdir):

@@ -77,14 +77,6 @@ def test_bad_nbest_and_ensemble_flags_are_one_line(trained_run, source, tmp_path
   assert not output.exists()
 
 
-def test_an_unknown_combination_is_one_line(trained_run, source, monkeypatch, capsys):
-  code, _, err = run_in_process('translate.py', [
-      f'--ensemble={trained_run}', '--ensemble_combination=max', '--src_lang=eng_Latn',
-      '--tgt_lang=hau_Latn', f'--input={source}'], monkeypatch, capsys)
-  assert (code, error_lines(err)) == (
-      2, ["error: --ensemble_combination: one of mean_log_prob, log_mean_prob, got 'max'"])
-
-
 def test_an_ensemble_member_that_cannot_load_is_one_line(trained_run, source, tmp_path,
                                                          monkeypatch, capsys):
   missing = tmp_path / 'missing'

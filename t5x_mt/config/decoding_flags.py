@@ -13,11 +13,16 @@ import argparse
 import math
 from typing import Any
 
+from google.protobuf import message
+
 from t5x_mt.core import files
 from t5x_mt.core import languages
 from t5x_mt.core import validation
 from t5x_mt.core.errors import UserError
+from t5x_mt.data import tags
+from t5x_mt.decoding import ensemble_combinations
 from t5x_mt.decoding import search
+from t5x_mt.runs import run_layout
 
 
 def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = False
@@ -38,7 +43,7 @@ def add_decoding_flags(parser: argparse.ArgumentParser, family_models: bool = Fa
        help='several runs sharing one vocabulary, decoding as one model, '
        'instead of --checkpoint_dir: RUN[:WEIGHT],RUN[:WEIGHT],... (weight 1 '
        'when left out); each loads its latest checkpoint')
-  flag('--ensemble_combination', default='mean_log_prob',
+  flag('--ensemble_combination', default=ensemble_combinations.DEFAULT,
        help='how --ensemble combines its runs at each step: mean_log_prob '
        '(weighted mean of log-probabilities, as Marian) or log_mean_prob '
        '(log of the weighted mean probability, as fairseq)')
@@ -109,7 +114,7 @@ def decoding_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if folder is not None:
       files.check_input(folder, flag, folder=True)
   if names_runs and args.ensemble is not None:
-    _check_ensemble_combination(args.ensemble_combination)
+    ensemble_combinations.check('--ensemble_combination', args.ensemble_combination)
   return overrides
 
 
@@ -166,12 +171,22 @@ def _check_export_flags(args: argparse.Namespace) -> None:
   files.check_input(args.ctranslate2, '--ctranslate2', folder=True)
 
 
-def _check_ensemble_combination(combination: str) -> None:
-  """Checked last: its names come with the ensemble's module, which imports JAX."""
-  from t5x_mt.decoding import ensemble  # pylint: disable=g-import-not-at-top
-  if combination not in ensemble.COMBINATIONS:
-    raise UserError(f'--ensemble_combination: one of {", ".join(ensemble.COMBINATIONS)}, '
-                    f'got {combination!r}')
+def add_model_languages(args: argparse.Namespace) -> None:
+  """Makes the languages that the vocabularies of the runs the model flags name add beyond
+  FLORES-200 known (`tags.add_vocabulary_languages`), so that the language flags may name
+  them before anything loads. Runs on an object store are left out (their client would
+  load first, before the flags' other checks), as are folders without a readable
+  vocabulary, left to the run's loading, which names what is wrong."""
+  named = _runs_named(args) if getattr(args, 'ctranslate2', None) is None else []
+  for _, folder in named:
+    if folder is None or files.on_object_store(folder):
+      continue
+    vocabulary = run_layout.RunLayout(folder).vocabulary
+    if vocabulary.is_file():
+      try:
+        tags.add_vocabulary_languages(vocabulary.read_bytes())
+      except message.DecodeError:
+        continue
 
 
 def _runs_named(args: argparse.Namespace) -> list[tuple[str, str | None]]:

@@ -40,6 +40,7 @@ from t5x_mt.core import partitioning
 from t5x_mt.runs import run_layout
 from t5x_mt.runs import run_vocabulary
 from t5x_mt.data import settings
+from t5x_mt.data import tags
 from t5x_mt.data import vocab
 from t5x_mt.data import wmt22
 from t5x_mt.data.yoruba import marking_lexicon
@@ -87,6 +88,7 @@ def read_run(checkpoint_dir: str, flag: str = '--checkpoint_dir') -> SavedRun:
   vocabulary_file = _run_file(checkpoint_dir, layout.vocabulary,
                               'a copy of its SentencePiece model', flag)
   num_pieces = vocab.sentencepiece_processor(vocabulary_file).get_piece_size()
+  tags.add_vocabulary_languages(vocabulary_file.read_bytes())
   with gin_utils.isolated_config():
     gin_utils.parse_gin([str(config_file)], [], skip_unknown=True)
     return SavedRun(config_file.parent, vocabulary_file, source_vocabulary_file(checkpoint_dir),

@@ -2,7 +2,9 @@
 
 An id travels with every target token through packing (see feature_converters), so it
 must be a small integer that is the same in every process: it is derived from the
-languages' positions in the fixed FLORES-200 code list, never from registration order.
+languages' positions in the fixed FLORES-200 code list, never from the order tasks are
+registered in (a language a vocabulary adds has the index its vocabulary gives it:
+`languages.add_languages`).
 """
 
 from collections.abc import Collection, Sequence
@@ -11,7 +13,7 @@ from typing import NamedTuple
 from t5x_mt.core import languages
 from t5x_mt.core.errors import UserError
 
-_STRIDE = 256  # > number of FLORES-200 codes, so src and tgt indices never collide.
+_STRIDE = languages.INDEX_LIMIT  # Above every language index: src and tgt never collide.
 # How directions are grouped (DRO's groups, adapters' keys): each direction on its own, or
 # every direction into one target language together.
 GROUPINGS = ('direction', 'target')
@@ -47,8 +49,7 @@ class Direction(NamedTuple):
   def from_id(cls, direction_id: int) -> 'Direction':
     """The direction whose `id` is `direction_id`."""
     src_index, tgt_index = divmod(int(direction_id) - 1, _STRIDE)
-    codes = sorted(languages.FLORES200_CODES)
-    return cls(codes[src_index], codes[tgt_index])
+    return cls(languages.code_at(src_index), languages.code_at(tgt_index))
 
   @property
   def name(self) -> str:

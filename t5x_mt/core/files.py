@@ -235,6 +235,14 @@ def check_output(output: str | os.PathLike, flag: str, folder: bool = False) -> 
                     f'({error.strerror})') from None
 
 
+def check_new_folder(output: str | os.PathLike, flag: str) -> None:
+  """Refuses a folder output that exists with something in it: a command that writes a
+  whole folder (`staged_folder`) would replace it."""
+  target = path(output)
+  if target.exists() and any(target.iterdir()):
+    raise UserError(f'{flag}: {output} exists and is not empty')
+
+
 def _looked_up(target: epath.Path, flag: str) -> bool:
   """Whether object-store `target` exists; an error of the store (no such bucket, no
   credentials) is one line naming the flag."""

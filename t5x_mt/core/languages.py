@@ -4,11 +4,20 @@ Every file name, task name and target-language tag in t5x_mt uses a FLORES-200 c
 (ISO 639-3 language + ISO 15924 script, e.g. `hau_Latn`). Corpora that name languages
 otherwise (CLDR locale ids in `babel`, NTREX-128 file names) are mapped here, in one place,
 so that a questionable mapping is visible and documented once.
+
+A run's vocabulary may hold the tag of a language FLORES-200 lacks, named by a code of the
+same shape (`ach_Latn`: launch/extend_vocab.py adds it). A command that reads such a
+vocabulary makes its languages known here (`add_languages`), and from then on they pass
+every check as FLORES-200's codes do.
 """
 
+from collections.abc import Sequence
 import difflib
+import re
+from typing import NamedTuple
 
 from t5x_mt.core.errors import UserError
+from t5x_mt.core.registry import Registry
 
 # The 204 codes of FLORES-200 (github.com/facebookresearch/flores, flores200/README.md),
 # sorted, so that a code's position is a stable small integer id.
@@ -113,10 +122,11 @@ def marian_to_flores(code: str) -> str | None:
 
 
 def any_code_to_flores(code: str) -> str | None:
-  """The FLORES-200 code a client means by `code`: a FLORES-200 code (in any case), an
-  ISO 639-1 code ('ha'), or an ISO 639-3 code that names one FLORES-200 language ('hau';
-  a macrolanguage as NTREX-128 names it: 'swa' -> swh_Latn); None for any other."""
-  by_lower = {c.lower(): c for c in FLORES200_CODES}
+  """The FLORES-200-shaped code a client means by `code`: a FLORES-200 code or a language
+  a vocabulary added (`add_languages`), in any case; an ISO 639-1 code ('ha'), or an ISO
+  639-3 code that names one FLORES-200 language ('hau'; a macrolanguage as NTREX-128
+  names it: 'swa' -> swh_Latn); None for any other."""
+  by_lower = {c.lower(): c for c in (*FLORES200_CODES, *ADDED_LANGUAGES.names())}
   lowered = code.strip().replace('-', '_').lower()
   if lowered in by_lower:
     return by_lower[lowered]
@@ -135,6 +145,46 @@ def short_code(flores: str) -> str:
 
 
 _INDEX: dict[str, int] = {code: i for i, code in enumerate(FLORES200_CODES)}
+# Language indices are below this: FLORES-200's codes first, then the added languages (a
+# direction's id packs two indices, `directions`).
+INDEX_LIMIT = 256
+# ISO 639-3 language, ISO 15924 script: the shape of every FLORES-200 code.
+_CODE_SHAPE = re.compile(r'[a-z]{3}_[A-Z][a-z]{3}')
+
+
+class AddedLanguage(NamedTuple):
+  """A language a vocabulary adds beyond FLORES-200, and its index."""
+  name: str
+  index: int
+
+
+# The languages added to this process by the vocabularies it read: the module's one
+# registry.
+ADDED_LANGUAGES: Registry[AddedLanguage] = Registry('added language')
+
+
+def is_code_shaped(code: str) -> bool:
+  """Whether `code` is shaped as a FLORES-200 code: three lower-case letters, '_', a
+  capitalised four-letter script."""
+  return bool(_CODE_SHAPE.fullmatch(code))
+
+
+def add_languages(codes: Sequence[str]) -> None:
+  """Makes `codes`, the languages a vocabulary adds (its tags' order), known to every
+  check. Each code new to the process takes the next index after FLORES-200's: every
+  process of a run reads the same vocabulary first, and gives its languages the same
+  indices."""
+  for code in codes:
+    if code in _INDEX or code in ADDED_LANGUAGES.names():
+      continue
+    if not is_code_shaped(code):
+      raise UserError(f'{code!r}: a language code is shaped as FLORES-200\'s (eng_Latn: '
+                      'ISO 639-3 language, ISO 15924 script)')
+    index = len(FLORES200_CODES) + len(ADDED_LANGUAGES.names())
+    if index >= INDEX_LIMIT:
+      raise UserError(f'{code}: at most {INDEX_LIMIT - len(FLORES200_CODES)} languages '
+                      'beyond FLORES-200 can be known at once')
+    ADDED_LANGUAGES.register(AddedLanguage(code, index))
 
 
 def _suggestions(code: str) -> list[str]:
@@ -154,17 +204,20 @@ def _suggestions(code: str) -> list[str]:
 
 
 def check_language(code: str, where: str) -> str:
-  """Returns `code` if it is a FLORES-200 code; else raises UserError naming `where`.
+  """Returns `code` if it is a FLORES-200 code or an added language's; else raises
+  UserError naming `where`.
 
   The message suggests the closest code ('hau' -> 'hau_Latn', 'sw' -> 'swh_Latn'), since
   ISO 639-1/3 codes without a script are the commonest mistake.
   """
-  if code in _INDEX:
+  if code in _INDEX or code in ADDED_LANGUAGES.names():
     return code
   suggestions = _suggestions(str(code))
   hint = (f"; did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else '')
+  added = ('; a language launch/extend_vocab.py added is known where its run\'s vocabulary '
+           'is read' if is_code_shaped(str(code)) else '')
   raise UserError(f'{where}: {code!r} is not a FLORES-200 language code{hint} '
-                  '(codes look like eng_Latn, hau_Latn, amh_Ethi)')
+                  f'(codes look like eng_Latn, hau_Latn, amh_Ethi){added}')
 
 
 def language_tag(code: str) -> str:
@@ -172,6 +225,23 @@ def language_tag(code: str) -> str:
   return f'<2{check_language(code, "language tag")}>'
 
 
+def tagged_language(piece: str) -> str | None:
+  """The code of the language whose tag `piece` is shaped as ('<2ach_Latn>' -> 'ach_Latn'),
+  None for any other piece."""
+  code = piece[2:-1]
+  return code if piece == f'<2{code}>' and is_code_shaped(code) else None
+
+
 def language_index(code: str) -> int:
-  """A stable id in [0, 204): the position of `code` in the sorted FLORES200_CODES."""
-  return _INDEX[check_language(code, 'language index')]
+  """A stable id below INDEX_LIMIT: the position of `code` in the sorted FLORES200_CODES,
+  from 204 on an added language's."""
+  if code in _INDEX:
+    return _INDEX[code]
+  return ADDED_LANGUAGES.get(check_language(code, 'language index')).index
+
+
+def code_at(index: int) -> str:
+  """The language whose `language_index` is `index`."""
+  if index < len(FLORES200_CODES):
+    return FLORES200_CODES[index]
+  return next(added.name for added in ADDED_LANGUAGES if added.index == index)

@@ -131,9 +131,43 @@ def tag_piece_id(tokenizer: Any, tag: str, vocabulary_file: str) -> int:
   piece_id = tokenizer.piece_to_id(tag)
   if piece_id == tokenizer.unk_id():
     raise UserError(f'{vocabulary_file}: the vocabulary has no piece {tag}: the model has no '
-                    'token for that language (launch/build_vocab.py builds vocabularies with '
-                    'a tag for every FLORES-200 language)')
+                    'token for that language (launch/extend_vocab.py adds a language to a '
+                    'run)')
   return piece_id
+
+
+def tag_languages(model: bytes) -> tuple[str, ...]:
+  """The codes of the languages a serialized SentencePiece model has a tag for, in the
+  order of its pieces."""
+  proto = model_pb2.ModelProto.FromString(model)
+  tagged = (languages.tagged_language(piece.piece) for piece in proto.pieces
+            if piece.type == model_pb2.ModelProto.SentencePiece.USER_DEFINED)
+  return tuple(code for code in tagged if code)
+
+
+def check_new_language(model: bytes, code: str, run: str) -> None:
+  """A UserError naming the flag at fault unless `code` (--language) is shaped as a
+  FLORES-200 code and run `run` (--checkpoint_dir), whose vocabulary is the serialized
+  SentencePiece model `model`, tags languages but not that one."""
+  if not languages.is_code_shaped(code):
+    raise UserError(f'--language: {code!r} is not shaped as a FLORES-200 code (ISO 639-3 '
+                    'language, ISO 15924 script: ach_Latn)')
+  known = add_vocabulary_languages(model)
+  if not known:
+    raise UserError(f'--checkpoint_dir: {run} tags no language (a bilingual model): it has '
+                    'no tag to add a language by')
+  if code in known:
+    raise UserError(f'--language: {run} has {code} already (its vocabulary holds the tag '
+                    f'{languages.language_tag(code)})')
+
+
+def add_vocabulary_languages(model: bytes) -> tuple[str, ...]:
+  """Makes the languages a serialized SentencePiece model has tags for known to every
+  check of a language code (`languages.add_languages`), those beyond FLORES-200 included;
+  returns them."""
+  codes = tag_languages(model)
+  languages.add_languages(codes)
+  return codes
 
 
 # SentencePiece piece types that spell text; every other piece marks data. Unused pieces

@@ -102,7 +102,8 @@ def train_sentencepiece(sentences: Mapping[str, Sequence[str]], output_path: str
   model) with a fixed thread count. The file appears only when complete.
 
   `model_type='char'` makes a character vocabulary (`_CHARACTER_OPTIONS`) of every line of
-  every language, unsampled: it needs every character, not a balance of languages.
+  every language, unsampled: it needs every character, not a balance of languages;
+  'bpe' a BPE model, whose pieces grow a BPE vocabulary (`vocab_merge`).
   """
   if model_type == 'char':
     sample = [line for lines in sentences.values() for line in lines]

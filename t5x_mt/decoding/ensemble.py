@@ -3,15 +3,7 @@
 Its members may differ in depth, width, layer-norm placement, positions and layer layout
 (scanned or not); they share the vocabulary, so their steps score the same pieces. Each
 step runs every member on its own cache and combines the members' log-probabilities of
-the next piece, inside the one jitted search:
-
-  mean_log_prob  sum_i w_i log p_i(y): the weighted mean of log-probabilities, a product
-                 of experts left unnormalised (Marian's and the WMT ensembles'; the
-                 default). A piece every member finds likely wins; one member's doubt
-                 weighs as much as another's confidence.
-  log_mean_prob  log sum_i w_i p_i(y): the log of the weighted mean probability, a
-                 mixture (fairseq's EnsembleModel). A piece one member is sure of keeps
-                 at least its weight's share of that probability.
+the next piece, inside the one jitted search, as `ensemble_combinations` names.
 
 Weights are normalised to sum to one, so an ensemble of one run, or of copies of one
 run, scores exactly as that run does.
@@ -23,14 +15,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from t5x_mt.decoding import ensemble_combinations
 from t5x_mt.decoding.search import common
 from t5x_mt.model import models
 from t5x_mt.core.directions import Direction
 from t5x_mt.core.errors import UserError
 
 Array = jax.Array
-
-COMBINATIONS = ('mean_log_prob', 'log_mean_prob')
 
 
 class Ensemble:
@@ -52,9 +43,7 @@ class Ensemble:
       raise UserError(f'ensemble: {len(members)} members and {len(weights)} weights')
     if any(w <= 0 for w in weights):
       raise UserError(f'ensemble: weights must be > 0, got {list(weights)}')
-    if combination not in COMBINATIONS:
-      raise UserError(f'ensemble: combination must be one of {COMBINATIONS}, got '
-                      f'{combination!r}')
+    ensemble_combinations.check('ensemble: combination', combination)
     self.members = tuple(members)
     total = sum(weights)
     self.weights = tuple(w / total for w in weights)

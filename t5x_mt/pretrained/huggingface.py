@@ -432,7 +432,7 @@ def _checked_directions(names: Sequence[str], vocabulary: hf_vocabulary.Converte
     for lang in tagged:
       if vocabulary.languages and lang not in vocabulary.languages:
         raise UserError(f'--directions: {direction.name}: the checkpoint has no token for '
-                        f'{lang}')
+                        f'{lang} (launch/extend_vocab.py adds a language to the imported run)')
   return [direction.name for direction in parsed]
 
 

@@ -19,7 +19,7 @@ of the arrays it holds and Orbax's primary process the metadata; host states dec
 which process writes what, and process 0 writes their manifest.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 import contextlib
 import json
 import logging
@@ -192,16 +192,25 @@ class RunCheckpoints:
     shapes = {_path_key(path): tuple(leaf.shape)
               for path, leaf in jax.tree_util.tree_leaves_with_path(metadata)
               if hasattr(leaf, 'shape')}
-    base = self.base() if item == 'params' else None
-    if base is None:
+    if item != 'params':
       return shapes
+    return self._over_base(shapes, lambda base, step: base.saved_shapes(step))
+
+  def _over_base(self, own: dict[tuple[str, ...], Any],
+                 read_base: Callable[['RunCheckpoints', int], dict[tuple[str, ...], Any]]
+                 ) -> dict[tuple[str, ...], Any]:
+    """{path: value} of this run's parameters: `own`, and where the run has a base run,
+    the frozen ones `read_base(its checkpoints, its step)` gives."""
+    base = self.base()
+    if base is None:
+      return own
     base_checkpoints = RunCheckpoints(base[0], read_only=True)
     try:
-      base_shapes = base_checkpoints.saved_shapes(base[1])
+      theirs = read_base(base_checkpoints, base[1])
     finally:
       base_checkpoints.close()
-    return {**{path: shape for path, shape in base_shapes.items()
-               if not parameter_layout.trains_on_frozen_base(path)}, **shapes}
+    return {**{path: value for path, value in theirs.items()
+               if not parameter_layout.trains_on_frozen_base(path)}, **own}
 
   def _saved_like(self, item: str, step: int, target: Any) -> Any:
     """Abstract arrays like `target` but with the shapes saved at `step`.
@@ -241,6 +250,17 @@ class RunCheckpoints:
       restored = self._manager.restore(step, args=ocp.args.Composite(
           params=ocp.args.StandardRestore(_abstract(own_target))))
     return self._with_base(restored['params'], target_params)
+
+  def restore_saved_params(self, step: int) -> Any:
+    """The parameters saved at `step` as they were saved (shapes, dtypes, layout), with
+    those a base run holds for this run: for a command that rewrites a run's weights
+    without building its model."""
+    with self._reading(step):
+      own = self._manager.restore(step, args=ocp.args.Composite(
+          params=ocp.args.StandardRestore()))['params']
+    return traverse_util.unflatten_dict(self._over_base(
+        traverse_util.flatten_dict(own),
+        lambda base, step: traverse_util.flatten_dict(base.restore_saved_params(step))))
 
   def save_params(self, step: int, params: Any) -> None:
     """Saves parameters alone at `step`: a checkpoint to translate, evaluate or fine-tune

@@ -33,6 +33,7 @@ import os
 
 from t5x_mt.core import files
 from t5x_mt.core import directions
+from t5x_mt.core.errors import UserError
 
 _VALIDATION = 'validation'
 
@@ -80,6 +81,21 @@ class RunLayout:
   @property
   def dro_groups(self) -> files.AnyPath:
     return self.root / 'dro_groups.json'
+
+  def check_is_run(self, flag: str) -> None:
+    """A UserError naming `flag` unless the folder holds what every reader of a run needs:
+    config.gin, vocab.model and checkpoints/."""
+    for path in (self.config, self.vocabulary, self.checkpoints):
+      if not path.exists():
+        raise UserError(f'{flag}: {self.root} is not a run folder (it has no {path.name})')
+
+  def check_one_vocabulary(self, flag: str) -> None:
+    """A UserError naming `flag` where the run segments its sources with a vocabulary of
+    their own (an OPUS-MT import): a grown vocabulary would leave that one behind."""
+    if self.source_vocabulary.is_file():
+      raise UserError(f'{flag}: {self.root} segments its sources with a vocabulary of their '
+                      f'own ({self.source_vocabulary.name}, an OPUS-MT import); languages '
+                      'are added to runs of one vocabulary')
 
   def corpus_file(self, name: str) -> files.AnyPath:
     """A file a corpus of the run keeps with it (`mixtures.run_files`)."""

@@ -18,6 +18,7 @@ import pathlib
 import sys
 from typing import Any
 
+from flax import traverse_util
 import flax.linen as nn
 import jax
 from jax.experimental import topologies
@@ -30,6 +31,7 @@ from t5x_mt.model import lora
 from t5x_mt.model import models
 from t5x_mt.model import network
 from t5x_mt.core import partitioning
+from t5x_mt.training import memory_plan
 from t5x_mt.training import run_config
 from t5x_mt.runs import run_vocabulary
 from t5x_mt.training import trainer
@@ -232,9 +234,10 @@ def topology_devices(topology: str) -> list[jax.Device]:
   return list(devices)
 
 
-def _abstract_batch(train: run_config.TrainConfig) -> models.Batch:
-  """Shapes and dtypes of one global training batch: the model's inputs and loss weights."""
-  batch = jax.eval_shape(lambda: models.dummy_batch(train.batch_size, train.inputs_length,
+def _abstract_batch(train: run_config.TrainConfig, rows: int) -> models.Batch:
+  """Shapes and dtypes of `rows` rows of a training batch: the model's inputs and loss
+  weights."""
+  batch = jax.eval_shape(lambda: models.dummy_batch(rows, train.inputs_length,
                                                     train.targets_length))
   return dict(batch, decoder_loss_weights=batch['decoder_target_tokens'])
 
@@ -262,7 +265,7 @@ def compile_train_step(config: network.TransformerConfig, train: run_config.Trai
   state = nn.unbox(state)  # Outside the rules: unboxing there would constrain shardings.
   with partitioning.activation_sharding(mesh, rules):
     lowered = trainer.sharded_train_step(step, shardings, mesh).lower(
-        state, _abstract_batch(train), rng, None)
+        state, _abstract_batch(train, train.batch_size), rng, None)
   try:
     return lowered.compile()
   except jax.errors.JaxRuntimeError as error:
@@ -271,6 +274,13 @@ def compile_train_step(config: network.TransformerConfig, train: run_config.Trai
     # Too big for the chip: compiled again with the TPU compiler's out-of-memory error
     # off, so that its bytes can still be reported (check_fits refuses it).
     return lowered.compile(compiler_options={'xla_tpu_no_crash_on_oom': True})
+
+
+def _bytes_per_chip(memory: Any) -> int:
+  """What a compiled step holds on a chip at once (`compiled.memory_analysis()`):
+  arguments + outputs + temporaries - the donated arguments the outputs reuse."""
+  return (memory.argument_size_in_bytes + memory.output_size_in_bytes
+          + memory.temp_size_in_bytes - memory.alias_size_in_bytes)
 
 
 def compile_report(spec: run_config.RunSpec, topology: str,
@@ -303,8 +313,7 @@ def compile_report(spec: run_config.RunSpec, topology: str,
       'chips': len(devices),
       'argument_bytes_per_chip': memory.argument_size_in_bytes,
       'temp_bytes_per_chip': memory.temp_size_in_bytes,
-      'compiled_bytes_per_chip': (memory.argument_size_in_bytes + memory.output_size_in_bytes
-                                  + memory.temp_size_in_bytes - memory.alias_size_in_bytes),
+      'compiled_bytes_per_chip': _bytes_per_chip(memory),
       'flops_per_chip': flops_per_chip,
       'flops_per_step': flops_per_chip * len(devices),
       # XLA's cost analysis counts a loop's body once: a scanned stack as one layer.
@@ -347,3 +356,167 @@ def describe(report: dict[str, Any]) -> str:
           f"{'an unknown amount' if memory is None else f'{memory / GIB:.0f} GiB'}, "
           f"{report['flops_per_chip'] / 1e12:.2f} TFLOP per chip and step"
           f"{' (scanned layers counted once)' if scanned else ''}")
+
+
+# The plan's LoRA rank for a run that sets no LORA_RANK: gin/runs/lora/demo.gin's.
+PLAN_LORA_RANK = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingPlan:
+  """One way of training a run (fully, or with LoRA) and each topology's plan for it."""
+  name: str
+  parameters: int
+  trained_parameters: int
+  footprint: memory_plan.Footprint
+  plans: tuple[memory_plan.Plan, ...]
+  # Per chip, by topology name, for the TPU plans compiled (`compiled.memory_analysis()`).
+  compiled_bytes: dict[str, int]
+
+
+def _tree_size(tree: Any) -> int:
+  return sum(leaf.size for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def _tree_bytes(tree: Any) -> int:
+  return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(tree))
+
+
+# The batch rows the backward pass is traced with: a prime larger than any other axis of
+# a model, so a residual holds a slice of every row exactly where its size divides by it.
+_TRACED_ROWS = 2**31 - 1
+
+
+def _backward_residuals(model: models.TranslationModel, state: trainer.TrainState,
+                        train: run_config.TrainConfig, rows: int) -> list[jax.ShapeDtypeStruct]:
+  """What the backward pass of `rows` rows keeps from their forward pass: the residuals of
+  `jax.vjp` of the train step's objective over the parameters it differentiates, traced
+  from shapes. The parameters, which the backward pass reads as they are, are left out."""
+  objective = trainer.training_objective(model, direction_ids=(),
+                                         label_smoothing=train.label_smoothing,
+                                         loss_chunk_length=train.loss_chunk_length)
+
+  def residuals(state, batch, dropout_rng):
+    trained, fixed = trainer.differentiated_parameters(state.params, state.opt_state)
+    loss = lambda trained: objective(traverse_util.unflatten_dict({**trained, **fixed}),
+                                     batch, dropout_rng, None, 1.0)[0]
+    _, backward = jax.vjp(loss, trained)
+    parameters = {id(leaf) for leaf in jax.tree_util.tree_leaves(state.params)}
+    return [leaf for leaf in jax.tree_util.tree_leaves(backward) if id(leaf) not in parameters]
+
+  rng = jax.ShapeDtypeStruct((2,), jnp.uint32)  # A jax.random.PRNGKey.
+  return jax.eval_shape(residuals, state, _abstract_batch(train, rows), rng)
+
+
+def _train_state_shapes(config: network.TransformerConfig,
+                        train: run_config.TrainConfig) -> trainer.TrainState:
+  """Shapes and dtypes of the run's TrainState under `train`'s optimizer, unboxed."""
+  model = models.TranslationModel(config)
+  optimizer = train.make_optimizer(config)
+  return nn.unbox(jax.eval_shape(
+      lambda rng: trainer.init_train_state(model, optimizer, rng, train.inputs_length,
+                                           train.targets_length), jax.random.PRNGKey(0)))
+
+
+def training_footprint(config: network.TransformerConfig, train: run_config.TrainConfig,
+                       state: trainer.TrainState | None = None) -> memory_plan.Footprint:
+  """The bytes one training step of `config` holds in all under `train`'s optimizer,
+  lengths and loss, from shapes (`state`'s, if given): parameters, optimizer state, the
+  gradients of the parameters it trains, the backward pass's residuals per row, traced
+  with XLA's attention where `config` leaves the kernel to 'auto' (a TPU's flash kernel
+  keeps less: q, k, v, its output and log-sum-exp in place of the [heads, length, length]
+  probabilities), and the parameters once more, which FSDP gathers whole."""
+  if state is None:
+    state = _train_state_shapes(config, train)
+  if config.attention_implementation == 'auto':
+    # 'auto' stages every platform's kernel, whose residuals the trace would add up.
+    config = dataclasses.replace(config, attention_implementation='xla')
+  residuals = _backward_residuals(models.TranslationModel(config), state, train, _TRACED_ROWS)
+  per_row = [leaf for leaf in residuals if leaf.size % _TRACED_ROWS == 0]
+  trained, _ = trainer.differentiated_parameters(state.params, state.opt_state)
+  return memory_plan.Footprint(
+      param_bytes=_tree_bytes(state.params), optimizer_bytes=_tree_bytes(state.opt_state),
+      gradient_bytes=_tree_bytes(trained),
+      activation_bytes_per_row=_tree_bytes(per_row) // _TRACED_ROWS,
+      activation_fixed_bytes=_tree_bytes(residuals) - _tree_bytes(per_row),
+      gathered_bytes=_tree_bytes(state.params))
+
+
+def _compiled_plan_bytes(config: network.TransformerConfig, train: run_config.TrainConfig,
+                         plan: memory_plan.Plan,
+                         rules: partitioning.LogicalRules) -> int:
+  """Bytes per chip of the train step compiled for the plan's TPU slice and mesh."""
+  devices = topology_devices(plan.topology.libtpu_topology)
+  mesh = partitioning.create_mesh((plan.device_bytes.data, plan.device_bytes.fsdp, 1), devices)
+  return _bytes_per_chip(compile_train_step(config, train, mesh, rules).memory_analysis())
+
+
+def fine_tuning_plan(config: network.TransformerConfig, train: run_config.TrainConfig,
+                     rules: partitioning.LogicalRules | None = None, compile_tpu: bool = False,
+                     topologies: Sequence[memory_plan.Topology] = memory_plan.TOPOLOGIES
+                     ) -> list[TrainingPlan]:
+  """`config` trained fully and with LoRA (at its lora_rank, else PLAN_LORA_RANK), each
+  planned on `topologies` at `train`'s batch, lengths and microbatches; with
+  `compile_tpu`, each TPU plan that fits compiled for its slice (needs libtpu)."""
+  rules = rules or partitioning.logical_axis_rules()
+  lora_rank = config.lora_rank or PLAN_LORA_RANK
+  trainings = []
+  for variant in (dataclasses.replace(config, lora_rank=0),
+                  dataclasses.replace(config, lora_rank=lora_rank)):
+    state = _train_state_shapes(variant, train)
+    footprint = training_footprint(variant, train, state)
+    plans = tuple(memory_plan.plan(footprint, topology, train.batch_size,
+                                   train.num_microbatches) for topology in topologies)
+    compiled = {plan.topology.name: _compiled_plan_bytes(variant, train, plan, rules)
+                for plan in plans if compile_tpu and plan.fits and plan.topology.libtpu_topology}
+    trained, _ = trainer.differentiated_parameters(state.params, state.opt_state)
+    parameters, trained_parameters = _tree_size(state.params), _tree_size(trained)
+    # Without LoRA a run trains everything, unless its optimizer trains adapters alone.
+    name = (f'LoRA r={lora_rank}' if variant.lora_rank else
+            'full' if trained_parameters == parameters else 'adapters')
+    trainings.append(TrainingPlan(name, parameters, trained_parameters, footprint, plans,
+                                  compiled))
+  return trainings
+
+
+def run_fine_tuning_plan(spec: run_config.RunSpec, vocab_size: int | None = None,
+                         compile_tpu: bool = False) -> list[TrainingPlan]:
+  """`fine_tuning_plan` of a configured run (its model as `run_model_config` sizes it)."""
+  return fine_tuning_plan(run_model_config(spec, vocab_size), spec.train,
+                          partitioning.logical_axis_rules(spec.axis_rules), compile_tpu)
+
+
+def describe_fine_tuning_plan(trainings: Sequence[TrainingPlan],
+                              train: run_config.TrainConfig, run_lora_rank: int) -> str:
+  """The plan as a person reads it: the rule, then per way of training its totals and
+  one line per topology (`memory_plan.describe_plan`), compiled bytes where there are."""
+  lines = [
+      f'memory plan at BATCH_SIZE {train.batch_size} (rows of {train.inputs_length} + '
+      f'{train.targets_length} tokens), NUM_MICROBATCHES {train.num_microbatches}: per '
+      'device, params + optimizer state + gradients + activations within '
+      f'{1 - memory_plan.HEADROOM:.0%} of its memory; params, optimizer state and gradients '
+      "split over 'fsdp' (which gathers the params whole as well), the batch over 'data' x "
+      "'fsdp'; the smallest 'fsdp' that fits",
+      'activations: estimated from shapes, the residuals the backward pass keeps (jax.vjp '
+      "traced), with XLA's attention (a TPU's flash kernel keeps less; --compile_plan "
+      "compiles the TPU meshes); XLA's other temporaries are left to the headroom"]
+  readable = memory_plan.readable_bytes
+  count = lambda number: f'{number / 1e6:.2f}M' if number >= 10**6 else f'{number:,}'
+  for training in trainings:
+    footprint = training.footprint
+    rank_origin = ('' if not training.name.startswith('LoRA') else
+                   ' (as LORA_RANK sets)' if run_lora_rank else ' (LORA_RANK unset: a default)')
+    lines.append(
+        f'{training.name}{rank_origin}: {count(training.trained_parameters)} of '
+        f'{count(training.parameters)} parameters train; in all: params '
+        f'{readable(footprint.param_bytes)}, optimizer state '
+        f'{readable(footprint.optimizer_bytes)}, gradients {readable(footprint.gradient_bytes)}'
+        f', activations {readable(footprint.activation_bytes_per_row)} a row')
+    for plan in training.plans:
+      line = '  ' + memory_plan.describe_plan(plan, train.batch_size, train.num_microbatches)
+      compiled = training.compiled_bytes.get(plan.topology.name)
+      if compiled is not None:
+        line += (f'; compiled for {plan.topology.libtpu_topology}: {readable(compiled)} per '
+                 f'chip of {readable(plan.topology.device_bytes)}')
+      lines.append(line)
+  return '\n'.join(lines)

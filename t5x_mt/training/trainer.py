@@ -141,6 +141,24 @@ def make_eval_step(model: models.TranslationModel, *, direction_ids: Sequence[in
       loss_chunk_length=loss_chunk_length))
 
 
+def training_objective(model: models.TranslationModel, *, direction_ids: Sequence[int],
+                       label_smoothing: float, loss_chunk_length: int = 0
+                       ) -> Callable[..., tuple[jax.Array, dict]]:
+  """The function the train step differentiates, of (params, microbatch, dropout_rng,
+  direction_scales, objective_weight): the microbatch's objective over the whole batch's
+  weight, and the microbatch's sums (`TranslationModel.loss_fn`). The dry run traces it
+  too, for what its backward pass keeps."""
+  ids = _direction_id_array(direction_ids)
+
+  def loss_and_sums(params, microbatch, dropout_rng, direction_scales, objective_weight):
+    sums = model.loss_fn(params, microbatch, dropout_rng, direction_ids=ids,
+                         label_smoothing=label_smoothing, direction_scales=direction_scales,
+                         loss_chunk_length=loss_chunk_length)
+    return sums['objective_sum'] / objective_weight, sums
+
+  return loss_and_sums
+
+
 def make_train_step(model: models.TranslationModel, optimizer: optax.GradientTransformation, *,
                     direction_ids: Sequence[int], label_smoothing: float = 0.1,
                     num_microbatches: int = 1,
@@ -161,12 +179,9 @@ def make_train_step(model: models.TranslationModel, optimizer: optax.GradientTra
   [batch, length, vocab] logits.
   """
   ids = _direction_id_array(direction_ids)
-
-  def loss_and_sums(params, microbatch, dropout_rng, direction_scales, objective_weight):
-    sums = model.loss_fn(params, microbatch, dropout_rng, direction_ids=ids,
-                         label_smoothing=label_smoothing, direction_scales=direction_scales,
-                         loss_chunk_length=loss_chunk_length)
-    return sums['objective_sum'] / objective_weight, sums
+  loss_and_sums = training_objective(model, direction_ids=direction_ids,
+                                     label_smoothing=label_smoothing,
+                                     loss_chunk_length=loss_chunk_length)
 
   def trained_loss_and_sums(trained, frozen, *arguments):
     return loss_and_sums(traverse_util.unflatten_dict({**trained, **frozen}), *arguments)
@@ -177,7 +192,7 @@ def make_train_step(model: models.TranslationModel, optimizer: optax.GradientTra
     reweighting variant; None trains on the plain token-mean loss."""
     # What is differentiated: every parameter, or on a frozen base the trained ones
     # ({path: leaf}, `_split_trained`), the base passed alongside.
-    frozen_base = isinstance(state.opt_state, optax.MultiTransformState)
+    frozen_base = on_frozen_base(state.opt_state)
     if frozen_base:
       differentiated = lambda params: _split_trained(params)[0]
       grad_fn = lambda params, *arguments: jax.grad(trained_loss_and_sums, has_aux=True)(
@@ -229,6 +244,21 @@ def make_train_step(model: models.TranslationModel, optimizer: optax.GradientTra
                            nonfinite=jnp.logical_not(finite).astype(jnp.int32))
 
   return train_step
+
+
+def on_frozen_base(opt_state: Any) -> bool:
+  """Whether `opt_state` is of `make_optimizer`'s multi_transform: a step that trains
+  adapters or LoRA alone, on a frozen base."""
+  return isinstance(opt_state, optax.MultiTransformState)
+
+
+def differentiated_parameters(params: Any, opt_state: Any) -> tuple[dict, dict]:
+  """({path: leaf} of the parameters the train step differentiates under `opt_state`,
+  {path: leaf} of those it holds fixed): all and none, or on a frozen base the trained
+  parameters and the base's."""
+  if on_frozen_base(opt_state):
+    return _split_trained(params)
+  return traverse_util.flatten_dict(params), {}
 
 
 def _split_trained(params: Any) -> tuple[dict, dict]:

@@ -73,19 +73,45 @@ def test_spellable_is_exact_concatenation():
   assert not vocab_merge.spellable('▁abd', {'▁a', 'bc', 'b'}, 2)
 
 
-def test_non_unigram_model_is_refused(tmp_path, models):
+def test_a_model_of_another_kind_is_refused(tmp_path, models):
   base = models[0]
-  bpe = tmp_path / 'bpe'
-  spm.SentencePieceTrainer.train(sentence_iterator=iter(['hello world'] * 50 + ['abc def'] * 50),
-                                 model_prefix=str(bpe), model_type='bpe', vocab_size=30,
-                                 minloglevel=2)
-  with pytest.raises(UserError, match='is a BPE model; only unigram models can be merged'):
-    vocab_merge.merge_files(base, f'{bpe}.model', str(tmp_path / 'out.model'))
+  for kind in ('bpe', 'char'):
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(['hello world'] * 50 + ['abc def'] * 50),
+        model_prefix=str(tmp_path / kind), model_type=kind, vocab_size=30, minloglevel=2)
+  with pytest.raises(UserError, match='is a char model; only unigram and BPE models can be '
+                     'merged'):
+    vocab_merge.merge_files(base, str(tmp_path / 'char.model'), str(tmp_path / 'out.model'))
   result = subprocess.run([sys.executable, 'launch/merge_vocab.py', f'--base_model={base}',
-                           f'--new_model={bpe}.model', f'--output={tmp_path}/o.model'],
+                           f'--new_model={tmp_path}/bpe.model', f'--output={tmp_path}/o.model'],
                           cwd=REPO_ROOT, capture_output=True, text=True, check=False)
-  assert result.returncode == 2 and 'only unigram models' in result.stderr
+  assert result.returncode == 2
+  assert result.stderr == 'error: --new_model: a bpe model cannot grow a unigram model\n'
   assert not (tmp_path / 'o.model').exists()
+
+
+def test_a_bpe_model_grows_by_pieces_that_merge_after_every_old_one(tmp_path):
+  cldr = corpora.get_corpus('cldr')
+  text = {lang: cldr.sentences('train', lang) for lang in (*OLD, NEW)}
+  base, new = (vocab.train_sentencepiece(
+      {lang: text[lang] for lang in langs}, str(tmp_path / f'{name}.model'), vocab_size=size,
+      num_sentences=5_000, model_type='bpe') for name, langs, size in (
+          ('base', OLD, 1200), ('new', (NEW,), 900)))
+  summary = vocab_merge.merge_files(base, new, str(tmp_path / 'merged.model'))
+  old = vocab_merge.load_model(base, 'base')
+  scores = [piece.score for piece in
+            vocab_merge.load_model(str(tmp_path / 'merged.model'), 'merged').pieces]
+  appended = scores[len(old.pieces):]
+  assert len(appended) == summary.appended > 100
+  assert appended == sorted(appended, reverse=True)
+  assert appended[0] < min(piece.score for piece in old.pieces)
+  old_processor = spm.SentencePieceProcessor(model_file=base)
+  merged_processor = spm.SentencePieceProcessor(model_file=str(tmp_path / 'merged.model'))
+  for lang in OLD:
+    covered, changed = vocab_merge.changed_segmentations(old_processor, merged_processor,
+                                                         text[lang])
+    assert covered > 0.9 * len(text[lang]) and changed == 0
+  assert vocab_merge.byte_fallback_share(merged_processor, text[NEW]) < 0.01
 
 
 def test_a_resumed_run_takes_a_grown_vocabulary_but_no_other(models, tmp_path):

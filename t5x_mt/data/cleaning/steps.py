@@ -629,6 +629,26 @@ def script_pattern(lang: str) -> regex.Pattern:
 _LETTERS = regex.compile(r'[\p{L}\p{M}]')
 
 
+def check_known_script(lang: str, where: str) -> None:
+  """A UserError naming `where` unless the script subtag of `lang` is one Unicode knows."""
+  try:
+    script_pattern(lang)
+  except regex.error:
+    raise UserError(f'{where}: {script_of(lang)!r} in {lang} is not an ISO 15924 script '
+                    'that Unicode knows (Latn, Ethi, Arab, ...)') from None
+
+
+def check_script(lines: list[str], lang: str, where: str) -> None:
+  """A UserError naming `where` unless `lines` are written in `lang`'s (known) script, as
+  `ForeignScript` judges a sentence: at most its default share of the letters outside it."""
+  foreign_pattern = script_pattern(lang)
+  letters = sum(len(_LETTERS.findall(line)) for line in lines)
+  foreign = sum(len(foreign_pattern.findall(line)) for line in lines)
+  if foreign > ForeignScript.max_fraction * letters:
+    raise UserError(f'{where}: {foreign / letters:.0%} of its letters are outside the '
+                    f'{script_of(lang)} script that {lang} names')
+
+
 @register_step
 @dataclasses.dataclass
 class ForeignScript(BatchFilter):
