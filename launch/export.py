@@ -12,13 +12,16 @@ settings and a README.md saying how to call it. translate.py serves it:
       --tgt_lang=fra_Latn
 
 A model CTranslate2 cannot compute exactly (B2T's residual, adapters) is refused with one
-line and nothing is written. An earlier export in --output_dir is replaced; any other
-non-empty folder is refused. docs/serving.md has the details.
+line and nothing is written. A decoding setting of the run CTranslate2 cannot honour
+(max_length_ratio) is a warning, and the export decodes as CTranslate2 can. An earlier
+export in --output_dir is replaced; a folder holding anything else is refused, and
+nothing in it is touched. docs/serving.md has the details.
 """
 
 from t5x_mt.core import cli
 from t5x_mt import export
 from t5x_mt.core import files
+from t5x_mt.export import export_folder
 
 FORMATS = ('ctranslate2',)
 
@@ -35,7 +38,7 @@ def main(argv: list[str]) -> int:
                       help='weight type (default: float32)')
   parser.add_argument('--output_dir', required=True, help='model folder to write')
   args = parser.parse_args(argv)
-  files.check_output(args.output_dir, '--output_dir', folder=True)
+  export_folder.check_output_dir(args.output_dir)
   files.check_input(args.checkpoint_dir, '--checkpoint_dir', folder=True)
   cli.start_tensorflow()
   from t5x_mt.export import ctranslate2_export  # pylint: disable=g-import-not-at-top

@@ -183,7 +183,7 @@ def test_exported_run_translates_through_translate_py_as_the_run_does(
                         'pre-LN, learned positions, ')
   assert {path.name for path in output.iterdir()} == {
       'model.bin', 'config.json', 'shared_vocabulary.json', 'vocab.model', 'config.gin',
-      'directions.json', 'README.md'}
+      'directions.json', 'README.md', 'export_manifest.json'}
   readme = (output / 'README.md').read_text(encoding='utf-8')
   assert f'--ctranslate2={output}' in readme and "target_prefix=[['<2hau_Latn>']]" in readme
   input_file = tmp_path / 'input.eng'
@@ -316,46 +316,71 @@ def test_int8_export_is_smaller_and_translates_alike(trained_run, tmp_path):
   assert sum(a == b for a, b in zip(*translations.values())) >= len(SENTENCES) // 2
 
 
-def test_translate_refuses_settings_ctranslate2_cannot_honour(trained_run, tmp_path,
-                                                             monkeypatch, capsys):
-  run, _, _ = random_run(trained_run, tmp_path / 'run', {})
+def test_a_setting_ctranslate2_cannot_honour_is_a_warning_at_export_and_refused_as_a_flag(
+    trained_run, tmp_path, monkeypatch, capsys, caplog):
+  run, _, _ = random_run(trained_run, tmp_path / 'run',
+                         {'decoding.DecodeSettings.max_length_ratio': '1.5',
+                          'decoding.DecodeSettings.stop': "'best'"})
   output = tmp_path / 'ct2'
-  ctranslate2_export.export_run(str(run), str(output), 'float32')
-  with open(output / 'config.gin', 'a', encoding='utf-8') as config:
-    config.write('decoding.DecodeSettings.max_length_ratio = 1.5\n')
+  code, _, err = export(run, output, monkeypatch, capsys)
+  assert code == 0, err
+  reason = ('CTranslate2 limits the output of a whole batch and ends it without EOS, not '
+            'each sentence at its own length')
+  assert [record.getMessage() for record in caplog.records
+          if record.levelname == 'WARNING'] == [
+      f'{run}/config.gin: decoding.DecodeSettings.max_length_ratio = 1.5: {reason}; the '
+      'export decodes with max_length_ratio = 0 (its config.gin binds it)',
+      f"{run}/config.gin: decoding.DecodeSettings.stop = 'best': CTranslate2's beam search "
+      "stops a sentence once beam_size hypotheses have finished ('beam_full') and cannot "
+      "stop as this rule does; the export decodes with stop = 'beam_full' (its config.gin "
+      'binds it)']
+  served = run_loading.read_run(str(output)).decode
+  assert (served.max_length_ratio, served.stop) == (0, 'beam_full')
+  assert ('The run decodes with max_length_ratio 1.5, which CTranslate2 cannot honour'
+          in ' '.join((output / 'README.md').read_text(encoding='utf-8').split()))
   input_file = tmp_path / 'input.eng'
   input_file.write_text('Monday\n', encoding='utf-8')
   common = [f'--ctranslate2={output}', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
             f'--input={input_file}']
-  code, _, err = run_in_process('translate.py', common, monkeypatch, capsys)
-  assert code == 2
-  assert error_lines(err)[0].startswith(
-      f'error: decoding.DecodeSettings.max_length_ratio = 1.5 in {output}/config.gin: '
-      'CTranslate2 limits the output of a whole batch')
+  code, out, err = run_in_process('translate.py', common, monkeypatch, capsys)
+  assert code == 0 and len(out.splitlines()) == 1, err
   code, _, err = run_in_process('translate.py', common + ['--max_length_ratio=2'],
                                 monkeypatch, capsys)
-  assert code == 2 and error_lines(err)[0].startswith('error: --max_length_ratio=2.0: ')
-  code, out, err = run_in_process('translate.py', common + ['--max_length_ratio=0'],
-                                  monkeypatch, capsys)
-  assert code == 0 and len(out.splitlines()) == 1, err
+  assert code == 2 and error_lines(err) == [
+      f'error: --max_length_ratio=2.0: {reason}; give --max_length_ratio=0, or decode with '
+      '--checkpoint_dir']
+  with open(output / 'config.gin', 'a', encoding='utf-8') as config:
+    config.write('decoding.DecodeSettings.max_length_ratio = 1.25\n')
+  code, _, err = run_in_process('translate.py', common, monkeypatch, capsys)
+  assert code == 2 and error_lines(err)[0].startswith(
+      f'error: decoding.DecodeSettings.max_length_ratio = 1.25 in {output}/config.gin: '
+      f'{reason}; ')
   code, _, err = run_in_process('translate.py', common + [f'--checkpoint_dir={run}'],
                                 monkeypatch, capsys)
   assert error_lines(err) == [
       'error: --checkpoint_dir: not with --ctranslate2, whose folder is the model']
 
 
-def test_export_replaces_an_earlier_export_but_no_other_folder(trained_run, tmp_path,
-                                                              monkeypatch, capsys):
+def test_export_replaces_an_earlier_export_and_nothing_else(trained_run, tmp_path,
+                                                           monkeypatch, capsys):
   run, _, _ = random_run(trained_run, tmp_path / 'run', {})
   output = tmp_path / 'ct2'
   for _ in range(2):
     code, _, err = export(run, output, monkeypatch, capsys, '--quantization=int8')
     assert code == 0, err
-  notes = tmp_path / 'notes'
-  notes.mkdir()
-  (notes / 'keep.txt').write_text('mine', encoding='utf-8')
-  code, _, err = export(run, notes, monkeypatch, capsys)
-  assert code == 2 and error_lines(err) == [
-      f'error: --output_dir: {notes} exists, is not empty and holds no CTranslate2 model '
-      'to replace']
-  assert [path.name for path in notes.iterdir()] == ['keep.txt']
+  # A folder with a file of CTranslate2's name but no export's list, and an export
+  # that a user put a file of their own into.
+  mine = tmp_path / 'mine'
+  mine.mkdir()
+  (mine / 'model.bin').write_text('x\n', encoding='utf-8')
+  (mine / 'my_data.tsv').write_text('important\n', encoding='utf-8')
+  (output / 'notes.txt').write_text('mine\n', encoding='utf-8')
+  for folder, foreign in ((mine, 'model.bin, my_data.tsv'), (output, 'notes.txt')):
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    code, out, err = export(run, folder, monkeypatch, capsys)
+    assert code == 2 and not out and err.splitlines() == [
+        f'error: --output_dir: {folder} holds {foreign}, which no earlier export listed in '
+        'its export_manifest.json; an export replaces the whole folder: give a new or '
+        'empty one']
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+  assert sorted(path.name for path in tmp_path.iterdir()) == ['ct2', 'mine', 'run']

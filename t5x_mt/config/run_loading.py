@@ -110,8 +110,9 @@ def adopt_run_config(checkpoint_dir: str, flag: str = '--checkpoint_dir') -> fil
 
 def saved_steps(checkpoint_dir: str, flag: str = '--checkpoint_dir') -> list[int]:
   """The run's finished checkpoint steps, ascending; a UserError if it has none."""
-  _run_file(checkpoint_dir, run_layout.RunLayout(checkpoint_dir).config, 'its config.gin',
-            flag)
+  layout = run_layout.RunLayout(checkpoint_dir)
+  _run_file(checkpoint_dir, layout.config, 'its config.gin', flag)
+  layout.check_not_an_export(flag)
   run_checkpoints = checkpoints.RunCheckpoints(checkpoint_dir, read_only=True)
   try:
     steps = run_checkpoints.all_steps()

@@ -4,6 +4,8 @@
                           vocabulary), or one line saying why it has no CTranslate2 form
   ctranslate2_export      a run's checkpoint written as a CTranslate2 model folder
   ctranslate2_translator  translates with such a folder through the Translator interface
+  export_folder           what an export wrote into its folder, and what a later one may
+                          replace there
 
 May import every package but pretrained.
 """

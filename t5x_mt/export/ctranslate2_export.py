@@ -8,15 +8,15 @@ SentencePiece model (vocab.model: the tokenisation; source_vocab.model too where
 have one of their own), its config.gin (tag strategy,
 decoding settings, pivots) and directions.json (the directions it trained on), and a
 README.md that says how to translate with it: through `launch/translate.py
---ctranslate2=OUT`, which reads OUT as it reads a run, or through CTranslate2's own API.
-The folder appears whole or not at all (`files.staged_folder`).
+--ctranslate2=OUT`, which reads OUT as it reads a run, or through CTranslate2's own API,
+and export_manifest.json, the list of what it wrote (`export_folder`). The folder
+appears whole or not at all (`files.staged_folder`).
 """
 
+from collections.abc import Sequence
 import dataclasses
-import os
+import logging
 import textwrap
-
-import ctranslate2
 
 from t5x_mt import export
 from t5x_mt.core import files
@@ -30,6 +30,8 @@ from t5x_mt.data import tags
 from t5x_mt.core.directions import Direction
 from t5x_mt.core.errors import UserError
 from t5x_mt.export import ctranslate2_spec
+from t5x_mt.export import ctranslate2_translator
+from t5x_mt.export import export_folder
 
 README = 'README.md'
 README_WIDTH = 88
@@ -45,37 +47,34 @@ class Export:
   model: str
 
 
-def check_output_dir(output_dir: str) -> None:
-  """Refuses an output CTranslate2 cannot write (an object store) or one that would
-  replace something other than an earlier export."""
-  if files.on_object_store(output_dir):
-    raise UserError(f'--output_dir: {output_dir}: CTranslate2 writes a local folder')
-  files.check_output(output_dir, '--output_dir', folder=True)
-  if (os.path.isdir(output_dir) and os.listdir(output_dir)
-      and not ctranslate2.contains_model(output_dir)):
-    raise UserError(f'--output_dir: {output_dir} exists, is not empty and holds no '
-                    'CTranslate2 model to replace')
-
-
 def export_run(checkpoint_dir: str, output_dir: str, quantization: str,
                step: int | None = None) -> Export:
   """Writes the run's checkpoint at `step` (latest if None) as a CTranslate2 model with
-  `quantization` weights into `output_dir`, replacing an earlier export there.
+  `quantization` weights into `output_dir`, replacing an earlier export there
+  (`export_folder`).
 
-  A model CTranslate2 cannot compute exactly is refused before its weights are read.
+  A model CTranslate2 cannot compute exactly is refused before its weights are read. A
+  decoding setting of the run that CTranslate2 cannot honour is logged as a warning, and
+  the export's config.gin binds what CTranslate2 decodes as instead (`_served_config`).
   """
   if quantization not in export.CTRANSLATE2_QUANTIZATIONS:
     raise UserError(f'--quantization: {quantization!r} is not one of '
                     f'{", ".join(export.CTRANSLATE2_QUANTIZATIONS)}')
-  check_output_dir(output_dir)
+  export_folder.check_output_dir(output_dir)
   step = run_loading.checkpoint_step(checkpoint_dir, step)
   run = run_loading.read_run(checkpoint_dir)
   run_dir = run.run_dir
+  run_config = run_layout.RunLayout(run_dir).config
   if run.data.reverse_target:
     raise UserError('--checkpoint_dir: the run writes its targets right to left '
                     '(REVERSE_TARGET), which CTranslate2 would serve unturned; it scores '
                     'n-best lists, serve a left-to-right run')
   ctranslate2_spec.check_exportable(run.model)
+  unhonoured = ctranslate2_translator.unhonoured_settings(run.decode)
+  for field, served, reason in unhonoured:
+    logging.warning('%s: decoding.DecodeSettings.%s = %r: %s; the export decodes with %s = '
+                    '%r (its config.gin binds it)', run_config, field,
+                    getattr(run.decode, field), reason, field, served)
   translator = run_loading.load_translator(checkpoint_dir, step)
   tokenizer = translator.tokenizer
   pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.get_piece_size())]
@@ -91,11 +90,28 @@ def export_run(checkpoint_dir: str, output_dir: str, quantization: str,
   with files.staged_folder(output_dir) as staging:
     spec.save(str(staging))
     run_loading.copy_run_files(run_layout.RunLayout(run_dir), run_layout.RunLayout(staging),
-                               [name for name in run_loading.RUN_FILES if name != 'base_run'])
+                               [name for name in run_loading.RUN_FILES
+                                if name not in ('base_run', 'config')])
+    files.write_text_atomically(run_layout.RunLayout(staging).config, _served_config(
+        run_config.read_text(encoding='utf-8'), unhonoured))
     files.write_text_atomically(staging / README, readme(
         exported, checkpoint_dir, translator,
-        run_layout.RunLayout(run_dir).trained_directions() or []))
+        run_layout.RunLayout(run_dir).trained_directions() or [], unhonoured))
+    export_folder.write_manifest(staging)
   return exported
+
+
+def _served_config(run_config: str,
+                  unhonoured: Sequence[ctranslate2_translator.Unhonoured]) -> str:
+  """The export's config.gin: the run's, and after it a binding of what CTranslate2
+  decodes as for each setting of the run it cannot honour, so that translate.py and
+  serve.py decode the folder as it stands."""
+  if not unhonoured:
+    return run_config
+  return (run_config.rstrip('\n') + "\n\n# What CTranslate2 decodes as, in place of the "
+          "run's settings above it cannot honour.\n" + ''.join(
+              f'decoding.DecodeSettings.{field} = {served!r}\n'
+              for field, served, _ in unhonoured))
 
 
 def describe_model(config: network.TransformerConfig, num_pieces: int) -> str:
@@ -125,14 +141,17 @@ def _paragraphs(*paragraphs: str) -> str:
 
 
 def readme(exported: Export, checkpoint_dir: str, translator: inference.Translator,
-           trained_directions: list[str]) -> str:
+           trained_directions: list[str],
+           unhonoured: Sequence[ctranslate2_translator.Unhonoured]) -> str:
   """The README of an export: where it came from, how translate.py serves it, and the
-  tags, settings and pieces a program calling CTranslate2 itself must use."""
+  tags, settings and pieces a program calling CTranslate2 itself must use; the settings
+  as the export decodes, `unhonoured` ones as CTranslate2 serves them."""
   example = (Direction.parse(trained_directions[0], 'directions.json') if trained_directions
              else Direction('eng_Latn', 'fra_Latn'))
   src_lang, tgt_lang = example.src_lang, example.tgt_lang
   direction_tags = tags.tags_for(translator.tag_strategy, src_lang, tgt_lang)
-  settings = translator.settings
+  settings = dataclasses.replace(translator.settings,
+                                 **{field: served for field, served, _ in unhonoured})
   prefix = f'[[{direction_tags.decoder_tag!r}]]' if direction_tags.decoder_tag else 'None'
   source_tags = [direction_tags.encoder_tag] if direction_tags.encoder_tag else []
   # Sources are segmented by a model of their own where the run has one (Marian's).
@@ -161,6 +180,9 @@ def readme(exported: Export, checkpoint_dir: str, translator: inference.Translat
   notes = _paragraphs(
       "CTranslate2's length penalty counts the forced tag in a translation's length; "
       "translate.py ranks the beam's finished translations without it, as the run does.",
+      *(f'The run decodes with {field} {getattr(translator.settings, field)!r}, which '
+        f'CTranslate2 cannot honour ({reason}): this export decodes with {field} '
+        f'{served!r}, which its config.gin binds.' for field, served, reason in unhonoured),
       'Directions the run trained on: '
       f'{", ".join(trained_directions) or "not recorded by the run"}.')
   return f"""# CTranslate2 model

@@ -7,15 +7,17 @@ sentences are tagged, cut, sorted into batches, given each batch's output limit,
 pivoted and detokenised by `inference.Translator`'s own code; only each batch's search
 runs in CTranslate2, on CPU, `parallel_batches` batches at once (its `inter_threads`).
 
-The search is CTranslate2's: the registered search methods it runs are in
-SEARCH_OPTIONS (beam, greedy, sampling with top-k, top-p and temperature), and any other
-is refused in one line, as are settings it cannot honour exactly: `max_length_ratio`
-(CTranslate2's output limit holds for a whole batch and does not end a translation with
-EOS), a `stop` rule other than 'beam_full' (its beam search ends a sentence once
-beam_size hypotheses have finished) and sampling's `epsilon` (it has no epsilon
-sampling). Its length penalty counts the forced target tag; the best translation is
-chosen among its finished hypotheses by the run's own score, sum log p / (generated
-length incl. EOS) ** alpha. docs/serving.md lists where its beam search may still choose
+The search is CTranslate2's: the registered search methods it runs are in SEARCH_OPTIONS
+(beam, greedy, sampling with top-k, top-p and temperature), and any other is refused in
+one line, as are settings it cannot honour exactly: `max_length_ratio` (CTranslate2's
+output limit holds for a whole batch and does not end a translation with EOS), a `stop`
+rule other than 'beam_full' (its beam search ends a sentence once beam_size hypotheses
+have finished) and sampling's `epsilon` (it has no epsilon sampling). An export binds in
+its own config.gin what CTranslate2 decodes as in place of such a setting of its run
+(`unhonoured_settings`), so that it serves as written; a flag that asks for one again is
+refused. Its length penalty counts the forced target tag; the best translation is chosen
+among its finished hypotheses by the run's own score, sum log p / (generated length
+incl. EOS) ** alpha. docs/serving.md lists where its beam search may still choose
 another translation than ours. Its samples come from its own generator, seeded once with
 `seed`: unlike ours (`decoding.search.sampling`), they depend on a sentence's batch.
 """
@@ -23,7 +25,7 @@ another translation than ours. Its samples come from its own generator, seeded o
 from collections.abc import Mapping, Sequence
 import argparse
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import ctranslate2
 import numpy as np
@@ -51,6 +53,34 @@ SEARCH_OPTIONS = {
 }
 
 
+class Unhonoured(NamedTuple):
+  """A decoding setting CTranslate2 cannot honour exactly: the DecodeSettings `field`,
+  the value CTranslate2 decodes as (`served`), and why it cannot do as the setting says."""
+  field: str
+  served: Any
+  reason: str
+
+
+def unhonoured_settings(settings: inference.DecodeSettings) -> list[Unhonoured]:
+  """The settings of `settings` (of a method in SEARCH_OPTIONS) that CTranslate2 cannot
+  honour exactly, each with the value it decodes as instead."""
+  unhonoured = []
+  if settings.max_length_ratio > 0:
+    unhonoured.append(Unhonoured(
+        'max_length_ratio', 0, 'CTranslate2 limits the output of a whole batch and ends '
+        'it without EOS, not each sentence at its own length'))
+  chosen = settings.search_settings
+  if isinstance(chosen, search.BeamSettings) and chosen.stop != 'beam_full':
+    unhonoured.append(Unhonoured(
+        'stop', 'beam_full', "CTranslate2's beam search stops a sentence once beam_size "
+        "hypotheses have finished ('beam_full') and cannot stop as this rule does"))
+  if isinstance(chosen, search.SamplingSettings) and chosen.epsilon > 0:
+    unhonoured.append(Unhonoured(
+        'epsilon', 0, 'CTranslate2 samples with top-k, top-p and temperature, not '
+        'epsilon'))
+  return unhonoured
+
+
 def check_settings(settings: inference.DecodeSettings, overrides: Mapping[str, Any],
                    config_file: files.AnyPath) -> None:
   """A UserError naming the flag, or the binding in `config_file`, of a decoding setting
@@ -60,21 +90,13 @@ def check_settings(settings: inference.DecodeSettings, overrides: Mapping[str, A
       return f'--{field}={overrides[field]}'
     return f'decoding.DecodeSettings.{field} = {getattr(settings, field)!r} in {config_file}'
 
-  if settings.max_length_ratio > 0:
-    raise UserError(f'{where("max_length_ratio")}: CTranslate2 limits the output of a '
-                    'whole batch and ends it without EOS, not each sentence at its own '
-                    'length; give --max_length_ratio=0 to translate without that limit')
   if settings.search not in SEARCH_OPTIONS:
     raise UserError(f'{where("search")}: CTranslate2 cannot decode with {settings.search} '
                     f'search; it runs {", ".join(SEARCH_OPTIONS)}')
-  chosen = settings.search_settings
-  if isinstance(chosen, search.BeamSettings) and chosen.stop != 'beam_full':
-    raise UserError(f"{where('stop')}: CTranslate2's beam search stops a sentence once "
-                    "beam_size hypotheses have finished ('beam_full') and cannot stop "
-                    'as this rule does')
-  if isinstance(chosen, search.SamplingSettings) and chosen.epsilon > 0:
-    raise UserError(f"{where('epsilon')}: CTranslate2 samples with top-k, top-p and "
-                    'temperature, not epsilon; give --epsilon=0, or decode with '
+  unhonoured = unhonoured_settings(settings)
+  if unhonoured:
+    field, served, reason = unhonoured[0]
+    raise UserError(f'{where(field)}: {reason}; give --{field}={served}, or decode with '
                     '--checkpoint_dir')
 
 

@@ -36,6 +36,8 @@ from t5x_mt.core import directions
 from t5x_mt.core.errors import UserError
 
 _VALIDATION = 'validation'
+# What every CTranslate2 model folder holds (`ctranslate2.contains_model`).
+CTRANSLATE2_MODEL = 'model.bin'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,9 +87,19 @@ class RunLayout:
   def check_is_run(self, flag: str) -> None:
     """A UserError naming `flag` unless the folder holds what every reader of a run needs:
     config.gin, vocab.model and checkpoints/."""
+    self.check_not_an_export(flag)
     for path in (self.config, self.vocabulary, self.checkpoints):
       if not path.exists():
         raise UserError(f'{flag}: {self.root} is not a run folder (it has no {path.name})')
+
+  def check_not_an_export(self, flag: str) -> None:
+    """A UserError naming `flag` where the folder is a CTranslate2 export
+    (launch/export.py): it holds a run's config.gin beside CTranslate2's model, and no
+    checkpoints, so only the commands that translate read it, as --ctranslate2."""
+    if (self.root / CTRANSLATE2_MODEL).is_file() and not self.checkpoints.exists():
+      raise UserError(f'{flag}: {self.root} is a CTranslate2 export, not a training run: '
+                      f'translate.py and serve.py take it as --ctranslate2={self.root}; '
+                      'other commands read the run it was exported from')
 
   def check_one_vocabulary(self, flag: str) -> None:
     """A UserError naming `flag` where the run segments its sources with a vocabulary of
