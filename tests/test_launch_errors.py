@@ -14,6 +14,7 @@ import dataclasses
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -103,6 +104,24 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(monkeypatch, capsy
     with pytest.raises(SystemExit) as exited:
       cli.run(lambda argv: print('a translation\n' * 10_000, flush=True))
   assert exited.value.code == cli.EXIT_BROKEN_PIPE == 141
+
+
+def test_a_ctrl_c_that_a_library_caught_still_stops_the_command(capsys):
+  """The command goes on, since it never learns of it, but exits as interrupted."""
+  def main(argv):
+    del argv
+    try:
+      signal.raise_signal(signal.SIGINT)
+    except KeyboardInterrupt:  # As a library's bare `except:` would.
+      pass
+    print('done')
+
+  before = signal.getsignal(signal.SIGINT)
+  with pytest.raises(SystemExit) as exited:
+    cli.run(main)
+  assert exited.value.code == cli.EXIT_INTERRUPTED == 130
+  assert capsys.readouterr() == ('done\n', 'interrupted\n')
+  assert signal.getsignal(signal.SIGINT) is before
 
 
 @pytest.mark.parametrize('script', SCRIPTS)
@@ -268,6 +287,93 @@ def test_a_missing_input_file_or_run_folder_is_named_before_any_import(script, f
 
 
 NLLB = pathlib.Path(__file__).parent / 'checkpoints' / 'huggingface' / 'nllb'
+
+# Runs launch/<script> as `python launch/<script>` would, and sends it SIGINT, as Ctrl-C
+# does, the first time it creates a file or folder whose path holds the first argument:
+# mid-work, with its output staged beside its place. (A poll from outside would race the
+# tiny models' staged outputs, which last milliseconds.)
+INTERRUPTING_RUNNER = '''
+import os, runpy, signal, sys
+mark, script = sys.argv[1], sys.argv[2]
+sys.argv = sys.argv[2:]
+sys.path[0] = os.path.dirname(script)
+sent = []
+def interrupt_at_mark(event, args):
+  if event in ('open', 'os.mkdir') and mark in str(args[0]) and not sent:
+    sent.append(event)
+    os.kill(os.getpid(), signal.SIGINT)
+sys.addaudithook(interrupt_at_mark)
+runpy.run_path(script, run_name='__main__')
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('script, flags, mark', [
+    # While CTranslate2 writes the model into the staged folder.
+    ('export.py', ['--checkpoint_dir={run}', '--format=ctranslate2', '--output_dir=out'],
+     '.out.partial/model.bin'),
+    # While Orbax's threads write the checkpoint into the staged run folder.
+    ('import_checkpoint.py', [f'--path={NLLB}', '--output_dir=out'], 'orbax-checkpoint-tmp'),
+    # As the translations' file is begun, its lines still to come.
+    ('translate.py', ['--checkpoint_dir={run}', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+                      '--output=out.txt'], '.out.txt.'),
+])
+def test_ctrl_c_mid_work_is_one_line_and_exit_130_and_leaves_nothing_behind(
+    script, flags, mark, trained_run, workdir):
+  done = subprocess.run(
+      [sys.executable, '-c', INTERRUPTING_RUNNER, mark, str(LAUNCH / script),
+       *(flag.format(run=trained_run) for flag in flags)],
+      cwd=workdir, env=command_environment(), input='Monday\n', capture_output=True,
+      text=True, timeout=300, check=False)
+  assert (done.returncode, done.stderr, done.stdout) == (130, 'interrupted\n', '')
+  assert files_under(workdir) == []
+
+
+# Each command that reads a run from --checkpoint_dir, and the flags it needs beside it.
+RUN_READERS = {
+    'translate.py': ['--src_lang=eng_Latn', '--tgt_lang=hau_Latn', '--input=in.txt'],
+    'evaluate.py': ['--src_lang=eng_Latn', '--tgt_lang=hau_Latn', '--src_file=in.txt',
+                    '--ref_file=in.txt'],
+    'average_checkpoints.py': ['--last=2', '--output_dir=averaged'],
+    'back_translate.py': ['--lang=hau_Latn', '--into=eng_Latn', '--monolingual=in.txt',
+                          '--output=bt'],
+    'distill.py': ['--corpus=cldr', '--directions=eng_Latn-hau_Latn', '--output=distilled'],
+    'export.py': ['--format=ctranslate2', '--output_dir=exported'],
+    'extend_vocab.py': ['--language=ach_Latn', '--text=in.txt', '--output_dir=extended'],
+    'compute_baselines.py': ['--mixture=cldr_demo', '--output=baselines.json'],
+    'rerank.py': ['--source=in.txt', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+                  '--mbr_samples=2', '--output=chosen.txt'],
+    'restore_diacritics.py': ['--output=restored.txt'],
+    'serve.py': [],
+}
+
+
+def test_every_command_reading_a_run_is_covered():
+  assert sorted(RUN_READERS) == [script for script in SCRIPTS
+                                 if 'checkpoint_dir' in (LAUNCH / script).read_text()]
+
+
+@pytest.fixture(scope='module')
+def exported_run(trained_run, tmp_path_factory) -> pathlib.Path:
+  """The tiny run exported as a CTranslate2 model."""
+  from t5x_mt.export import ctranslate2_export  # pylint: disable=g-import-not-at-top
+  output = tmp_path_factory.mktemp('exported') / 'ct2'
+  ctranslate2_export.export_run(str(trained_run), str(output), 'float32')
+  return output
+
+
+@pytest.mark.parametrize('script', sorted(RUN_READERS))
+def test_an_export_given_as_checkpoint_dir_points_to_ctranslate2(script, exported_run,
+                                                                 workdir, launch_in_process):
+  (workdir / 'in.txt').write_text('Monday\n', encoding='utf-8')
+  finished = launch_in_process(script, f'--checkpoint_dir={exported_run}',
+                               *RUN_READERS[script], cwd=workdir)
+  assert finished.returncode == 2
+  assert finished.stderr.splitlines() == [
+      f'error: --checkpoint_dir: {exported_run} is a CTranslate2 export, not a training run: '
+      f'translate.py and serve.py take it as --ctranslate2={exported_run}; other commands '
+      'read the run it was exported from']
+  assert files_under(workdir) == ['in.txt']
 
 
 def _run_folder(folder: pathlib.Path, vocabulary: bytes) -> None:

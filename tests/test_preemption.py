@@ -12,6 +12,7 @@ import pytest
 
 from conftest import tiny_run_flags
 
+from t5x_mt.core import interrupts
 from t5x_mt.training import actions
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -69,3 +70,15 @@ def test_while_listening_sigint_is_noted_instead_of_interrupting_and_is_given_ba
     signal.raise_signal(signal.SIGINT)  # Ctrl-C: no KeyboardInterrupt inside the loop.
     assert preemption._reached(1)  # pylint: disable=protected-access
   assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_ctrl_c_held_back_by_a_checkpoint_write_reaches_the_loops_handler():
+  """A checkpoint's wait holds Ctrl-C back (`interrupts.deferred`), then hands it to the
+  handler in place: inside the loop, preemption's, which saves and stops; no
+  KeyboardInterrupt."""
+  preemption = actions.SaveOnPreemption()
+  with preemption.listening():
+    with interrupts.deferred():
+      signal.raise_signal(signal.SIGINT)
+      assert not preemption._reached(1)  # pylint: disable=protected-access
+    assert preemption._reached(1)  # pylint: disable=protected-access

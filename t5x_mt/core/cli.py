@@ -16,6 +16,7 @@ import logging
 import os
 import pathlib
 import re
+import signal
 import sys
 import tempfile
 import traceback
@@ -28,6 +29,7 @@ from t5x_mt.core.errors import UserError
 EXIT_USER_ERROR = 2
 EXIT_RUN_FAILURE = 1
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a filter cut off.
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C stopped.
 _COORDINATOR_ADDRESS = re.compile(r'^(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d+$')
 VERBOSITIES = ('debug', 'info', 'warning', 'error')
 # The logger of the lines that stand in for a progress bar where none is drawn
@@ -48,11 +50,18 @@ _START_UP_NOISE = re.compile('|'.join((
 
 def run(main: Callable[[list[str]], int | None]) -> None:
   """Runs `main(argv)`; bad input prints `error: <one line>` on stderr and exits 2, a run
-  that cannot go on (RunFailure) the same and exits 1.
+  that cannot go on (RunFailure) the same and exits 1, and Ctrl-C prints `interrupted`
+  and exits 130, as a shell reports a command SIGINT stopped.
 
   Bad input is a UserError, or a library error that only bad input causes (a file that
   is no SentencePiece model). Before anything starts a thread, malloc is set to keep
   freed memory (`host_memory.retain_freed_memory`).
+
+  A Ctrl-C stops the command even where a library's `except` caught the
+  KeyboardInterrupt it raised: the command then exits 130 once `main` returns. What
+  the command was writing is gone by then (`files.atomic_writer`,
+  `files.staged_folder`); a command that takes SIGINT itself (training saves and stops
+  on it) sets its own handler meanwhile.
   """
   # TensorFlow's and XLA's own INFO and WARNING lines off; read when they load.
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -63,21 +72,53 @@ def run(main: Callable[[list[str]], int | None]) -> None:
   set_verbosity(None)
   host_memory.retain_freed_memory()
   logging.getLogger().addFilter(_not_a_gin_search_miss)
-  try:
-    code = main(sys.argv[1:])
-  except UserError as error:
-    _exit_with(error)
-  except BrokenPipeError:
-    _exit_reader_gone()
-  except RunFailure as error:
-    _exit_with(error, EXIT_RUN_FAILURE)
-  except (RuntimeError, OSError) as error:
-    model_file = _unloadable_sentencepiece_model(error)
-    if model_file is None:
-      raise
-    _exit_with(UserError(f'{model_file}: cannot load this SentencePiece model '
-                         f'({_first_line(error)})'))
+  with _interrupts_noted() as interrupted:
+    try:
+      code = main(sys.argv[1:])
+    except KeyboardInterrupt:
+      _exit_interrupted()
+    except UserError as error:
+      _exit_with(error)
+    except BrokenPipeError:
+      _exit_reader_gone()
+    except RunFailure as error:
+      _exit_with(error, EXIT_RUN_FAILURE)
+    except (RuntimeError, OSError) as error:
+      model_file = _unloadable_sentencepiece_model(error)
+      if model_file is None:
+        raise
+      _exit_with(UserError(f'{model_file}: cannot load this SentencePiece model '
+                           f'({_first_line(error)})'))
+  if interrupted:
+    _exit_interrupted()
   sys.exit(code or 0)
+
+
+@contextlib.contextmanager
+def _interrupts_noted() -> Iterator[list[int]]:
+  """Meanwhile Ctrl-C raises KeyboardInterrupt, as Python's own handler does, and is noted
+  in the list yielded. A process started with SIGINT ignored (`nohup`, a background job
+  of a script) keeps ignoring it."""
+  interrupted = []
+  if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    yield interrupted
+    return
+
+  def interrupt(number, frame):
+    del frame
+    interrupted.append(number)
+    raise KeyboardInterrupt
+
+  signal.signal(signal.SIGINT, interrupt)
+  try:
+    yield interrupted
+  finally:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _exit_interrupted() -> NoReturn:
+  print('interrupted', file=sys.stderr)
+  sys.exit(EXIT_INTERRUPTED)
 
 
 def set_verbosity(verbosity: str | None) -> None:

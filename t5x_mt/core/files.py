@@ -26,6 +26,7 @@ from typing import BinaryIO
 
 from etils import epath
 
+from t5x_mt.core import interrupts
 from t5x_mt.core.errors import UserError
 
 # The repository's root: gin files and sample data are found relative to it from anywhere.
@@ -93,9 +94,13 @@ def atomic_writer(target: str | os.PathLike) -> Iterator[BinaryIO]:
       yield held
       target.write_bytes(held.getvalue())
     return
-  fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}.', suffix='.tmp')
+  temporary = None
   try:
-    with os.fdopen(fd, 'wb') as f:
+    with interrupts.deferred():  # Ctrl-C stops nothing before the file has its name here.
+      fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}.',
+                                       suffix='.tmp')
+      f = os.fdopen(fd, 'wb')
+    with f:
       yield f
       f.flush()
       os.fsync(f.fileno())
@@ -104,7 +109,9 @@ def atomic_writer(target: str | os.PathLike) -> Iterator[BinaryIO]:
     os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 would hide outputs from others.
     os.replace(temporary, target)
   except BaseException:
-    pathlib.Path(temporary).unlink(missing_ok=True)
+    if temporary is not None:
+      with interrupts.deferred():
+        pathlib.Path(temporary).unlink(missing_ok=True)
     raise
 
 
@@ -144,7 +151,8 @@ def removed_on_failure(folder: str | os.PathLike) -> Iterator[None]:
     yield
   except BaseException:
     if not existed:
-      remove_folder(folder)
+      with interrupts.deferred():
+        remove_folder(folder)
     raise
 
 
@@ -153,10 +161,11 @@ def staged_folder(final_path: str | os.PathLike) -> Iterator[AnyPath]:
   """An empty folder beside `final_path` to build a folder output in; it becomes
   `final_path` only when the block succeeds.
 
-  A failure removes it and leaves `final_path` as it was. On success the previous
-  `final_path` (if any) is renamed aside, the new folder renamed into place and the old
-  one deleted, so a reader finds the old folder or the new one, never a mix. A staging
-  folder left by a killed earlier attempt is cleared first.
+  A failure, Ctrl-C included, removes it and leaves `final_path` as it was. On success
+  the previous `final_path` (if any) is renamed aside, the new folder renamed into place
+  and the old one deleted, so a reader finds the old folder or the new one, never a mix;
+  a Ctrl-C waits for these steps (`interrupts.deferred`). A staging folder left by a
+  killed earlier attempt is cleared first.
 
   An object store cannot rename a folder: there the output is built at `final_path`
   itself, which a failure removes if it did not exist before.
@@ -167,14 +176,17 @@ def staged_folder(final_path: str | os.PathLike) -> Iterator[AnyPath]:
     return
   final = pathlib.Path(final_path)
   staging = final.parent / f'.{final.name}.partial'
-  shutil.rmtree(staging, ignore_errors=True)
-  staging.mkdir(parents=True)
   try:
+    with interrupts.deferred():
+      shutil.rmtree(staging, ignore_errors=True)
+      staging.mkdir(parents=True)
     yield staging
   except BaseException:
-    shutil.rmtree(staging, ignore_errors=True)
+    with interrupts.deferred():
+      shutil.rmtree(staging, ignore_errors=True)
     raise
-  _replace_folder(staging, final)
+  with interrupts.deferred():
+    _replace_folder(staging, final)
 
 
 def _replace_folder(new: pathlib.Path, final: pathlib.Path) -> None:

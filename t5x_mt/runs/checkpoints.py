@@ -32,6 +32,7 @@ import tensorflow as tf
 from flax import traverse_util
 
 from t5x_mt.core import files
+from t5x_mt.core import interrupts
 from t5x_mt.core import processes
 from t5x_mt.model import parameter_layout
 from t5x_mt.runs import run_layout
@@ -264,9 +265,11 @@ class RunCheckpoints:
 
   def save_params(self, step: int, params: Any) -> None:
     """Saves parameters alone at `step`: a checkpoint to translate, evaluate or fine-tune
-    from (an averaged one has no optimizer state of its own)."""
-    self._manager.save(step, args=ocp.args.Composite(
-        params=ocp.args.StandardSave(self._own(params))))
+    from (an averaged one has no optimizer state of its own). A Ctrl-C meanwhile waits
+    until Orbax's threads are done writing (`interrupts.deferred`)."""
+    with interrupts.deferred():
+      self._manager.save(step, args=ocp.args.Composite(
+          params=ocp.args.StandardSave(self._own(params))))
 
   def restore_host_states(self, step: int, host_states: Mapping[str, HostState]) -> None:
     """Restores each of `host_states` to what it was when `step` was saved."""
@@ -308,12 +311,15 @@ class RunCheckpoints:
     self._manager.reload()
 
   def wait(self) -> None:
-    """Blocks until asynchronous saves are on disk."""
-    self._manager.wait_until_finished()
+    """Blocks until asynchronous saves are on disk, a Ctrl-C meanwhile too."""
+    with interrupts.deferred():
+      self._manager.wait_until_finished()
 
   def close(self) -> None:
-    self._manager.wait_until_finished()
-    self._manager.close()
+    """Waits for asynchronous saves (a Ctrl-C too), then lets the manager go."""
+    with interrupts.deferred():
+      self._manager.wait_until_finished()
+      self._manager.close()
 
 
 class _ProtectedStep:
