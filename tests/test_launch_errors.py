@@ -312,8 +312,9 @@ runpy.run_path(script, run_name='__main__')
     # While CTranslate2 writes the model into the staged folder.
     ('export.py', ['--checkpoint_dir={run}', '--format=ctranslate2', '--output_dir=out'],
      '.out.partial/model.bin'),
-    # While Orbax's threads write the checkpoint into the staged run folder.
-    ('import_checkpoint.py', [f'--path={NLLB}', '--output_dir=out'], 'orbax-checkpoint-tmp'),
+    # While Orbax's threads write the checkpoint into the staged run folder (they begin
+    # its arrays' metadata) and the command waits for them.
+    ('import_checkpoint.py', [f'--path={NLLB}', '--output_dir=out'], 'array_metadatas'),
     # As the translations' file is begun, its lines still to come.
     ('translate.py', ['--checkpoint_dir={run}', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
                       '--output=out.txt'], '.out.txt.'),
