@@ -244,13 +244,14 @@ def load_translator(model_dir: str,
       source_vocabulary_file=run_loading.source_vocabulary_file(model_dir))
 
 
-def load_model(args: argparse.Namespace, overrides: Mapping[str, Any]) -> Any:
+def load_model(args: argparse.Namespace, overrides: Mapping[str, Any],
+               step: int | None = None) -> Any:
   """The translator the model flags name (`decoding_flags.add_ctranslate2_flag` and
   `add_decoding_flags`): the folder --ctranslate2 names, its outputs into yor_Latn restored
   as its settings say (`run_loading.with_restored_marks`), else the run, ensemble or family
-  models of `decoding_flags.load_model` at --step."""
+  models of `decoding_flags.load_model` at `step` (default: --step)."""
   if args.ctranslate2 is None:
-    return decoding_flags.load_model(args, args.step, overrides)
+    return decoding_flags.load_model(args, args.step if step is None else step, overrides)
   translator = load_translator(args.ctranslate2, overrides)
   return run_loading.with_restored_marks(translator, translator.settings)
 
