@@ -7,10 +7,10 @@ worst finished one. Unlike T5X, a hypothesis that reaches `max_decode_length` wi
 finished there (as in fairseq), and a row that has fewer finished hypotheses than the
 caller reads (`outputs`: an n-best list's length) is never settled early, so a batch item
 gets `outputs` ranked outputs whenever that many hypotheses exist; a row that its stop
-criterion settles finishes nothing more
-while the rest of its batch goes on, so its outputs are those it would get alone; and with
-fairseq's stop rule ('beam_full') the search is fairseq's, EOS ending a hypothesis only
-among a step's beam_size best expansions.
+criterion settles finishes nothing more while the rest of its batch goes on, so its
+outputs are those it would get alone; and with fairseq's stop rule ('beam_full') the
+search is fairseq's, EOS ending a hypothesis only among a step's beam_size best
+expansions.
 
 The first step's cache is expanded to the beams (`expand_cache`), and after every step the
 leaves with batch * beam rows are reordered to follow the surviving hypotheses; leaves
