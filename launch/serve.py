@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
   from t5x_mt.serving import app
   # pylint: enable=g-import-not-at-top
   translator = ctranslate2_translator.load_model(args, overrides)
-  model_dir = args.ctranslate2 or decoding_flags.first_run(args)[0]
+  model_dir = decoding_flags.first_run(args)[0]
   served = app.translator_app(translator, model_dir, app.ServerSettings(**settings))
   # uvicorn answers SIGTERM and SIGINT by closing its socket and answering every request
   # it accepted, then raises the signal again to the handler in place before it started:

@@ -13,9 +13,9 @@ CTranslate2 (docs/serving.md).
 each method's settings are flags of their own: --beam_size, --stop; --temperature,
 --top_k, --top_p, --epsilon, --seed.
 
---nbest=N writes each line's N best hypotheses (N <= the beam size), or with
---search=sampling N samples, instead, in Moses' n-best format, which launch/rerank.py
-reads (docs/decoding.md#n-best-lists):
+--nbest=N writes each line's N best hypotheses (N <= the beam size; every line gets N),
+or with --search=sampling N samples, instead, in Moses' n-best format, which
+launch/rerank.py reads (docs/decoding.md#n-best-lists):
 
   0 ||| hypothesis ||| forward=-4.1 forward_normalized=-0.82 length=5 ||| -0.82
 
@@ -36,7 +36,6 @@ from t5x_mt.core import cli
 from t5x_mt.config import decoding_flags
 from t5x_mt.core import files
 from t5x_mt.core import languages
-from t5x_mt.runs import run_layout
 from t5x_mt.data import readers
 from t5x_mt.core.errors import UserError
 
@@ -72,10 +71,7 @@ def main(argv: list[str]) -> int:
   from t5x_mt.decoding import line_streaming
   from t5x_mt.export import ctranslate2_translator
   # pylint: enable=g-import-not-at-top
-  translator = ctranslate2_translator.load_model(args, overrides)
-  model_dir = args.checkpoint_dir or args.ctranslate2
-  if model_dir is not None:
-    run_layout.RunLayout(model_dir).warn_untrained(translator.legs(src_lang, tgt_lang))
+  translator = ctranslate2_translator.load_for_direction(args, overrides, src_lang, tgt_lang)
   chunks = line_streaming.stream_translations(
       translator, readers.iter_lines(args.input or STDIN), src_lang, tgt_lang, total=total,
       progress_bar=args.input is not None, source_name=args.input or 'stdin',
@@ -98,10 +94,9 @@ def _check_nbest(args: argparse.Namespace) -> None:
   if args.beam_size is not None and args.nbest > args.beam_size:
     raise UserError(f'--nbest: at most --beam_size ({args.beam_size}) hypotheses, got '
                     f'{args.nbest}')
-  for flag in ('ctranslate2', 'family_models'):
-    if getattr(args, flag) is not None:
-      raise UserError(f'--nbest: not with --{flag}; n-best lists come from '
-                      '--checkpoint_dir or --ensemble')
+  if args.family_models is not None:
+    raise UserError('--nbest: not with --family_models; n-best lists come from '
+                    '--checkpoint_dir, --ensemble or --ctranslate2')
 
 
 def _nbest_lines(lists: list, first_index: int) -> str:

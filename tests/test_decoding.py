@@ -514,3 +514,26 @@ def test_fairseqs_stop_rule_finishes_hypotheses_only_among_the_beams_best(stop, 
   np.testing.assert_array_equal(sequences[0, 0], want)
   np.testing.assert_allclose(scores[0, 0], np.log(0.6 * 0.5) if want[0] == 2 else np.log(0.4),
                              rtol=1e-5)
+
+
+@pytest.mark.parametrize('stop', ['beam_full', 'best'])
+def test_a_row_stops_only_once_the_outputs_read_have_finished(stop):
+  """The bound settles a row once its best hypothesis is final, often before the others
+  finish: asked for `outputs` hypotheses, the row goes on until that many have finished,
+  and its best hypothesis stays what it was."""
+  cache = _initial_cache([0, 1, 2])
+  short_rows = 0
+  for seed in range(4):
+    run = functools.partial(_beam, _toy_table(seed), cache, beam_size=3, alpha=0.0, stop=stop)
+    best_alone, listed = run(), run(outputs=3)
+    short_rows += int(np.sum(np.sum(np.asarray(best_alone[1]) > common.NEG_INF / 2, axis=1) < 3))
+    assert np.all(np.asarray(listed[1]) > common.NEG_INF / 2), f'seed {seed}'
+    np.testing.assert_array_equal(listed[0][:, 0], best_alone[0][:, 0], err_msg=f'seed {seed}')
+    np.testing.assert_array_equal(listed[1][:, 0], best_alone[1][:, 0], err_msg=f'seed {seed}')
+  assert short_rows >= 4  # Rows the bound settled with fewer than 3 finished.
+
+
+def test_more_outputs_than_the_beam_are_rejected():
+  with pytest.raises(UserError, match=r'outputs must be from 1 to beam_size \(2\), got 3'):
+    beam_search.beam_search(_toy_tokens_to_logits(_toy_table()), _initial_cache([0]),
+                            prefix=None, beam_size=2, outputs=3, max_decode_length=LENGTH)

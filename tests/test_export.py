@@ -18,6 +18,7 @@ ours instead.
 """
 
 import functools
+import json
 import pathlib
 
 import ctranslate2
@@ -384,3 +385,39 @@ def test_export_replaces_an_earlier_export_and_nothing_else(trained_run, tmp_pat
         'empty one']
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
   assert sorted(path.name for path in tmp_path.iterdir()) == ['ct2', 'mine', 'run']
+
+
+def evaluate(model_flag: str, monkeypatch, capsys, *flags: str) -> str:
+  code, out, err = run_in_process('evaluate.py', [model_flag, *flags], monkeypatch, capsys)
+  assert code == 0, err
+  return out
+
+
+def test_evaluate_scores_an_export_as_the_run_it_was_exported_from(
+    trained_run, tmp_path, monkeypatch, capsys):
+  """evaluate.py --ctranslate2 gives the run's own scores, for files and for --tasks
+  (whose scores of an export go to --output_json alone)."""
+  run, _, _ = random_run(trained_run, tmp_path / 'run', {})
+  output = tmp_path / 'ct2'
+  ctranslate2_export.export_run(str(run), str(output), 'float32')
+  src_file, ref_file = tmp_path / 'src.eng', tmp_path / 'ref.hau'
+  src_file.write_text(''.join(f'{line}\n' for line in SENTENCES), encoding='utf-8')
+  ref_file.write_text('Litinin\nkilomita 10\nTalata, 3 Maris 2015\nTuranci da Faransanci\n'
+                      'mintuna 45 da suka wuce\nAlhamis\n', encoding='utf-8')
+  files = ['--src_lang=eng_Latn', '--tgt_lang=hau_Latn', f'--src_file={src_file}',
+           f'--ref_file={ref_file}']
+  for beam_size in (1, 4):
+    flags = (*files, f'--beam_size={beam_size}')
+    ours = json.loads(evaluate(f'--checkpoint_dir={run}', monkeypatch, capsys, *flags))
+    served = json.loads(evaluate(f'--ctranslate2={output}', monkeypatch, capsys, *flags))
+    assert served == ours and ours['chrf'] > 0
+
+  tasks = ['--tasks=cldr_eng_Latn.hau_Latn', '--beam_size=1']
+  evaluate(f'--checkpoint_dir={run}', monkeypatch, capsys, *tasks)
+  ours = json.loads((run / 'eval' / 'step_1.json').read_text())
+  scores = tmp_path / 'scores.json'
+  table = evaluate(f'--ctranslate2={output}', monkeypatch, capsys, *tasks,
+                   f'--output_json={scores}')
+  served = json.loads(scores.read_text())
+  assert served['directions'] == ours['directions'] and served['step'] is None
+  assert 'eng_Latn-hau_Latn' in table and not (output / 'eval').exists()

@@ -11,6 +11,7 @@ show that a user sees no TensorFlow start-up logging above the line.
 """
 
 import dataclasses
+import json
 import os
 import pathlib
 import shutil
@@ -21,6 +22,7 @@ import sys
 import pytest
 
 from t5x_mt.core import cli
+from t5x_mt.evaluation import scoring
 from t5x_mt.pretrained import huggingface
 
 from test_launch_translate_evaluate import command_environment
@@ -244,6 +246,11 @@ MISSING_INPUTS = [
      'error: --src_file: . is a folder, not a file'),
     ('evaluate.py', ['--family_models=1=.,3=lfg3', '--tasks=cldr_demo'],
      'error: --family_models: lfg3 is not a directory'),
+    ('evaluate.py', ['--hyp_file=hyp.txt', '--ref_file=in.nbest'],
+     'error: --hyp_file: hyp.txt: no such file'),
+    ('evaluate.py', ['--ctranslate2=model', '--src_lang=eng_Latn', '--tgt_lang=hau_Latn',
+                     '--src_file=in.nbest', '--ref_file=in.nbest'],
+     'error: --ctranslate2: model is not a directory'),
     ('back_translate.py', ['--checkpoint_dir=.', '--lang=hau_Latn', '--into=eng_Latn',
                            '--monolingual=hau.txt', '--output=bt'],
      'error: --monolingual: hau.txt: no such file'),
@@ -372,8 +379,8 @@ def test_an_export_given_as_checkpoint_dir_points_to_ctranslate2(script, exporte
   assert finished.returncode == 2
   assert finished.stderr.splitlines() == [
       f'error: --checkpoint_dir: {exported_run} is a CTranslate2 export, not a training run: '
-      f'translate.py and serve.py take it as --ctranslate2={exported_run}; other commands '
-      'read the run it was exported from']
+      f'translate.py, evaluate.py and serve.py take it as --ctranslate2={exported_run}; '
+      'other commands read the run it was exported from']
   assert files_under(workdir) == ['in.txt']
 
 
@@ -423,6 +430,51 @@ def test_a_language_that_cannot_be_added_is_one_line_before_any_import(workdir, 
                     cwd=workdir)
   assert_refused(finished, error_line)
   assert finished.imported == [] and files_under(workdir) == written
+
+
+@pytest.mark.parametrize('flags, error_line', [
+    (['--ref_file=ref.txt', '--checkpoint_dir=.'], 'error: --hyp_file: scores the '
+     'translations it holds, without a model; leave out --checkpoint_dir'),
+    (['--ref_file=ref.txt', '--ctranslate2=.', '--beam_size=2', '--src_lang=eng_Latn'],
+     'error: --hyp_file: scores the translations it holds, without a model; leave out '
+     '--beam_size, --ctranslate2, --src_lang'),
+    (['--ref_file=ref.txt', '--tasks=cldr_demo'], 'error: --hyp_file: scores the '
+     'translations it holds, without a model; leave out --tasks'),
+    ([], 'error: --ref_file: required with --hyp_file'),
+    (['--ref_file=short.txt'], 'error: hyp.txt has 2 lines but short.txt has 1: --hyp_file '
+     'and --ref_file must be line-aligned'),
+    (['--ref_file=ref.txt', '--src_file=short.txt'], 'error: hyp.txt has 2 lines but '
+     'short.txt has 1: --hyp_file and --src_file must be line-aligned'),
+    (['--ref_file=ref.txt', '--baseline=copy'],
+     'error: --baseline: copy scores the sources as translations; give --src_file'),
+    (['--ref_file=ref.txt', '--spm_model=flores200.model'],
+     'error: --spm_model: flores200.model: no such file'),
+])
+def test_bad_hypothesis_file_scoring_is_one_line_before_any_import(workdir, flags,
+                                                                  error_line):
+  for name, text in (('hyp.txt', 'Litinin\nbabu\n'), ('ref.txt', 'Litinin\nbabu\n'),
+                     ('short.txt', 'Litinin\n')):
+    (workdir / name).write_text(text, encoding='utf-8')
+  finished = launch('evaluate.py', '--hyp_file=hyp.txt', *flags, '--output_json=scores.json',
+                    cwd=workdir)
+  assert_refused(finished, error_line)
+  assert finished.imported == [] and files_under(workdir) == ['hyp.txt', 'ref.txt',
+                                                              'short.txt']
+
+
+def test_scoring_a_hypothesis_file_loads_neither_tensorflow_nor_jax(workdir):
+  hypotheses = ['Litinin 3 Mayu', 'kilomita 10', '']
+  references = ['Litinin', 'kilomita 10', 'babu']
+  (workdir / 'hyp.txt').write_text(''.join(f'{line}\n' for line in hypotheses),
+                                   encoding='utf-8')
+  (workdir / 'ref.txt').write_text(''.join(f'{line}\n' for line in references),
+                                   encoding='utf-8')
+  finished = launch('evaluate.py', '--hyp_file=hyp.txt', '--ref_file=ref.txt',
+                    '--output_json=scores.json', cwd=workdir)
+  assert (finished.returncode, finished.stderr, finished.imported) == (0, '', [])
+  expected = scoring.score_translations([], hypotheses, references)
+  assert json.loads(finished.stdout) == expected == json.loads(
+      (workdir / 'scores.json').read_text())
 
 
 @pytest.mark.parametrize('flags, error_line', [

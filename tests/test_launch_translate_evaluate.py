@@ -238,3 +238,36 @@ def test_output_limit_flags_reach_the_translator_only_when_given(tmp_path):
   assert not {'no_repeat_ngram_size', 'max_length_ratio', 'max_length_offset'} & set(unset)
   with pytest.raises(UserError, match='--max_length_ratio: must be >= 0, got -1.0'):
     _overrides(tmp_path, '--max_length_ratio=-1')
+
+
+def test_a_hypothesis_file_scores_as_evaluate_scores_the_translations(
+    trained_run, monkeypatch, capsys, tmp_path):
+  """translate.py's output scored with --hyp_file gives exactly the scores evaluate.py
+  gives when it translates the same lines itself: the same JSON, printed and written."""
+  src_file, hyp_file = tmp_path / 'src.eng', tmp_path / 'hyp.hau'
+  src_file.write_text('Monday\n\n10 kilometres\nTuesday, 3 March 2015\n', encoding='utf-8')
+  code, _, err = run_in_process(
+      'translate.py', [f'--checkpoint_dir={trained_run}', '--src_lang=eng_Latn',
+                       '--tgt_lang=hau_Latn', f'--input={src_file}', f'--output={hyp_file}',
+                       *DECODING_FLAGS], monkeypatch, capsys)
+  assert code == 0, err
+  hypotheses = hyp_file.read_text(encoding='utf-8').splitlines()
+  ref_file = tmp_path / 'ref.hau'
+  ref_file.write_text(f'{hypotheses[0]} Litinin\nbabu\nkilomita 10\n{hypotheses[3]}\n',
+                      encoding='utf-8')
+  scoring_flags = [f'--ref_file={ref_file}', f'--src_file={src_file}', '--baseline=copy',
+                   f'--spm_model={trained_run / "vocab.model"}']
+  printed = {}
+  for name, flags in (('model', [f'--checkpoint_dir={trained_run}', '--src_lang=eng_Latn',
+                                 '--tgt_lang=hau_Latn', *DECODING_FLAGS]),
+                      ('file', [f'--hyp_file={hyp_file}'])):
+    output_json = tmp_path / f'{name}.json'
+    code, out, err = run_in_process('evaluate.py', [*flags, *scoring_flags,
+                                                    f'--output_json={output_json}'],
+                                    monkeypatch, capsys)
+    assert code == 0, err
+    printed[name] = json.loads(out)
+    assert json.loads(output_json.read_text()) == printed[name]
+  assert printed['file'] == printed['model']
+  assert printed['file']['n'] == 4 and printed['file']['chrf'] > 0
+  assert printed['file']['spbleu'] is not None and 'copy' in printed['file']

@@ -1,11 +1,14 @@
 """translate.py --nbest: every line's N best hypotheses in Moses' format, the first of
-each list the 1-best translation, and --ensemble in place of --checkpoint_dir."""
+each list the 1-best translation, and --ensemble or --ctranslate2 in place of
+--checkpoint_dir."""
 
 import numpy as np
 import pytest
 
 from t5x_mt.decoding.search import common
 from t5x_mt.decoding import nbest
+from t5x_mt.export import ctranslate2_export
+from test_export import random_run
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
 
@@ -85,3 +88,34 @@ def test_an_ensemble_member_that_cannot_load_is_one_line(trained_run, source, tm
       f'--input={source}'], monkeypatch, capsys)
   assert (code, error_lines(err)) == (
       2, [f'error: --ensemble: {missing} is not a directory'])
+
+
+
+def test_every_list_holds_n_hypotheses_and_the_translation_stays_the_same(
+    trained_run, source, tmp_path, monkeypatch, capsys):
+  """A model whose hypotheses end at several lengths, ranked by their summed
+  log-probability (alpha 0): a sentence's best hypothesis is final early, once nothing
+  alive can beat it, while fewer than N have finished. The search goes on until N have,
+  the translation stays the one found without --nbest, and the export's search
+  (CTranslate2's num_hypotheses) lists the same hypotheses."""
+  run, _, _ = random_run(trained_run, tmp_path / 'run', {}, eos_weight=3.5, seed=1)
+  flags = ['--beam_size=4', '--alpha=0']
+  best = translate(f'--checkpoint_dir={run}', source, monkeypatch, capsys, *flags)
+  ours, served = tmp_path / 'ours.nbest', tmp_path / 'served.nbest'
+  translate(f'--checkpoint_dir={run}', source, monkeypatch, capsys, *flags, '--nbest=4',
+            f'--output={ours}')
+  lists = nbest.read(ours)
+  assert [len(entries) for entries in lists] == [4, 1, 4, 4, 4]
+  assert [entries[0].hypothesis for entries in lists] == best.splitlines()
+  assert len({entry.features['length'] for entries in lists for entry in entries}) > 1
+
+  ctranslate2_export.export_run(str(run), str(tmp_path / 'ct2'), 'float32')
+  translate(f'--ctranslate2={tmp_path / "ct2"}', source, monkeypatch, capsys, *flags,
+            '--nbest=4', f'--output={served}')
+  served_lists = nbest.read(served)
+  assert ([[entry.hypothesis for entry in entries] for entries in served_lists]
+          == [[entry.hypothesis for entry in entries] for entries in lists])
+  for name in ('forward', 'forward_normalized', 'length'):
+    np.testing.assert_allclose(
+        [entry.features[name] for entries in served_lists for entry in entries],
+        [entry.features[name] for entries in lists for entry in entries], rtol=1e-4)

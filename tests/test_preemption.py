@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import tiny_run_flags
+from test_launch_translate_evaluate import run_in_process
 
 from t5x_mt.core import interrupts
 from t5x_mt.training import actions
@@ -18,12 +19,17 @@ from t5x_mt.training import actions
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
+def _flags(model_dir: pathlib.Path, vocabulary: pathlib.Path, steps: int) -> list[str]:
+  """launch/train.py's flags for the tiny eng->hau run."""
+  return tiny_run_flags(model_dir, vocabulary, 'cldr_eng_Latn.hau_Latn', steps,
+                        CHECKPOINT_EVERY_STEPS='1000')
+
+
 def _train(model_dir: pathlib.Path, vocabulary: pathlib.Path, steps: int) -> subprocess.Popen:
   """launch/train.py on the tiny eng->hau run, as a user starts it."""
-  flags = tiny_run_flags(model_dir, vocabulary, 'cldr_eng_Latn.hau_Latn', steps,
-                         CHECKPOINT_EVERY_STEPS='1000')
-  return subprocess.Popen([sys.executable, 'launch/train.py', *flags], cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  return subprocess.Popen([sys.executable, 'launch/train.py', *_flags(model_dir, vocabulary,
+                                                                       steps)],
+                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _logged_steps(model_dir: pathlib.Path) -> list[int]:
@@ -35,7 +41,8 @@ def _logged_steps(model_dir: pathlib.Path) -> list[int]:
 
 
 @pytest.mark.slow
-def test_sigterm_saves_the_step_and_exits_0_and_the_same_command_resumes(trained_run, tmp_path):
+def test_sigterm_saves_the_step_and_exits_0_and_the_same_command_resumes(trained_run, tmp_path,
+                                                                         monkeypatch, capsys):
   signal_number = signal.SIGTERM
   vocabulary = trained_run.parent / 'vocab' / 'eng_hau.model'
   model_dir = tmp_path / 'run'
@@ -56,10 +63,12 @@ def test_sigterm_saves_the_step_and_exits_0_and_the_same_command_resumes(trained
   assert f'{name} at step {step}: saved checkpoint {step} and stopped' in stderr
   assert sorted(p.name for p in (model_dir / 'checkpoints').iterdir()) == [str(step)]
   assert not (model_dir / 'eval').exists()  # No evaluation on the way out.
-  # The same command (with its end brought closer) resumes from that step.
-  resumed = _train(model_dir, vocabulary, step + 2)
-  _, stderr = resumed.communicate(timeout=300)
-  assert resumed.returncode == 0, stderr[-2000:]
+  # The same command (with its end brought closer) resumes from that step; run through
+  # cli.run in this process, which reads the same flags the same way, to spare a second
+  # process its imports.
+  code, _, stderr = run_in_process('train.py', _flags(model_dir, vocabulary, step + 2),
+                                   monkeypatch, capsys)
+  assert code == 0, stderr[-2000:]
   assert _logged_steps(model_dir) == list(range(1, step + 3))
 
 

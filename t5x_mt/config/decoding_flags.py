@@ -207,7 +207,10 @@ def model_choice(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def first_run(args: argparse.Namespace) -> tuple[str, str]:
-  """(run folder, flag) of the run the model flags name, or of the first of several."""
+  """(run folder, flag) of the run the model flags name, or of the first of several, or
+  the folder --ctranslate2 names (an export holds its run's config.gin and vocabulary)."""
+  if getattr(args, 'ctranslate2', None) is not None:
+    return args.ctranslate2, '--ctranslate2'
   choice = model_choice(args)
   if choice['ensemble_members'] is not None:
     return choice['ensemble_members'][0][0], '--ensemble'

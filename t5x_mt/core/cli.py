@@ -278,19 +278,22 @@ def add_gin_flags(parser: argparse.ArgumentParser, example_binding: str) -> None
                       help=f'extra binding, e.g. "{example_binding}" (same as --gin.NAME=VALUE)')
 
 
-def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
+def add_distributed_flags(parser: argparse.ArgumentParser) -> list[str]:
   """--coordinator_address, --num_processes, --process_id and --local_device_ids: how this
-  process joins a multi-process run (`start_jax`)."""
-  parser.add_argument('--coordinator_address', default=None,
-                      help='HOST:PORT where process 0 coordinates a multi-process run '
-                      '(default: read from a Cloud TPU VM slice or Slurm job, else one process)')
-  parser.add_argument('--num_processes', type=int, default=None,
-                      help='processes in the run (one per host, or per GPU)')
-  parser.add_argument('--process_id', type=int, default=None,
-                      help="this process's index, 0 to --num_processes - 1")
-  parser.add_argument('--local_device_ids', default=None,
-                      help='comma-separated accelerators this process uses (Slurm with one '
-                      "process per node: all the node's GPUs)")
+  process joins a multi-process run (`start_jax`); returns the flags' names (argparse's
+  dests)."""
+  return [action.dest for action in (
+      parser.add_argument('--coordinator_address', default=None,
+                          help='HOST:PORT where process 0 coordinates a multi-process run '
+                          '(default: read from a Cloud TPU VM slice or Slurm job, else one '
+                          'process)'),
+      parser.add_argument('--num_processes', type=int, default=None,
+                          help='processes in the run (one per host, or per GPU)'),
+      parser.add_argument('--process_id', type=int, default=None,
+                          help="this process's index, 0 to --num_processes - 1"),
+      parser.add_argument('--local_device_ids', default=None,
+                          help='comma-separated accelerators this process uses (Slurm with '
+                          "one process per node: all the node's GPUs)"))]
 
 
 def _check_distributed_flags(args: argparse.Namespace) -> None:

@@ -56,6 +56,17 @@ class Ensemble:
     self.vocab_size = sizes.pop()
     self.max_length = min(member.max_length for member in members)
 
+  def _identity(self) -> tuple:
+    return self.members, self.weights, self.combination, self.num_pieces
+
+  # Ensembles of equal members and settings decode alike: the searches, which take the
+  # model as a static argument, reuse their traces across loads (as a member's do).
+  def __eq__(self, other: Any) -> bool:
+    return type(other) is type(self) and other._identity() == self._identity()
+
+  def __hash__(self) -> int:
+    return hash(self._identity())
+
   def check_direction(self, direction: Direction, command: str) -> None:
     for member in self.members:
       member.check_direction(direction, command)

@@ -17,7 +17,6 @@ from t5x_mt.model import decode_cache
 from t5x_mt.decoding import search
 from t5x_mt.decoding.search import common
 from t5x_mt.core.directions import Direction
-from t5x_mt.core.errors import UserError
 
 Array = jax.Array
 
@@ -74,10 +73,7 @@ def predict_batch(model: StepwiseModel, params: Any, encoder_tokens: np.ndarray,
   `banned_pieces` (bool [num_pieces], EOS aside) marks after the prefix. A method that
   draws keys each row's draws by its tokens and direction (`common.source_ids`).
   """
-  method = search.method_of(search_settings)
-  most = method.most_outputs(search_settings)
-  if most is not None and nbest > most:
-    raise UserError(f'--nbest: at most {most} with {method.name} search here, got {nbest}')
+  search.method_of(search_settings).check_outputs(search_settings, nbest)
   direction = jnp.int32(direction)
   prefix = None if prefix_id is None else jnp.full((encoder_tokens.shape[0],), prefix_id,
                                                    jnp.int32)

@@ -17,6 +17,7 @@ target's pieces and EOS, the same whatever else shares its batch.
 
 from collections.abc import Sequence
 import contextlib
+import functools
 
 import jax
 import numpy as np
@@ -33,6 +34,12 @@ TRANSLATION = 'translation'
 RIGHT_TO_LEFT = 'right_to_left'
 LANGUAGE_MODEL = 'language_model'
 KINDS = (TRANSLATION, RIGHT_TO_LEFT, LANGUAGE_MODEL)
+
+
+# The model is static and hashed by its config: runs of one architecture share the trace.
+@functools.partial(jax.jit, static_argnums=0)
+def _score_batch(model, params, batch):
+  return model.score_batch(params, batch)
 
 
 class RunScorer:
@@ -53,7 +60,6 @@ class RunScorer:
       self.kind = LANGUAGE_MODEL
     else:
       self.kind = RIGHT_TO_LEFT if translator.reverse_target else TRANSLATION
-    self._score_batch = jax.jit(translator.model.score_batch)
 
   def score(self, sources: Sequence[str] | None, targets: Sequence[str], src_lang: str,
             tgt_lang: str, *, progress_bar: bool = False) -> np.ndarray:
@@ -136,4 +142,4 @@ class RunScorer:
     with contextlib.ExitStack() as stack:
       if translator.mesh is not None:
         stack.enter_context(partitioning.activation_sharding(translator.mesh, translator.rules))
-      return np.asarray(jax.device_get(self._score_batch(translator.params, batch)))
+      return np.asarray(jax.device_get(_score_batch(translator.model, translator.params, batch)))

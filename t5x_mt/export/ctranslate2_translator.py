@@ -17,9 +17,11 @@ its own config.gin what CTranslate2 decodes as in place of such a setting of its
 (`unhonoured_settings`), so that it serves as written; a flag that asks for one again is
 refused. Its length penalty counts the forced target tag; the best translation is chosen
 among its finished hypotheses by the run's own score, sum log p / (generated length
-incl. EOS) ** alpha. docs/serving.md lists where its beam search may still choose
-another translation than ours. Its samples come from its own generator, seeded once with
-`seed`: unlike ours (`decoding.search.sampling`), they depend on a sentence's batch.
+incl. EOS) ** alpha, and an n-best list is the N best by that score (N <= its
+num_hypotheses, the beam; or N samples). docs/serving.md lists where its beam search may
+still choose another translation than ours. Its samples come from its own generator,
+seeded once with `seed`: unlike ours (`decoding.search.sampling`), they depend on a
+sentence's batch.
 """
 
 from collections.abc import Mapping, Sequence
@@ -33,6 +35,7 @@ import numpy as np
 from t5x_mt.core import files
 from t5x_mt.decoding import inference
 from t5x_mt.decoding import search
+from t5x_mt.decoding.search import common
 from t5x_mt.model import models
 from t5x_mt.model import network
 from t5x_mt.runs import run_layout
@@ -134,20 +137,54 @@ class CTranslate2Translator(inference.Translator):
                 ) -> list[list[int]]:
     """Each sentence's best output ids after its own forced tag (if any): CTranslate2's
     search within the batch's output limit, its finished hypotheses ranked by ours."""
+    results, prefix_lengths = self._search(encoder_ids, prefix_ids)
+    return [self._ids(best_hypothesis(result, self.settings.alpha, prefix_length))
+            for result, prefix_length in zip(results, prefix_lengths)]
+
+  def _run_nbest_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
+                       direction: int, nbest: int) -> common.NBest:
+    """Each sentence's `nbest` best finished hypotheses of CTranslate2's search, ranked
+    and scored as ours are (`common.NBest`; a slot without a hypothesis scores NEG_INF)."""
+    del direction  # Chooses adapters, which no export has.
+    settings = self.settings
+    search.method_of(settings.search_settings).check_outputs(settings.search_settings, nbest)
+    results, prefix_lengths = self._search(encoder_ids, [prefix_id] * len(encoder_ids),
+                                           hypotheses=nbest)
+    longest = max(len(hypothesis) for result in results for hypothesis in result.hypotheses)
+    sequences = np.zeros((len(results), nbest, longest), np.int32)
+    scored = np.full((3, len(results), nbest), common.NEG_INF, np.float32)
+    for row, (result, prefix_length) in enumerate(zip(results, prefix_lengths)):
+      ranked = sorted(zip(result.hypotheses, our_scores(result, settings.alpha, prefix_length)),
+                      key=lambda pair: -pair[1].score)[:nbest]
+      for slot, (hypothesis, score) in enumerate(ranked):
+        ids = self._ids(hypothesis)
+        sequences[row, slot, :len(ids)] = ids
+        scored[:, row, slot] = score.score, score.log_prob, score.length
+    return common.NBest(sequences, scored[0], scored[1], scored[2].astype(np.int32))
+
+  def _search(self, encoder_ids: list[list[int]], prefix_ids: list[int | None],
+              hypotheses: int | None = None
+              ) -> tuple[list[ctranslate2.TranslationResult], list[int]]:
+    """CTranslate2's results for the batch, within its output limit, each with the length
+    of its forced tag (0 or 1); `hypotheses` asks for that many of each sentence (default:
+    what the search method returns, a beam's whole beam)."""
     _, decode_length = self.batch_lengths(encoder_ids)
     pieces = self.tokenizer.id_to_piece
     prefixes = [[] if prefix_id is None else [pieces(prefix_id)] for prefix_id in prefix_ids]
     settings = self.settings
+    options = SEARCH_OPTIONS[settings.search](settings.search_settings)
+    if hypotheses is not None:
+      options['num_hypotheses'] = max(options['num_hypotheses'], hypotheses)
     results = self._engine.translate_batch(
         [[pieces(i) for i in ids] for ids in encoder_ids],
-        target_prefix=prefixes if any(prefixes) else None,
-        **SEARCH_OPTIONS[settings.search](settings.search_settings),
+        target_prefix=prefixes if any(prefixes) else None, **options,
         length_penalty=settings.alpha, no_repeat_ngram_size=settings.no_repeat_ngram_size,
         suppress_sequences=self._not_text, return_end_token=True, return_scores=True,
         max_input_length=0, max_decoding_length=decode_length, min_decoding_length=0)
-    return [[self.tokenizer.piece_to_id(piece)
-             for piece in best_hypothesis(result, settings.alpha, len(prefix))]
-            for result, prefix in zip(results, prefixes)]
+    return results, [len(prefix) for prefix in prefixes]
+
+  def _ids(self, hypothesis: Sequence[str]) -> list[int]:
+    return [self.tokenizer.piece_to_id(piece) for piece in hypothesis]
 
   def translate_mixed(self, sentences: Sequence[str], directions: Sequence[tuple[str, str]]
                       ) -> list[str]:
@@ -177,19 +214,35 @@ class CTranslate2Translator(inference.Translator):
     return outputs
 
 
+class OurScore(NamedTuple):
+  """A CTranslate2 hypothesis scored as ours is (`inference.Hypothesis`)."""
+  log_prob: float  # summed log-probability of the generated pieces, EOS included
+  score: float     # log_prob / length ** alpha
+  length: int      # generated pieces, EOS included, the forced tag not
+
+
+def our_scores(result: ctranslate2.TranslationResult, alpha: float,
+               prefix_length: int) -> list[OurScore]:
+  """Each hypothesis of `result` scored as ours scores it.
+
+  CTranslate2 divides the summed log-probability (to which the forced prefix adds
+  nothing) by the length of the whole hypothesis, forced prefix and EOS included; ours
+  leaves the prefix out (`decoding.length_penalty`).
+  """
+  scores = []
+  for hypothesis, score in zip(result.hypotheses, result.scores):
+    length = len(hypothesis)
+    generated = max(length - prefix_length, 1)
+    scores.append(OurScore(score * length ** alpha, score * (length / generated) ** alpha,
+                           generated))
+  return scores
+
+
 def best_hypothesis(result: ctranslate2.TranslationResult, alpha: float,
                     prefix_length: int) -> Sequence[str]:
-  """The hypothesis with the best sum log p / generated length ** alpha.
-
-  CTranslate2 divides by the length of the whole hypothesis (forced prefix and EOS
-  included); ours leaves the prefix out (`decoding.length_penalty`).
-  """
-  def ours(index: int) -> float:
-    length = len(result.hypotheses[index])
-    generated = max(length - prefix_length, 1)
-    return result.scores[index] * (length / generated) ** alpha
-
-  return result.hypotheses[max(range(len(result.hypotheses)), key=ours)]
+  """The hypothesis with the best sum log p / generated length ** alpha (`our_scores`)."""
+  scores = our_scores(result, alpha, prefix_length)
+  return result.hypotheses[max(range(len(scores)), key=lambda i: scores[i].score)]
 
 
 def load_translator(model_dir: str,
@@ -213,12 +266,24 @@ def load_translator(model_dir: str,
       source_vocabulary_file=run_loading.source_vocabulary_file(model_dir))
 
 
-def load_model(args: argparse.Namespace, overrides: Mapping[str, Any]) -> Any:
+def load_model(args: argparse.Namespace, overrides: Mapping[str, Any],
+               step: int | None = None) -> Any:
   """The translator the model flags name (`decoding_flags.add_ctranslate2_flag` and
   `add_decoding_flags`): the folder --ctranslate2 names, its outputs into yor_Latn restored
   as its settings say (`run_loading.with_restored_marks`), else the run, ensemble or family
-  models of `decoding_flags.load_model` at --step."""
+  models of `decoding_flags.load_model` at `step` (default: --step)."""
   if args.ctranslate2 is None:
-    return decoding_flags.load_model(args, args.step, overrides)
+    return decoding_flags.load_model(args, args.step if step is None else step, overrides)
   translator = load_translator(args.ctranslate2, overrides)
   return run_loading.with_restored_marks(translator, translator.settings)
+
+
+def load_for_direction(args: argparse.Namespace, overrides: Mapping[str, Any], src_lang: str,
+                       tgt_lang: str) -> Any:
+  """`load_model`, with a warning for each leg of src_lang -> tgt_lang that the run
+  (--checkpoint_dir, or the run --ctranslate2 exported) never trained on."""
+  translator = load_model(args, overrides)
+  model_dir = args.checkpoint_dir or args.ctranslate2
+  if model_dir is not None:
+    run_layout.RunLayout(model_dir).warn_untrained(translator.legs(src_lang, tgt_lang))
+  return translator

@@ -9,6 +9,7 @@ baselines, the Translator) see parameters and batches of arrays, never parameter
 """
 
 import dataclasses
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -47,7 +48,15 @@ def model_kwargs(batch: Batch) -> dict[str, Array]:
 
 def abstract_variables(config: network.TransformerConfig) -> dict[str, Any]:
   """Shapes and dtypes (jax.ShapeDtypeStruct, boxed with logical axis names) of all
-  variables of `Transformer(config)`, computed with `jax.eval_shape`: nothing is allocated."""
+  variables of `Transformer(config)`, computed with `jax.eval_shape`: nothing is allocated.
+
+  Each call gets containers of its own (callers may edit them); the tracing behind them is
+  done once per config, since every load of a run and every import asks again."""
+  return jax.tree.map(lambda leaf: leaf, _traced_abstract_variables(config))
+
+
+@functools.lru_cache(maxsize=16)
+def _traced_abstract_variables(config: network.TransformerConfig) -> dict[str, Any]:
   module = network.Transformer(config)
   tokens = jax.ShapeDtypeStruct((1, 1), jnp.int32)
   return jax.eval_shape(lambda rng, t: module.init(rng, t, t, t), jax.random.key(0), tokens)
@@ -93,8 +102,16 @@ class TranslationModel:
           dataclasses.replace(config, scan_layers=False))
     self.vocab_size = config.vocab_size
     self.max_length = config.max_length
-    # prediction.StepwiseModel's encoder, compiled once per length.
-    self.encode = jax.jit(self._encode_batch, static_argnames=('padded_length',))
+    self._hash = hash(config)
+
+  # Models of one config compute the same functions: comparing and hashing them by it lets
+  # jitted programs that take the model as a static argument (the encoder below, the
+  # searches) reuse their traces across every load of runs of one architecture.
+  def __eq__(self, other: Any) -> bool:
+    return type(other) is type(self) and other.config == self.config
+
+  def __hash__(self) -> int:
+    return self._hash
 
   # prediction.StepwiseModel: the decoder's step gives logits.
   step_gives_scores = False
@@ -160,8 +177,9 @@ class TranslationModel:
     token_loss = losses.label_smoothed_cross_entropy(logits, targets, weights, 0.0)
     return -token_loss.sum(axis=-1)
 
-  def _encode_batch(self, params, encoder_tokens, direction, *, padded_length: int):
-    """The encoder's output for a batch of tokens cut to its longest input, zero-padded
+  @functools.partial(jax.jit, static_argnums=0, static_argnames=('padded_length',))
+  def encode(self, params, encoder_tokens, direction, *, padded_length: int):
+    """prediction.StepwiseModel's encoder, compiled once per length: the encoder's output for a batch of tokens cut to its longest input, zero-padded
     to `padded_length` positions (the search's bucket; padding is masked there). The
     model runs in its own layout, so scanned layers compile once whatever the depth."""
     if self.config.decoder_only:

@@ -98,8 +98,9 @@ class RunLayout:
     checkpoints, so only the commands that translate read it, as --ctranslate2."""
     if (self.root / CTRANSLATE2_MODEL).is_file() and not self.checkpoints.exists():
       raise UserError(f'{flag}: {self.root} is a CTranslate2 export, not a training run: '
-                      f'translate.py and serve.py take it as --ctranslate2={self.root}; '
-                      'other commands read the run it was exported from')
+                      f'translate.py, evaluate.py and serve.py take it as '
+                      f'--ctranslate2={self.root}; other commands read the run it was '
+                      'exported from')
 
   def check_one_vocabulary(self, flag: str) -> None:
     """A UserError naming `flag` where the run segments its sources with a vocabulary of

@@ -4,11 +4,13 @@ Beam search follows T5X / Flax examples/wmt: an alive set and a finished set of 
 hypotheses each, the top 2 * beam_size expansions per step (enough to refill the alive set
 however many of them end in EOS), and an early stop once no alive hypothesis can beat the
 worst finished one. Unlike T5X, a hypothesis that reaches `max_decode_length` without EOS is
-finished there (as in fairseq), so a batch item always gets `beam_size` ranked outputs when
-that many hypotheses exist; a row that its stop criterion settles finishes nothing more
-while the rest of its batch goes on, so its outputs are those it would get alone; and with
-fairseq's stop rule ('beam_full') the search is fairseq's, EOS ending a hypothesis only
-among a step's beam_size best expansions.
+finished there (as in fairseq), and a row that has fewer finished hypotheses than the
+caller reads (`outputs`: an n-best list's length) is never settled early, so a batch item
+gets `outputs` ranked outputs whenever that many hypotheses exist; a row that its stop
+criterion settles finishes nothing more while the rest of its batch goes on, so its
+outputs are those it would get alone; and with fairseq's stop rule ('beam_full') the
+search is fairseq's, EOS ending a hypothesis only among a step's beam_size best
+expansions.
 
 The first step's cache is expanded to the beams (`expand_cache`), and after every step the
 leaves with batch * beam rows are reordered to follow the surviving hypotheses; leaves
@@ -180,7 +182,7 @@ def _select_beams(state: _BeamState, log_probs: jnp.ndarray, new_cache: Cache, *
 
 
 def _beam_search_continues(state: _BeamState, *, alpha: float, max_decode_length: int,
-                           has_prefix: bool, stop: str) -> jnp.ndarray:
+                           has_prefix: bool, stop: str, outputs: int) -> jnp.ndarray:
   """False at the length limit, or once every row is settled by the `stop` criterion.
 
   Log-probabilities only fall as a hypothesis grows and, for alpha >= 0, the penalty only
@@ -190,21 +192,26 @@ def _beam_search_continues(state: _BeamState, *, alpha: float, max_decode_length
     beam_full  as `best`, or beam_size hypotheses have finished (fairseq's rule; with it,
                as in fairseq, a hypothesis finishes only among a step's beam_size best
                expansions)
+  `best` and `beam_full` settle a row by the bound only once `outputs` of its hypotheses
+  have finished: the bound says the best of them is final, not that more will finish, and
+  an n-best list of `outputs` needs that many (the hypotheses finishing later score below
+  the bound, so the best one stays the same).
   """
   settled = _rows_settled(state, alpha=alpha, max_decode_length=max_decode_length,
-                         has_prefix=has_prefix, stop=stop)
+                         has_prefix=has_prefix, stop=stop, outputs=outputs)
   return (state.cur_index < max_decode_length) & ~jnp.all(settled)
 
 
 def _rows_settled(state: _BeamState, *, alpha: float, max_decode_length: int,
-                  has_prefix: bool, stop: str) -> jnp.ndarray:
+                  has_prefix: bool, stop: str, outputs: int) -> jnp.ndarray:
   """Whether each row [B] is done by the `stop` criterion (`_beam_search_continues`)."""
   longest = max_decode_length - (1 if has_prefix else 0)
   best_alive_bound = state.alive_log_probs[:, 0] / length_penalty(longest, alpha)
   finished = jnp.where(state.finished_flags, state.finished_scores, NEG_INF)
   if stop == 'exact':
     return jnp.min(finished, axis=1) > best_alive_bound
-  settled = jnp.max(finished, axis=1) > best_alive_bound
+  enough = jnp.sum(state.finished_flags, axis=1) >= outputs
+  settled = enough & (jnp.max(finished, axis=1) > best_alive_bound)
   if stop == 'beam_full':
     settled |= jnp.all(state.finished_flags, axis=1)
   return settled
@@ -219,6 +226,7 @@ def beam_search(tokens_to_logits: TokensToLogits,
                 max_decode_length: int,
                 eos_id: int = 1,
                 stop: str = 'exact',
+                outputs: int = 1,
                 cache_lengths: Sequence[int] = (),
                 extend_cache: Optional[ExtendCache] = None,
                 expand_cache: ExpandCache = expand_rows,
@@ -252,6 +260,8 @@ def beam_search(tokens_to_logits: TokensToLogits,
       row is done once beam_size hypotheses have finished; a later hypothesis could still
       have scored better). The bound that makes 'exact' and 'best' safe divides
       by the longest possible length, so with alpha > 0 those often run to the limit.
+    outputs: the hypotheses per row the caller reads (an n-best list's length, <=
+      beam_size): no row stops before that many have finished.
     The other arguments are `common.SearchProblem`'s; `expand_cache` makes the first
     step's cache (B rows) the beams' (see the module docstring).
 
@@ -268,6 +278,9 @@ def beam_search(tokens_to_logits: TokensToLogits,
   if beam_size < 1 or max_decode_length < 1:
     raise UserError(f'beam_search: beam_size ({beam_size}) and max_decode_length '
                     f'({max_decode_length}) must be >= 1')
+  if not 1 <= outputs <= beam_size:
+    raise UserError(f'beam_search: outputs must be from 1 to beam_size ({beam_size}), '
+                    f'got {outputs}')
   lengths = check_cache_lengths(cache_lengths, extend_cache, max_decode_length)
   batch_size = batch_size_of(prefix, initial_cache)
   seq_shape = (batch_size, beam_size, max_decode_length + 1)
@@ -285,7 +298,7 @@ def beam_search(tokens_to_logits: TokensToLogits,
   if prefix is not None:
     prefix = jnp.asarray(prefix, jnp.int32)
   stop_options = dict(alpha=alpha, max_decode_length=max_decode_length,
-                      has_prefix=prefix is not None, stop=stop)
+                      has_prefix=prefix is not None, stop=stop, outputs=outputs)
   step_options = dict(tokens_to_logits=tokens_to_logits, prefix=prefix,
                       banned_tokens=allowing_eos(banned_tokens, eos_id), normalize=normalize,
                       settled_rows=functools.partial(_rows_settled, **stop_options),
@@ -311,8 +324,8 @@ def decode(settings: BeamSettings, problem: SearchProblem, outputs: int) -> NBes
     return greedy_search.decode(GreedySettings(), problem, outputs)
   sequences, scores = beam_search(
       problem.tokens_to_logits, problem.initial_cache, beam_size=settings.beam_size,
-      alpha=problem.alpha, stop=settings.stop, expand_cache=problem.expand_cache,
-      **problem.rules())
+      alpha=problem.alpha, stop=settings.stop, outputs=outputs,
+      expand_cache=problem.expand_cache, **problem.rules())
   sequences, scores = sequences[:, :outputs], scores[:, :outputs]
   lengths = generated_lengths(sequences, problem.prefix is not None, problem.eos_id)
   return NBest(sequences, scores, scores * length_penalty(lengths, problem.alpha), lengths)

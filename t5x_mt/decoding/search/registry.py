@@ -26,6 +26,7 @@ import dataclasses
 import importlib
 from typing import Any, TYPE_CHECKING
 
+from t5x_mt.core.errors import UserError
 from t5x_mt.core.registry import Registry
 
 if TYPE_CHECKING:  # The search modules load JAX; the registry does not.
@@ -80,6 +81,13 @@ class SearchMethod:
   def decode(self, settings: Any, problem: 'SearchProblem', outputs: int) -> 'NBest':
     """`outputs` hypotheses per source of `problem`, best first (see the module docstring)."""
     return importlib.import_module(self.implementation).decode(settings, problem, outputs)
+
+  def check_outputs(self, settings: Any, outputs: int) -> None:
+    """A UserError naming --nbest when `outputs` hypotheses per source are more than
+    this method gives with `settings`."""
+    most = self.most_outputs(settings)
+    if most is not None and outputs > most:
+      raise UserError(f'--nbest: at most {most} with {self.name} search here, got {outputs}')
 
   def settings_from(self, values: Any) -> Any:
     """This method's settings from the attributes of the same names of `values`."""
