@@ -99,6 +99,7 @@ def test_a_registered_position_table_is_added_to_the_embeddings(toy_variants):
   assert np.abs(ramp - sinusoidal).max() > 0.1
 
 
+@pytest.mark.slow  # Compiles a search and teacher forcing for a variant of its own.
 def test_a_registered_position_embedding_decodes_as_it_teacher_forces(toy_variants):
   # Cached decoding reads each step's row at the cache index: a wrong row would change
   # the incremental scores.

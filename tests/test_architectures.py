@@ -199,6 +199,7 @@ def test_packed_forward_of_each_variant_equals_each_sequence_run_separately(name
 # Seeds whose random models give beams of several distinct outputs without a padding
 # token inside (which teacher forcing would mask).
 # Norm placement changes no cache: B2T with relative keys in the decoder covers post-LN.
+@pytest.mark.slow  # A beam search per variant; the default architecture's is in test_network.
 @pytest.mark.parametrize('name, seed', [('relative', 4), ('b2t_relative_keys_only', 4)])
 def test_beam_search_of_each_variant_scores_its_outputs_as_teacher_forcing(name, seed):
   # Relative positions in the decoder read each cache entry's position from the beam

@@ -103,6 +103,7 @@ def test_rows_are_whole_packed_rows_of_one_group(sampler_factory):
     assert row_segments.max() >= 2  # Packed: several pairs per row.
 
 
+@pytest.mark.slow  # Opens the sampler's datasets twice; a DRO run resumes exactly in the fast loop's stead.
 def test_restored_sampler_draws_the_same_batches(sampler_factory, tmp_path):
   first = sampler_factory()
   first.set_weights([0.3, 0.7])

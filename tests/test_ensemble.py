@@ -70,6 +70,7 @@ def _teacher_forced_log_probs(config, params, encoder_tokens, targets):
   return np.take_along_axis(log_probs, targets[:, :, None], axis=-1)[:, :, 0]
 
 
+@pytest.mark.slow  # Compiles two architectures' searches and teacher forcing.
 @pytest.mark.parametrize('combination', ensemble_combinations.COMBINATIONS)
 def test_each_hypothesis_scores_the_combined_teacher_forced_log_probs_of_two_architectures(
     combination):

@@ -105,6 +105,7 @@ def test_predict_batch_greedy_is_the_argmax_of_teacher_forcing(scan_layers):
   np.testing.assert_array_equal(np.asarray(predicted), expected)
 
 
+@pytest.mark.slow  # Compiles the beam search of both layouts.
 def test_predict_batch_beams_are_the_same_in_both_layouts_and_force_the_prefix():
   params = random_params(CONFIG, seed=2)
   encoder_tokens = np.asarray(padded_batch(PAIRS, encoder_length=8)[0])

@@ -291,6 +291,7 @@ SENTENCES = ['Good morning', 'Where is the station?', 'Thank you very much', 'Ye
              'The first of January 2024', 'Seven']
 
 
+@pytest.mark.slow  # Compiles a sampling search per batch shape; a row alone and in a batch stays fast.
 def test_the_translator_samples_each_sentence_as_it_would_alone(trained_run):
   translator = run_loading.load_translator(str(trained_run), search='sampling', seed=3,
                                            top_k=20, batch_size=4)

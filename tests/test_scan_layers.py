@@ -109,6 +109,7 @@ def test_unknown_remat_policy_names_the_choices():
     dataclasses.replace(CONFIG, remat_policy='some')
 
 
+@pytest.mark.slow  # Compiles the searches of both layouts.
 def test_a_scanned_model_translates_exactly_as_unrolled(trained_run):
   unrolled = run_loading.load_translator(str(trained_run), beam_size=2)
   scanned = inference.Translator(

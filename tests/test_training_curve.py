@@ -3,6 +3,7 @@ and launch/plot_training.py over a trained run."""
 
 import json
 
+import pytest
 import sentencepiece
 
 from test_launch_translate_evaluate import error_lines
@@ -81,6 +82,7 @@ def test_plot_training_on_a_trained_run(trained_run, tmp_path, monkeypatch, caps
                  f'{trained / one_pass:.2f}']
 
 
+@pytest.mark.slow  # A command of its own, with its imports.
 def test_plot_training_run_as_a_command_hides_tensorflows_start_up_lines(trained_run, tmp_path):
   # Counting a pass loads TensorFlow, whose native start-up lines must not reach the user.
   done = run_command('plot_training.py', f'--model_dir={trained_run}',

@@ -221,6 +221,7 @@ def test_packed_pipeline_resumes_exactly(streamed_mixture, tmp_path, monkeypatch
              for a, b in zip(head, tail))
 
 
+@pytest.mark.slow  # Opens a sampler over streamed corpora three times.
 def test_dro_sampler_resumes_exactly_across_streamed_corpora(streamed_mixture, tmp_path):
   def sampler():
     return group_sampler.GroupSampler(
