@@ -6,7 +6,8 @@
 an ensemble, --ctranslate2=DIR an export of launch/export.py on CPU; the decoding flags
 are translate.py's, and the run's tags, pivots, Yoruba tone marks and output limits apply
 as there. Clients' sentences are queued and decoded together, up to --batch_pieces source
-pieces per batch, a batch's first sentence waiting at most --batch_wait_ms for others.
+pieces per batch, a batch's first sentence waiting at most --batch_wait_ms for others,
+--concurrent_batches batches at once (an export: one per CTranslate2 thread).
 SIGTERM (or Ctrl-C) stops accepting requests, answers every request accepted, and exits 0.
 docs/serving.md describes the API, the limits and /metrics.
 """
@@ -25,6 +26,8 @@ SERVER_FLAGS = (
     ('max_queue', int, 1024, 1, 'sentences waiting to be decoded (503 beyond)'),
     ('batch_pieces', int, 4096, 1, 'source pieces of one batch; 1: each sentence alone'),
     ('batch_wait_ms', float, 5.0, 0, "how long a batch's first sentence waits for others"),
+    ('concurrent_batches', int, None, 1, 'batches decoded at once (default: an export, '
+     'one per --parallel_batches thread; a run, 1)'),
 )
 
 
@@ -64,7 +67,7 @@ def _server_settings(args: argparse.Namespace) -> dict:
   if not 0 < args.port < 65536:
     raise UserError(f'--port: a port number from 1 to 65535, got {args.port}')
   for name, _, _, at_least, _ in SERVER_FLAGS:
-    if getattr(args, name) < at_least:
+    if getattr(args, name) is not None and getattr(args, name) < at_least:
       raise UserError(f'--{name}: must be >= {at_least}, got {getattr(args, name)}')
   return {name: getattr(args, name) for name, *_ in SERVER_FLAGS}
 

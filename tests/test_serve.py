@@ -92,13 +92,15 @@ def test_answers_are_translate_py_s_whatever_shares_their_batch(exported, tmp_pa
         'q': sentence, 'source': src_lang.replace('eng_Latn', code), 'target': tgt_lang}
         ).json()['translatedText']
 
-  with served(exported, batch_wait_ms=200) as client:
+  with served(exported, batch_wait_ms=200, concurrent_batches=2) as client:
     alone = [answer(client, item) for item in work]
     assert metric(client, 'translate_batch_sentences_count') == len(work)
     with concurrent.futures.ThreadPoolExecutor(len(work)) as pool:
       together = list(pool.map(lambda item: answer(client, item), work))
-    # The concurrent requests of all three directions shared batches.
-    assert metric(client, 'translate_batch_sentences_count') < len(work) + 4
+    # The concurrent requests of all three directions shared batches (a few of them: the
+    # first requests waiting were shared between the two decoders, and those that came
+    # while both were busy waited for one).
+    assert len(work) + 2 <= metric(client, 'translate_batch_sentences_count') < len(work) + 8
     # A text is translated line by line, as translate.py translates a file.
     text = f'{SENTENCES[0]}. {SENTENCES[1]}!\n\n{SENTENCES[2]}\n'
     whole = client.post('/translate', data={'q': text, 'source': 'eng', 'target': 'ha'})

@@ -186,15 +186,16 @@ class CTranslate2Translator(inference.Translator):
   def _ids(self, hypothesis: Sequence[str]) -> list[int]:
     return [self.tokenizer.piece_to_id(piece) for piece in hypothesis]
 
-  def translate_mixed(self, sentences: Sequence[str], directions: Sequence[tuple[str, str]]
-                      ) -> list[str]:
+  def translate_mixed(self, sentences: Sequence[str], directions: Sequence[tuple[str, str]],
+                      spread_over: int | None = None) -> list[str]:
     """Translations of `sentences`, each from and into its own (src_lang, tgt_lang), in
     batches that mix directions: CTranslate2 forces each row's target tag on its own, and
     the tags the encoder reads are the row's. Batches are made as `translate` makes them
     (by length, their output limit), so that a sentence gets the translation `translate`
     gives it among the sentences of its own direction; fewer sentences than
-    parallel_batches full batches are spread over parallel_batches batches, so that each
-    of CTranslate2's threads decodes some. No direction may pivot."""
+    `spread_over` (default: parallel_batches) full batches are spread over `spread_over`
+    batches, so that each of that many CTranslate2 threads decodes some (1: one batch,
+    for a caller that keeps the other threads busy itself). No direction may pivot."""
     for src_lang, tgt_lang in set(directions):
       if self.pivots(src_lang, tgt_lang):
         raise UserError(f'{src_lang}-{tgt_lang} pivots through '
@@ -207,7 +208,7 @@ class CTranslate2Translator(inference.Translator):
                   for row in row_tags]
     outputs = [''] * len(sentences)
     run = lambda rows: self._run_rows([encoded[i] for i in rows], [prefix_ids[i] for i in rows])
-    spread = -(-len(sentences) // self.parallel_batches)
+    spread = -(-len(sentences) // (spread_over or self.parallel_batches))
     for rows, generated in self._in_batches(encoded, run, min(spread, self.batch_size)):
       for index, ids in zip(rows, generated):
         outputs[index] = self.decode_target(ids)

@@ -4,7 +4,7 @@ it, and dynamic batching of many clients' sentences.
   segmenting  a text as sentences and what joins them, and the text again from their
               translations
   batching    the queue of pending sentences and the batcher that decodes them together,
-              off the event loop
+              several batches at once, off the event loop
   app         the Starlette application: routes, languages, limits, metrics
   page.html   the web page served at /
 

@@ -62,12 +62,17 @@ class ServerSettings:
     batch_pieces: source pieces of one batch (at least one sentence); 1 decodes each
       sentence on its own.
     batch_wait_ms: how long a batch's first sentence waits for others.
+    concurrent_batches: batches decoded at once, each by its own thread. None: one per
+      thread of a CTranslate2 export (its `parallel_batches`), each batch decoded by one
+      of them; one for a run or ensemble, whose translator spreads each batch over its
+      own `parallel_batches`.
   """
   char_limit: int = 5000
   max_request_bytes: int = 1 << 20
   max_queue: int = 1024
   batch_pieces: int = 4096
   batch_wait_ms: float = 5.0
+  concurrent_batches: int | None = None
 
 
 class ApiError(Exception):
@@ -135,7 +140,7 @@ def create_app(translate_rows: batching.RowsFn, count_pieces: Callable[[str], in
     batcher = batching.Batcher(
         translate_rows, count_pieces, max_batch_pieces=settings.batch_pieces,
         max_wait_s=settings.batch_wait_ms / 1000, max_queue=settings.max_queue,
-        on_batch=metrics.batch_sentences.observe)
+        max_batches=settings.concurrent_batches or 1, on_batch=metrics.batch_sentences.observe)
     metrics.queue_depth.set_function(lambda: batcher.depth)
     app.state.batcher = batcher
     task = asyncio.create_task(batcher.run())
@@ -360,12 +365,18 @@ def translator_app(translator: Any, model_dir: str, settings: ServerSettings
   trained = run_layout.RunLayout(model_dir).trained_directions()
   translate = functools.partial(line_streaming.translate_lines, translator)
   if isinstance(translator, ctranslate2_translator.CTranslate2Translator):
+    concurrent = settings.concurrent_batches or translator.parallel_batches
+    # The threads the concurrent batches leave idle share each batch.
+    spread_over = max(1, translator.parallel_batches // concurrent)
     translate_rows = batching.mixing(
         lambda sentences, directions: [line_streaming.one_line(text) for text in
-                                       translator.translate_mixed(sentences, directions)],
+                                       translator.translate_mixed(sentences, directions,
+                                                                  spread_over)],
         lambda src_lang, tgt_lang: not translator.pivots(src_lang, tgt_lang), translate)
   else:
+    concurrent = settings.concurrent_batches or 1
     translate_rows = batching.by_direction(translate)
+  settings = dataclasses.replace(settings, concurrent_batches=concurrent)
   return create_app(
       translate_rows, lambda sentence: len(translator.source_tokenizer.encode(sentence)),
       translator.check_direction, translator.overlong, ModelLanguages.of_directions(trained),

@@ -1,8 +1,10 @@
 """Dynamic batching: many clients' sentences decoded together.
 
-Each request's sentences wait in one queue. The batcher takes the sentences pending, up
-to a budget of source pieces, once the budget is full or the first of them has waited
-`max_wait_s`, and decodes them in a worker thread, so that the event loop goes on
+Each request's sentences wait in one queue. Whenever one of the batcher's `max_batches`
+decoders is free, it takes the sentences pending, up to a budget of source pieces and
+its share of them among the free decoders, once the budget is full or the first of them
+has waited `max_wait_s` since it arrived (what queued while every decoder was busy
+leaves at once), and decodes them in a worker thread, so that the event loop goes on
 accepting and answering requests meanwhile. Where the model takes its direction per row
 (a CTranslate2 export forces each row's target tag), the sentences of every direction
 that does not pivot decode in the same batches (`mixing`); the others are decoded
@@ -88,31 +90,35 @@ class _Pending:
   direction: Direction
   pieces: int
   future: asyncio.Future
+  arrived: float  # time.monotonic()
 
 
 class Batcher:
   """Decodes queued sentences through `translate_rows` (`by_direction` or `mixing`) in
   batches of up to `max_batch_pieces` source pieces (at least one sentence each),
-  waiting at most `max_wait_s` after a batch's first sentence for more; refuses
-  sentences beyond `max_queue` waiting (`QueueFull`).
+  `max_batches` at once, waiting at most `max_wait_s` after a batch's first sentence
+  arrived for more; refuses sentences beyond `max_queue` waiting (`QueueFull`).
 
   `count_pieces` measures a sentence; `on_batch` hears each batch's size in sentences.
   """
 
   def __init__(self, translate_rows: RowsFn, count_pieces: Callable[[str], int], *,
                max_batch_pieces: int, max_wait_s: float, max_queue: int,
-               on_batch: Callable[[int], None] = lambda size: None):
+               max_batches: int = 1, on_batch: Callable[[int], None] = lambda size: None):
     self._translate_rows = translate_rows
     self._count_pieces = count_pieces
     self.max_batch_pieces = max_batch_pieces
     self.max_wait_s = max_wait_s
     self.max_queue = max_queue
+    self.max_batches = max_batches
     self._on_batch = on_batch
     self._pending: collections.deque[_Pending] = collections.deque()
     self._arrived = asyncio.Event()
-    # One decoding thread: batches follow each other, each using the translator's own
-    # parallelism (`parallel_batches`).
-    self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='decode')
+    self._decoding: set[asyncio.Task] = set()  # A task per batch decoding.
+    # A decoding thread per batch decoding at once, each batch using the translator's
+    # own parallelism (`parallel_batches`) as the caller of `translate_rows` chose.
+    self._workers = concurrent.futures.ThreadPoolExecutor(max_batches,
+                                                          thread_name_prefix='decode')
 
   @property
   def depth(self) -> int:
@@ -127,39 +133,39 @@ class Batcher:
     if len(self._pending) + len(sentences) > self.max_queue:
       raise QueueFull(f'{len(self._pending)} sentences are waiting, at most {self.max_queue}')
     loop = asyncio.get_running_loop()
+    arrived = time.monotonic()
     futures = []
     for sentence, direction in zip(sentences, directions, strict=True):
       futures.append(loop.create_future())
       self._pending.append(_Pending(sentence, direction, self._count_pieces(sentence),
-                                    futures[-1]))
+                                    futures[-1], arrived))
     self._arrived.set()
     return futures
 
   async def run(self) -> None:
-    """Decodes batch after batch, for ever (cancel the task to stop it)."""
-    loop = asyncio.get_running_loop()
+    """Decodes batches, up to max_batches at once, for ever (cancel the task to stop it)."""
     try:
       while True:
+        self._decoding = {task for task in self._decoding if not task.done()}
+        if len(self._decoding) == self.max_batches:
+          await asyncio.wait(self._decoding, return_when=asyncio.FIRST_COMPLETED)
+          continue
         batch = await self._next_batch()
         if batch:
-          self._on_batch(len(batch))
-          results = await loop.run_in_executor(self._worker, self._decode, batch)
-          for pending, result in zip(batch, results):
-            if not pending.future.done():
-              if isinstance(result, Exception):
-                pending.future.set_exception(result)
-              else:
-                pending.future.set_result(result)
+          self._decoding.add(asyncio.create_task(self._answer(batch)))
     finally:
-      self._worker.shutdown(wait=False, cancel_futures=True)
+      for task in self._decoding:
+        task.cancel()
+      self._workers.shutdown(wait=False, cancel_futures=True)
 
   async def _next_batch(self) -> list[_Pending]:
     """The sentences of the next batch, in arrival order, once its budget is full or
-    its first sentence has waited max_wait_s."""
+    its first sentence has waited max_wait_s: at most its share of those pending among
+    the decoders free then."""
     while not self._pending:
       self._arrived.clear()
       await self._arrived.wait()
-    deadline = time.monotonic() + self.max_wait_s
+    deadline = self._pending[0].arrived + self.max_wait_s
     while self._pieces_pending() < self.max_batch_pieces and time.monotonic() < deadline:
       self._arrived.clear()
       try:
@@ -167,9 +173,11 @@ class Batcher:
       except TimeoutError:
         break
     self._drop_cancelled()
+    free_decoders = self.max_batches - sum(not task.done() for task in self._decoding)
+    share = -(-len(self._pending) // max(1, free_decoders))
     batch, pieces = [], 0
-    while self._pending and (not batch or
-                             pieces + self._pending[0].pieces <= self.max_batch_pieces):
+    while self._pending and (not batch or (
+        len(batch) < share and pieces + self._pending[0].pieces <= self.max_batch_pieces)):
       batch.append(self._pending.popleft())
       pieces += batch[-1].pieces
     return batch
@@ -180,7 +188,19 @@ class Batcher:
   def _drop_cancelled(self) -> None:
     self._pending = collections.deque(p for p in self._pending if not p.future.cancelled())
 
+  async def _answer(self, batch: list[_Pending]) -> None:
+    """Decodes `batch` in a worker thread and answers each sentence's future."""
+    self._on_batch(len(batch))
+    results = await asyncio.get_running_loop().run_in_executor(self._workers, self._decode,
+                                                               batch)
+    for pending, result in zip(batch, results):
+      if not pending.future.done():
+        if isinstance(result, Exception):
+          pending.future.set_exception(result)
+        else:
+          pending.future.set_result(result)
+
   def _decode(self, batch: list[_Pending]) -> list[str | Exception]:
-    """Each sentence's translation or the error that stopped it (in the worker thread)."""
+    """Each sentence's translation or the error that stopped it (in a worker thread)."""
     return self._translate_rows([pending.sentence for pending in batch],
                                 [pending.direction for pending in batch])
