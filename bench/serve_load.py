@@ -5,9 +5,13 @@ directions, with batching on and off.
       [--requests=256] [--data=/work/shared/data/flores200/dev] [--port=5077]
   python bench/serve_load.py --checkpoint_dir=/tmp/t5x_mt/demo ...
 
-The server runs as a user runs it (`launch/serve.py`, a subprocess) twice: with its
-default batching, and with --batch_pieces=1 (each sentence decoded on its own). For each
-number of clients, each client sends its share of --requests single sentences one after
+The server runs as a user runs it (`launch/serve.py`, a subprocess) three times (SERVERS):
+with its default batching; with --batch_pieces=1, each sentence decoded on its own, as
+many at once as the server decodes batches at once (for an export, one per CTranslate2
+thread); and with --concurrent_batches=1 too, one sentence at a time. The three run side
+by side, each idle while another is measured, and each level is measured on each in
+turn, so that what else the machine runs weighs on their figures alike. For each number
+of clients, each client sends its share of --requests single sentences one after
 another (LibreTranslate's JSON POST /translate), request i being line i // D of
 FLORES-200 dev in the source language of direction i % D, over the D directions the
 model trained on whose source has a dev file. The clients are coroutines of one asyncio
@@ -15,16 +19,18 @@ loop, each over its own keep-alive connection, so that the load generator takes 
 of the CPU the server measured runs on. Each level runs twice, once unmeasured (a run
 folder's search compiles for the batch shapes it meets). Reported: sentences/s over the
 level's wall time, p50/p95/p99 of the requests' latencies, errors, the server's CPU
-seconds per sentence (all its threads, from /proc; unlike sentences/s it hardly depends
-on what else the machine runs), and how many answers differ from what `translate.py`
-gives for the same line (run once per direction beforehand, same decoding flags). A line
-longer than the model's input, which translate.py would cut, the server splits into
-sentences (`t5x_mt.serving.segmenting`): its answer is compared with translate.py's
-translations of those sentences, joined as the server joins them.
+milliseconds per sentence (all its threads, from /proc: what the server costs, which
+depends less than sentences/s on what else the machine runs), how many answers differ
+from what `translate.py` gives for the same line (run once per direction beforehand,
+same decoding flags), and the machine's load average after the level. A line longer
+than the model's input, which translate.py would cut, the server splits into sentences
+(`t5x_mt.serving.segmenting`): its answer is compared with translate.py's translations
+of those sentences, joined as the server joins them.
 """
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -44,6 +50,10 @@ LAUNCH = REPO / 'launch'
 HOST = '127.0.0.1'
 # translate.py's warning for a line it cuts: "input.txt:3: longer than the model's input".
 OVERLONG_WARNING = re.compile(r":(\d+): longer than the model's input")
+# (name in the table and the figures, serve.py's flags) of each server measured; the
+# first is the one the others are compared with.
+SERVERS = (('on', []), ('off', ['--batch_pieces=1']),
+           ('off, one at a time', ['--batch_pieces=1', '--concurrent_batches=1']))
 
 
 def main() -> None:
@@ -55,7 +65,8 @@ def main() -> None:
   parser.add_argument('--clients', default='1,8,32,128')
   parser.add_argument('--requests', type=int, default=256)
   parser.add_argument('--data', default='/work/shared/data/flores200/dev')
-  parser.add_argument('--port', type=int, default=5077)
+  parser.add_argument('--port', type=int, default=5077,
+                      help='the first of the servers\' ports, one each (SERVERS)')
   args = parser.parse_args()
   model_flag = (f'--ctranslate2={args.ctranslate2}' if args.ctranslate2
                 else f'--checkpoint_dir={args.checkpoint_dir}')
@@ -65,24 +76,29 @@ def main() -> None:
   levels = [int(c) for c in args.clients.split(',')]
   print(f'{len(work)} requests over {len({d for d, _ in work})} directions; '
         f'model {model_flag}', flush=True)
-  print('| batching | clients | sentences/s | p50 ms | p95 ms | p99 ms | errors | '
+  print('| clients | batching | sentences/s | p50 ms | p95 ms | p99 ms | errors | '
         'server CPU ms/sentence | differ from translate.py | load average |')
   print('|---|---|---|---|---|---|---|---|---|---|')
   throughputs = {}
-  for batching, flags in (('on', []), ('off', ['--batch_pieces=1'])):
-    with server(model_flag, args.port, flags) as (url, pid):
-      for clients in levels:
-        asyncio.run(load(args.port, work, expected, clients))  # Unmeasured.
-        row = asyncio.run(load(args.port, work, expected, clients, pid))
+  with contextlib.ExitStack() as servers:
+    pids = [servers.enter_context(server(model_flag, args.port + i, flags))
+            for i, (_, flags) in enumerate(SERVERS)]
+    for clients in levels:
+      for i, ((batching, _), pid) in enumerate(zip(SERVERS, pids)):
+        asyncio.run(load(args.port + i, work, expected, clients))  # Unmeasured.
+        row = asyncio.run(load(args.port + i, work, expected, clients, pid))
         throughputs[batching, clients] = row['throughput']
-        print(f'| {batching} | {clients} | {row["throughput"]:.1f} | {row["p50"]:.0f} | '
+        print(f'| {clients} | {batching} | {row["throughput"]:.1f} | {row["p50"]:.0f} | '
               f'{row["p95"]:.0f} | {row["p99"]:.0f} | {row["errors"]} | '
               f'{row["cpu_ms"]:.1f} | {row["differ"]} | {os.getloadavg()[0]:.2f} |',
               flush=True)
+  (ours, _), *peers = SERVERS
   for clients in levels:
-    on, off = throughputs['on', clients], throughputs['off', clients]
-    print(f'sentences_per_second_{clients}_clients: ours={on:.1f} sentences/s '
-          f'unbatched={off:.1f} sentences/s ratio={on / off:.2f}')
+    for peer, _ in peers:
+      on, off = throughputs[ours, clients], throughputs[peer, clients]
+      print(f'sentences_per_second_{clients}_clients: ours={on:.1f} sentences/s '
+            f'{peer.replace(",", "").replace(" ", "_")}={off:.1f} sentences/s '
+            f'ratio={on / off:.2f}')
 
 
 def load_requests(model_dir: pathlib.Path, data: pathlib.Path, count: int
@@ -124,19 +140,19 @@ def translate_py(model_flag: str, work: list[tuple[str, str]]) -> list[str]:
 
 
 class server:  # pylint: disable=invalid-name  (used as a context manager, like open)
-  """launch/serve.py on `port` while the block runs; its URL and process id."""
+  """launch/serve.py on `port` while the block runs; its process id."""
 
   def __init__(self, model_flag: str, port: int, flags: list[str]):
     self.command = [sys.executable, str(LAUNCH / 'serve.py'), model_flag, f'--port={port}',
                     '--max_queue=100000', *flags]
     self.url = f'http://{HOST}:{port}/'
 
-  def __enter__(self) -> tuple[str, int]:
+  def __enter__(self) -> int:
     self.process = subprocess.Popen(self.command, env=os.environ)
     while True:
       try:
         urllib.request.urlopen(self.url + 'health', timeout=5)
-        return self.url, self.process.pid
+        return self.process.pid
       except OSError:
         if self.process.poll() is not None:
           raise RuntimeError(f'{" ".join(self.command)} exited {self.process.returncode}')
