@@ -25,7 +25,7 @@ SERVER_FLAGS = (
     ('max_request_bytes', int, 1 << 20, 1, 'bytes of one request body (413 beyond)'),
     ('max_queue', int, 1024, 1, 'sentences waiting to be decoded (503 beyond)'),
     ('batch_pieces', int, 4096, 1, 'source pieces of one batch; 1: each sentence alone'),
-    ('batch_wait_ms', float, 5.0, 0, "how long a batch's first sentence waits for others"),
+    ('batch_wait_ms', float, 0.0, 0, "how long a batch's first sentence waits for others"),
     ('concurrent_batches', int, None, 1, 'batches decoded at once (default: an export, '
      'one per --parallel_batches thread; a run, 1)'),
 )

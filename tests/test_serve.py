@@ -97,9 +97,9 @@ def test_answers_are_translate_py_s_whatever_shares_their_batch(exported, tmp_pa
     assert metric(client, 'translate_batch_sentences_count') == len(work)
     with concurrent.futures.ThreadPoolExecutor(len(work)) as pool:
       together = list(pool.map(lambda item: answer(client, item), work))
-    # The concurrent requests of all three directions shared batches (a few of them: the
-    # first requests waiting were shared between the two decoders, and those that came
-    # while both were busy waited for one).
+    # The concurrent requests of all three directions shared batches (a few of them: a
+    # decoder takes at most half of those waiting, and those that came while both were
+    # busy waited for one).
     assert len(work) + 2 <= metric(client, 'translate_batch_sentences_count') < len(work) + 8
     # A text is translated line by line, as translate.py translates a file.
     text = f'{SENTENCES[0]}. {SENTENCES[1]}!\n\n{SENTENCES[2]}\n'

@@ -61,7 +61,9 @@ class ServerSettings:
     max_queue: sentences waiting to be decoded; more are refused (503).
     batch_pieces: source pieces of one batch (at least one sentence); 1 decodes each
       sentence on its own.
-    batch_wait_ms: how long a batch's first sentence waits for others.
+    batch_wait_ms: how long a batch's first sentence waits for others after it
+      arrived. 0: a free decoder takes what is waiting at once; under load,
+      sentences queue while every decoder is busy and still leave together.
     concurrent_batches: batches decoded at once, each by its own thread. None: one per
       thread of a CTranslate2 export (its `parallel_batches`), each batch decoded by one
       of them; one for a run or ensemble, whose translator spreads each batch over its
@@ -71,7 +73,7 @@ class ServerSettings:
   max_request_bytes: int = 1 << 20
   max_queue: int = 1024
   batch_pieces: int = 4096
-  batch_wait_ms: float = 5.0
+  batch_wait_ms: float = 0.0
   concurrent_batches: int | None = None
 
 

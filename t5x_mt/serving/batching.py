@@ -1,11 +1,11 @@
 """Dynamic batching: many clients' sentences decoded together.
 
 Each request's sentences wait in one queue. Whenever one of the batcher's `max_batches`
-decoders is free, it takes the sentences pending, up to a budget of source pieces and
-its share of them among the free decoders, once the budget is full or the first of them
-has waited `max_wait_s` since it arrived (what queued while every decoder was busy
-leaves at once), and decodes them in a worker thread, so that the event loop goes on
-accepting and answering requests meanwhile. Where the model takes its direction per row
+decoders is free, it takes the sentences pending, up to a budget of source pieces and a
+`max_batches`-th of them, once the budget is full or the first of them has waited
+`max_wait_s` since it arrived (what queued while every decoder was busy leaves at once),
+and decodes them in a worker thread, so that the event loop goes on accepting and
+answering requests meanwhile. Where the model takes its direction per row
 (a CTranslate2 export forces each row's target tag), the sentences of every direction
 that does not pivot decode in the same batches (`mixing`); the others are decoded
 direction by direction, each through the translator as translate.py decodes a file
@@ -114,7 +114,6 @@ class Batcher:
     self._on_batch = on_batch
     self._pending: collections.deque[_Pending] = collections.deque()
     self._arrived = asyncio.Event()
-    self._decoding: set[asyncio.Task] = set()  # A task per batch decoding.
     # A decoding thread per batch decoding at once, each batch using the translator's
     # own parallelism (`parallel_batches`) as the caller of `translate_rows` chose.
     self._workers = concurrent.futures.ThreadPoolExecutor(max_batches,
@@ -144,24 +143,26 @@ class Batcher:
 
   async def run(self) -> None:
     """Decodes batches, up to max_batches at once, for ever (cancel the task to stop it)."""
+    decoding: set[asyncio.Task] = set()
     try:
       while True:
-        self._decoding = {task for task in self._decoding if not task.done()}
-        if len(self._decoding) == self.max_batches:
-          await asyncio.wait(self._decoding, return_when=asyncio.FIRST_COMPLETED)
+        decoding = {task for task in decoding if not task.done()}
+        if len(decoding) == self.max_batches:
+          await asyncio.wait(decoding, return_when=asyncio.FIRST_COMPLETED)
           continue
         batch = await self._next_batch()
         if batch:
-          self._decoding.add(asyncio.create_task(self._answer(batch)))
+          decoding.add(asyncio.create_task(self._answer(batch)))
     finally:
-      for task in self._decoding:
+      for task in decoding:
         task.cancel()
       self._workers.shutdown(wait=False, cancel_futures=True)
 
   async def _next_batch(self) -> list[_Pending]:
     """The sentences of the next batch, in arrival order, once its budget is full or
-    its first sentence has waited max_wait_s: at most its share of those pending among
-    the decoders free then."""
+    its first sentence has waited max_wait_s: at most a max_batches-th of those
+    pending, the rest left to the next decoder free, so that a burst never lands on one
+    decoder while another is idle or about to be."""
     while not self._pending:
       self._arrived.clear()
       await self._arrived.wait()
@@ -173,8 +174,7 @@ class Batcher:
       except TimeoutError:
         break
     self._drop_cancelled()
-    free_decoders = self.max_batches - sum(not task.done() for task in self._decoding)
-    share = -(-len(self._pending) // max(1, free_decoders))
+    share = -(-len(self._pending) // self.max_batches)
     batch, pieces = [], 0
     while self._pending and (not batch or (
         len(batch) < share and pieces + self._pending[0].pieces <= self.max_batch_pieces)):
