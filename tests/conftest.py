@@ -13,26 +13,6 @@ os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                            ' --xla_force_host_platform_device_count=8').strip()
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-
-def _pin_worker_to_its_cores() -> None:
-  """Gives each xdist worker its own share of the cores (worker i: cores i, i + n, ...).
-
-  A sharded test's eight fake devices meet at every collective; when another worker's
-  processes hold the cores, each meeting waits for the scheduler, and such a test ran five
-  times longer beside test_multiprocess's process groups than alone. On cores of its own,
-  a worker (and every command it starts, which inherits the share) only waits for itself,
-  and JAX sizes its thread pools to the share."""
-  worker = os.environ.get('PYTEST_XDIST_WORKER', '')
-  workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
-  if not worker.startswith('gw') or not hasattr(os, 'sched_setaffinity'):
-    return
-  cores = sorted(os.sched_getaffinity(0))
-  if workers <= len(cores):
-    os.sched_setaffinity(0, cores[int(worker[2:]) % workers::workers])
-
-
-_pin_worker_to_its_cores()
-
 # The suite compiles the same tiny programs again and again: each run builds its own jitted
 # step, and each command started as a subprocess compiles from nothing. JAX's persistent
 # cache serves every repeat from disk. A session makes its own folder, which the xdist
