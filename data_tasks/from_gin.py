@@ -9,8 +9,10 @@ data_tasks` alone does none of this, so that another program reuses the registry
 gin.
 """
 
+from collections.abc import Sequence
 import dataclasses
 
+import seqio
 import tensorflow as tf
 
 import data_tasks
@@ -46,3 +48,20 @@ def run_spec() -> run_config.RunSpec:
   _set_up(spec.data)
   data_tasks.get_mixture_or_task(spec.train.mixture_or_task_name)
   return spec
+
+
+def registry_for_recipe(gin_files: Sequence[str], bindings: Sequence[str],
+                        names: Sequence[str]) -> None:
+  """Sets the registry up as the recipe says, unless every name in `names` is already
+  registered: what a Beam worker of launch/cache_tasks.py runs before its first shard,
+  in the command's own process (nothing to do) or in a fresh one."""
+  if all(name in seqio.TaskRegistry.names() or name in seqio.MixtureRegistry.names()
+         for name in names):
+    return
+  # pylint: disable=g-import-not-at-top  (a worker process parses the recipe first)
+  from t5x_mt.config import gin_utils
+  # pylint: enable=g-import-not-at-top
+  gin_utils.parse_gin(gin_files, bindings)
+  configure_data()
+  for name in names:
+    data_tasks.get_mixture_or_task(name)

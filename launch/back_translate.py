@@ -67,12 +67,16 @@ def main(argv: list[str]) -> int:
       other_lang=languages.check_language(args.into, '--into'), mode=args.mode, tag=args.tag)
   decoding = decoding_flags.decoding_overrides(args)
   cli.start_jax(args)
-  from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
+  from t5x_mt.config import configurables  # pylint: disable=g-import-not-at-top
   from t5x_mt.config import run_loading  # pylint: disable=g-import-not-at-top
   from t5x_mt.data import monolingual  # pylint: disable=g-import-not-at-top
+  from t5x_mt.data import task_cache  # pylint: disable=g-import-not-at-top
   model = decoding_flags.model_choice(args)
   run_loading.adopt_run_config(*decoding_flags.first_run(args))
-  from_gin.configure_data()  # --from_corpus may name the run's own corpora.
+  # --from_corpus may name the run's own corpora: its task cache's, or the registry's.
+  if not task_cache.for_run(configurables.data_settings()):
+    from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
+    from_gin.configure_data()
   sentences = monolingual.gather(job.lang, args.monolingual, args.from_corpus, args.split)
   sentences = sentences[:args.max_sentences]
   print(f'{len(sentences)} distinct {job.lang} sentences; writing {job.direction} pairs '

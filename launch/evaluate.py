@@ -164,8 +164,12 @@ def evaluate_files(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
                                       spm_model_path=args.spm_model, baseline=args.baseline)
 
 
-def _mixture(name: str) -> Any:
-  """The registered mixture or task --tasks names, as a `mixtures.MixtureView`."""
+def _mixture(name: str, cache: Any) -> Any:
+  """The mixture or task --tasks names, as a `mixtures.MixtureView`: the run's task
+  cache's, else the registered one."""
+  if cache:
+    with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--tasks'):
+      return cache.mixture_view(name)
   import data_tasks  # pylint: disable=g-import-not-at-top
   with cli.setting_named_as('MIXTURE_OR_TASK_NAME', '--tasks'):
     data_tasks.get_mixture_or_task(name)
@@ -203,9 +207,12 @@ def evaluate_tasks(args: argparse.Namespace, decoding: dict[str, Any]) -> dict[s
   translator = ctranslate2_translator.load_model(args, decoding, step)
   # The (first) run's config.gin may import or name its own corpora and mixtures.
   run_loading.adopt_run_config(*decoding_flags.first_run(args))
-  from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
-  from_gin.configure_data()
-  task_mixtures = [_mixture(name) for name in names]
+  from t5x_mt.data import task_cache  # pylint: disable=g-import-not-at-top
+  cache = task_cache.for_run(configurables.data_settings())
+  if not cache:  # Without a cache, seqio's registry (TensorFlow).
+    from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
+    from_gin.configure_data()
+  task_mixtures = [_mixture(name, cache) for name in names]
   if args.family_models is not None:  # A missing group fails before any translation.
     for mixture in task_mixtures:
       for direction in mixture.directions():

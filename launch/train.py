@@ -41,8 +41,8 @@ def main(argv: list[str]) -> int:
   gin_utils.check_recipe(args.gin_file, args.gin_bindings + bindings, inputs=not args.dry_run)
   cli.start_jax(args)
   # pylint: disable=g-import-not-at-top  (gin needs the configurables)
-  from data_tasks import from_gin
   from t5x_mt.config import configurables
+  from t5x_mt.data import task_cache
   from t5x_mt.training import dry_run
   from t5x_mt.training import train_loop
   # pylint: enable=g-import-not-at-top
@@ -57,7 +57,11 @@ def main(argv: list[str]) -> int:
     print(dry_run.describe_fine_tuning_plan(plan, spec.train, spec.model.lora_rank), flush=True)
     dry_run.check_fits(report)
     return 0
-  train_loop.train(from_gin.run_spec())
+  spec = configurables.run_spec()
+  if not task_cache.for_run(spec.data):  # Without a cache, seqio's registry (TensorFlow).
+    from data_tasks import from_gin  # pylint: disable=g-import-not-at-top
+    spec = from_gin.run_spec()
+  train_loop.train(spec)
   return 0
 
 

@@ -6,15 +6,25 @@ CPU devices each, joined by gloo through --coordinator_address, against one proc
 four devices. Their losses agree to rounding, a run stopped and resumed continues the same
 curve, and a checkpoint moves between process counts and meshes.
 
+The runs train from the mixture's task cache (CACHED_TASKS_DIR, written once by
+launch/cache_tasks.py), in processes where TensorFlow, seqio and TFDS cannot be imported,
+as on an accelerator host that lacks them: training, evaluating, translating and
+back-translating need none of them, and what they import is installed by
+requirements-cached.txt. The preemption test trains from seqio's tasks, in processes
+that have TensorFlow.
+
 Every process pays ~10 s of imports and traces its programs afresh, so the commands run
 in three groups of processes (tests/run_commands.py chains them): two processes train
 the first half of their run; one process trains the reference and resumes the two
 processes' checkpoint; two processes finish their run and resume the one process's.
 """
 
+import importlib.metadata
+import importlib.util
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
@@ -22,6 +32,7 @@ import subprocess
 import sys
 import time
 
+import gin
 import jax
 import numpy as np
 import pytest
@@ -91,13 +102,13 @@ def run_processes(num_processes: int, flags: list[str], program: str = 'launch/t
   return finished
 
 
-def run_commands(num_processes: int, commands: dict[str, list[str]]
+def run_commands(num_processes: int, commands: dict[str, list[str]], *runner_flags: str
                  ) -> dict[str, list[subprocess.CompletedProcess]]:
   """Launch commands (`name: [script, *flags]`) one after another in the same
-  `num_processes` processes (tests/run_commands.py), as `&&` would chain them in as many:
-  for each, what each process printed."""
-  finished = run_processes(num_processes, [f'--commands={json.dumps(list(commands.values()))}'],
-                           'tests/run_commands.py')
+  `num_processes` processes (tests/run_commands.py, given `runner_flags` too), as `&&`
+  would chain them in as many: for each, what each process printed."""
+  finished = run_processes(num_processes, [f'--commands={json.dumps(list(commands.values()))}',
+                                           *runner_flags], 'tests/run_commands.py')
   printed = [(run_commands_script.split_output(done.stdout, len(commands)),
               run_commands_script.split_output(done.stderr, len(commands)))
              for done in finished]
@@ -139,7 +150,69 @@ def keep_until(source: pathlib.Path, target: pathlib.Path, step: int) -> pathlib
 
 @pytest.fixture(scope='module')
 def workspace(tmp_path_factory) -> pathlib.Path:
-  return tmp_path_factory.mktemp('multiprocess')
+  """The module's folder, with the mixture cached in cache/ (made with cache_vocab.model;
+  the runs' VOCABULARY_PATH, vocab.model, does not exist until the first run takes the
+  cache's)."""
+  workspace = tmp_path_factory.mktemp('multiprocess')
+  spec = importlib.util.spec_from_file_location('launch_cache_tasks',
+                                                REPO / 'launch' / 'cache_tasks.py')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  gin.clear_config()
+  try:
+    module.main([*demo_flags(workspace / 'unused', workspace / 'cache_vocab.model', 1),
+                 f'--output_dir={workspace / "cache"}'])
+  finally:
+    gin.clear_config()
+  return workspace
+
+
+def cached(workspace: pathlib.Path, flags: list[str]) -> list[str]:
+  """A run's flags, reading the workspace's task cache."""
+  return [*flags, f"--gin.CACHED_TASKS_DIR='{workspace / 'cache'}'"]
+
+
+def without_tensorflow(num_processes: int, commands: dict[str, list[str]], *flags: str
+                       ) -> dict[str, list[subprocess.CompletedProcess]]:
+  """run_commands in processes that cannot import TensorFlow, seqio or TFDS."""
+  return run_commands(num_processes, commands, '--without_tensorflow', *flags)
+
+
+# Imported where installed, and done without otherwise (each in a try): jax's export
+# serialization, its compilation cache's compression and lock, grain's attrs support.
+OPTIONAL_IMPORTS = {'flatbuffers', 'zstandard', 'filelock', 'attrs'}
+
+
+def installed_with(requirements: pathlib.Path) -> set[str]:
+  """The distributions `pip install -r requirements` installs: those it names and,
+  recursively, what they require (without extras), as this environment has them."""
+  named = [line.split(';')[0].strip() for line in requirements.read_text().splitlines()
+           if line.strip() and not line.startswith(('#', '-'))]
+  todo = [re.split(r'[<>=!~\[ ]', line, maxsplit=1)[0] for line in named]
+  found: set[str] = set()
+  while todo:
+    name = canonical(todo.pop())
+    if name in found:
+      continue
+    found.add(name)
+    for requirement in _requirements(name):
+      if 'extra ==' not in requirement:
+        todo.append(re.split(r'[<>=!~\[ ;(]', requirement, maxsplit=1)[0])
+  return found
+
+
+def _requirements(name: str) -> list[str]:
+  """What installed distribution `name` requires; nothing if it is not installed here."""
+  for spelling in (name, name.replace('-', '_')):
+    try:
+      return importlib.metadata.requires(spelling) or []
+    except importlib.metadata.PackageNotFoundError:
+      continue
+  return []
+
+
+def canonical(name: str) -> str:
+  return re.sub(r'[-_.]+', '-', name).lower()
 
 
 SENTENCES = ['Good morning.', 'Monday', 'Thank you very much.', 'Tuesday', 'Where is it?',
@@ -153,13 +226,16 @@ def two_processes(workspace) -> tuple[pathlib.Path, list]:
   the rest): the run and what each process printed. The module's first run: both
   processes build its vocabulary, the same file, written whole."""
   model_dir = workspace / 'two'
-  return model_dir, run_processes(2, demo_flags(model_dir, workspace / 'vocab.model', HALF))
+  finished = without_tensorflow(2, {'two': ['train.py', *cached(workspace, demo_flags(
+      model_dir, workspace / 'vocab.model', HALF))]})
+  return model_dir, finished['two']
 
 
 def lora_flags(workspace: pathlib.Path, name: str, *bindings: str) -> list[str]:
   """LoRA trained on the frozen reference run (the one process's) into run `name`."""
-  return demo_flags(workspace / name, workspace / 'vocab.model', HALF, 'LORA_RANK=4',
-                    f"training.TrainConfig.init_from='{workspace / 'one'}'", *bindings)
+  return cached(workspace, demo_flags(
+      workspace / name, workspace / 'vocab.model', HALF, 'LORA_RANK=4',
+      f"training.TrainConfig.init_from='{workspace / 'one'}'", *bindings))
 
 
 @pytest.fixture(scope='module')
@@ -172,14 +248,20 @@ def one_process_commands(workspace, two_processes
   two_to_one = keep_until(two_processes[0], workspace / 'two_to_one', HALF)
   source = workspace / 'source.txt'
   source.write_text(''.join(line + '\n' for line in SENTENCES), encoding='utf-8')
-  return run_commands(1, {
-      'one': ['train.py', *demo_flags(workspace / 'one', vocabulary, STEPS, 'INPUT_SHARDS=2')],
+  return without_tensorflow(1, {
+      'one': ['train.py', *cached(workspace, demo_flags(workspace / 'one', vocabulary, STEPS,
+                                                        'INPUT_SHARDS=2'))],
       # No INPUT_SHARDS given: the run keeps the two shards its checkpoint was read with.
-      'two_to_one': ['train.py', *demo_flags(two_to_one, vocabulary, STEPS,
-                                             'MESH_SHAPE=(2, 1, 2)')],
+      'two_to_one': ['train.py', *cached(workspace, demo_flags(
+          two_to_one, vocabulary, STEPS, 'MESH_SHAPE=(2, 1, 2)'))],
       'translate': ['translate.py', f'--checkpoint_dir={workspace / "one"}',
                     f'--input={source}', *DECODING, f'--output={workspace / "one.txt"}'],
-      'lora': ['train.py', *lora_flags(workspace, 'lora_one', 'INPUT_SHARDS=2')]})
+      # Every direction of the cached mixture, on its validation pairs.
+      'evaluate_tasks': ['evaluate.py', f'--checkpoint_dir={workspace / "one"}',
+                         f'--tasks={MIXTURE}', '--beam_size=1',
+                         f'--output_json={workspace / "tasks.json"}'],
+      'lora': ['train.py', *lora_flags(workspace, 'lora_one', 'INPUT_SHARDS=2')]},
+      f'--record_distributions={workspace / "imported.json"}')
 
 
 @pytest.fixture(scope='module')
@@ -207,14 +289,15 @@ def two_process_commands(workspace, one_process, two_processes
   one_to_two = keep_until(one_process, workspace / 'one_to_two', HALF)
   # Scores: two processes score the one process's translations as its references.
   shutil.copy(workspace / 'one.txt', workspace / 'references.txt')
-  return run_commands(2, {
+  return without_tensorflow(2, {
       # On a hybrid mesh: 'fsdp' within each process, 'data' across the two, as across the
       # slices of a multi-slice TPU or the nodes of a GPU cluster.
-      'two': ['train.py', *demo_flags(two_processes[0], vocabulary, STEPS,
-                                      'MESH_SHAPE=(1, 2, 1)', 'DCN_MESH_SHAPE=(2, 1, 1)')],
+      'two': ['train.py', *cached(workspace, demo_flags(
+          two_processes[0], vocabulary, STEPS, 'MESH_SHAPE=(1, 2, 1)',
+          'DCN_MESH_SHAPE=(2, 1, 1)'))],
       # Parameters and optimizer state sharded over 'fsdp' now, replicated before.
-      'one_to_two': ['train.py', *demo_flags(one_to_two, vocabulary, STEPS,
-                                             'MESH_SHAPE=(1, 2, 2)')],
+      'one_to_two': ['train.py', *cached(workspace, demo_flags(
+          one_to_two, vocabulary, STEPS, 'MESH_SHAPE=(1, 2, 2)'))],
       'translate': ['translate.py', f'--checkpoint_dir={one_process}', f'--input={source}',
                     *DECODING, f'--output={workspace / "two.txt"}'],
       # Two copies of the run as an ensemble.
@@ -245,6 +328,24 @@ def test_two_processes_stopped_and_resumed_train_as_one_process_with_as_many_dev
   reference_scores = json.loads(
       (workspace / 'one' / 'eval' / f'step_{STEPS}.json').read_text())
   assert scores['average'] == reference_scores['average']
+
+
+def test_processes_without_tensorflow_train_from_the_cache_and_evaluate_its_tasks(
+    workspace, one_process, one_process_commands):
+  # The run read its batches through Grain and saved their position with its checkpoints.
+  assert sorted(path.name for path in (one_process / 'input_state').rglob('*.grain.json'))
+  scores = json.loads((workspace / 'tasks.json').read_text())
+  final = json.loads((one_process / 'eval' / f'step_{STEPS}.json').read_text())
+  assert sorted(scores['directions']) == sorted(final['directions']) == [
+      'eng_Latn-fra_Latn', 'hau_Latn-eng_Latn']
+  assert scores['directions'] == final['directions']
+  # The one install line for such hosts installs every distribution the commands used.
+  used = {canonical(name) for name in json.loads((workspace / 'imported.json').read_text())}
+  assert used & {'jax', 'grain', 'orbax-checkpoint', 'sentencepiece'} == {
+      'jax', 'grain', 'orbax-checkpoint', 'sentencepiece'}
+  missing = used - installed_with(REPO / 'requirements-cached.txt') - OPTIONAL_IMPORTS
+  assert not missing, f'requirements-cached.txt lacks {sorted(missing)}'
+  assert not used & {'tensorflow', 'seqio', 'tensorflow-datasets', 'tensorflow-text'}
 
 
 def test_checkpoint_of_two_processes_resumes_in_one_under_another_mesh(workspace, reference,

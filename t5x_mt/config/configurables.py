@@ -83,6 +83,11 @@ def _reverse_target(enabled: bool = False) -> bool:
   return enabled
 
 
+@gin.configurable('cached_tasks', module='data_tasks')
+def _cached_tasks(dir: str = '') -> str:  # pylint: disable=redefined-builtin
+  return dir or ''
+
+
 @gin.configurable('subword_sampling', module='data_tasks')
 def _subword_sampling(sides: Mapping[str, str] | None = None, alpha: float = 0.1,
                       nbest_size: int = -1) -> dict[str, Any]:
@@ -166,7 +171,8 @@ def data_settings() -> settings.DataSettings:
       vocabulary_path=_vocabulary_path(), source_vocabulary_path=_source_vocabulary_path(),
       tag_strategy=_tag_strategy(),
       temperature=_temperature(), **_subword_sampling(), **_wmt22_corpora(),
-      extra_pair_groups=_pair_groups(), reverse_target=_reverse_target())
+      extra_pair_groups=_pair_groups(), reverse_target=_reverse_target(),
+      cached_tasks_dir=_cached_tasks())
 
 
 def corpora_and_mixtures() -> dict[str, Any]:

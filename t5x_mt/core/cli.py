@@ -178,10 +178,14 @@ def start_tensorflow() -> None:
 
   Commands call it after checking their flags and before importing anything that loads
   TensorFlow or JAX. tf.data runs on the host: TensorFlow must not take GPU memory that
-  JAX needs.
+  JAX needs. A host without TensorFlow (one that trains from cached tasks) has none to
+  start.
   """
   with _start_up_noise_dropped():
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    try:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    except ImportError:
+      return
     tf.config.set_visible_devices([], 'GPU')
 
 

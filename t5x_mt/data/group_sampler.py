@@ -31,17 +31,6 @@ from t5x_mt.core.errors import UserError
 SAMPLER_STATE_SUFFIX = '.sampler.json'
 
 
-def group_shares(mixture: MixtureView, grouping: str, by: str) -> dict[str, float]:
-  """Each group's share of the training data: of its pairs (`by='pairs'`, the p_g
-  of docs/methods.md#dro), or of the plain mixture's sampling rates (`by='rates'`)."""
-  if by not in ('pairs', 'rates'):
-    raise UserError(f'DRO proportions: {by!r} is not pairs or rates')
-  sizes = {group: sum(member.pairs if by == 'pairs' else member.rate for member in members)
-           for group, members in mixture.groups(grouping).items()}
-  total = sum(sizes.values())
-  return {group: size / total for group, size in sizes.items()}
-
-
 class GroupSampler:
   """An iterator of an input shard's NumPy batches of `batch_size` rows, each row drawn
   from a group by weight; shards draw independently (their own seqio shards and

@@ -2,16 +2,19 @@
 
 A training input shard reads its own shard of every task (seqio.ShardInfo), packs
 sentence pairs into rows with DirectionEncDecFeatureConverter and batches its rows of the
-global batch. The tf.data iterator is checkpointable, so a resumed run continues
-mid-epoch exactly.
+global batch (`DatasetStream`). The tf.data iterator is checkpointable, so a resumed run
+continues mid-epoch exactly. `grain_pipeline` is the other way to feed training, from
+cached tasks without TensorFlow.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import seqio
 import tensorflow as tf
 
+from t5x_mt.data import streamed
+from t5x_mt.data import streamed_pipeline
 from t5x_mt.data.feature_converters import DirectionEncDecFeatureConverter
 
 WHOLE = seqio.ShardInfo(index=0, num_shards=1)
@@ -44,6 +47,26 @@ def numpy_batches(iterator: Iterator[Mapping[str, tf.Tensor]]) -> Iterator[dict[
   """NumPy views of a tf.data iterator's elements."""
   for batch in iterator:
     yield {name: value.numpy() for name, value in batch.items()}
+
+
+class DatasetStream:
+  """A tf.data dataset's batches as NumPy, its position a tf.train.Checkpoint and the
+  positions of the streamed corpora it reads (`streamed_pipeline.write_states`)."""
+
+  def __init__(self, dataset: tf.data.Dataset, streams: Sequence[streamed.PairStream] = ()):
+    self._iterator = iter(dataset)
+    self._streams = list(streams)
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    return {name: value.numpy() for name, value in next(self._iterator).items()}
+
+  def write_state(self, prefix: str) -> None:
+    streamed_pipeline.write_states(self._streams, prefix)
+    tf.train.Checkpoint(iterator=self._iterator).write(prefix)
+
+  def read_state(self, prefix: str) -> None:
+    streamed_pipeline.read_states(self._streams, prefix)
+    tf.train.Checkpoint(iterator=self._iterator).read(prefix).assert_consumed()
 
 
 def one_pass_batches(task_name: str, *, batch_size: int, inputs_length: int,

@@ -4,13 +4,14 @@ The library looks a mixture or Task up by name through seqio, as T5X does; whoev
 the registry has registered it before handing the name over. A translation Task's seqio
 data source records what it reads (`ReadsCorpus`), so `mixture_view` needs nothing but
 seqio's objects to list a mixture's members with their directions, rates and sizes.
-Samplers, DRO's group shares, plots and training take the `MixtureView` as an argument.
+Samplers, DRO's group shares, plots and training take the `MixtureView` as an argument,
+and a task cache gives one of its own (`task_cache`): seqio is imported only where a name
+is looked up in its registry, so a process that trains from cached tasks never imports it
+(nor TensorFlow).
 """
 
 import dataclasses
 from typing import NamedTuple, Protocol, runtime_checkable
-
-import seqio
 
 from t5x_mt.core import files
 from t5x_mt.data import corpora
@@ -55,6 +56,16 @@ class MixtureView:
   def total_pairs(self) -> int:
     return sum(member.pairs for member in self.members)
 
+  def group_shares(self, grouping: str, by: str) -> dict[str, float]:
+    """Each group's share of the training data: of its pairs (`by='pairs'`, the p_g
+    of docs/methods.md#dro), or of the mixture's sampling rates (`by='rates'`)."""
+    if by not in ('pairs', 'rates'):
+      raise UserError(f'DRO proportions: {by!r} is not pairs or rates')
+    sizes = {group: sum(member.pairs if by == 'pairs' else member.rate for member in members)
+             for group, members in self.groups(grouping).items()}
+    total = sum(sizes.values())
+    return {group: size / total for group, size in sizes.items()}
+
   def groups(self, grouping: str) -> dict[str, tuple[MixtureMember, ...]]:
     """The members by their direction's key under `grouping` (directions.GROUPINGS), in
     sorted group order."""
@@ -64,9 +75,15 @@ class MixtureView:
     return {group: tuple(groups[group]) for group in sorted(groups)}
 
 
-def get_mixture_or_task(name: str) -> seqio.Task | seqio.Mixture:
+def _seqio():
+  import seqio  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
+  return seqio
+
+
+def get_mixture_or_task(name: str):
   """seqio's registered mixture or Task `name`; a UserError naming the registered mixtures
   if there is none."""
+  seqio = _seqio()
   try:
     return seqio.get_mixture_or_task(name)
   except ValueError:
@@ -94,7 +111,7 @@ def mixture_view(mixture_or_task_name: str) -> MixtureView:
   """A registered mixture's (or translation Task's) members with their directions,
   sampling rates (1 for a Task) and training pairs."""
   provider = get_mixture_or_task(mixture_or_task_name)
-  if isinstance(provider, seqio.Mixture):
+  if isinstance(provider, _seqio().Mixture):
     rated = [(task.name, float(provider.get_rate(task))) for task in provider.tasks]
   else:
     rated = [(provider.name, 1.0)]
@@ -130,7 +147,7 @@ def check_vocabulary(mixture_or_task_name: str, vocabulary_path: str,
   wanted = {'inputs': files.expand(source_vocabulary_path or vocabulary_path),
             'targets': files.expand(vocabulary_path)}
   provider = get_mixture_or_task(mixture_or_task_name)
-  for task in provider.tasks if isinstance(provider, seqio.Mixture) else [provider]:
+  for task in provider.tasks if isinstance(provider, _seqio().Mixture) else [provider]:
     for feature, path in wanted.items():
       used = getattr(task.output_features[feature].vocabulary, 'sentencepiece_model_file',
                      None)

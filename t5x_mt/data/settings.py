@@ -44,6 +44,9 @@ class DataSettings:
   reverse_target: every target's pieces in reverse order (before its EOS): the model
     learns to write right to left, for n-best reranking (`reverse_target.enabled`,
     REVERSE_TARGET; docs/methods.md#scoring-models-for-reranking).
+  cached_tasks_dir: a folder launch/cache_tasks.py wrote, to train from through Grain,
+    without TensorFlow (`cached_tasks.dir`, CACHED_TASKS_DIR; docs/data.md#cached-tasks);
+    empty: the seqio tasks, read through tf.data.
   """
   vocabulary_path: str = DEFAULT_VOCABULARY_PATH
   source_vocabulary_path: str | None = None
@@ -56,6 +59,7 @@ class DataSettings:
   wmt22_synthetic: tuple[str, ...] = ()
   extra_pair_groups: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
   reverse_target: bool = False
+  cached_tasks_dir: str = ''
 
   def __post_init__(self):
     tags.check_tag_strategy(self.tag_strategy, 'tag_strategy.strategy')

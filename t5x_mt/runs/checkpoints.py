@@ -27,7 +27,6 @@ from typing import Any, Protocol
 
 import jax
 import orbax.checkpoint as ocp
-import tensorflow as tf
 
 from flax import traverse_util
 
@@ -275,8 +274,8 @@ class RunCheckpoints:
     """Restores each of `host_states` to what it was when `step` was saved."""
     prefix = self.layout.host_state_prefix(step)
     manifest = prefix + HOST_STATES_SUFFIX
-    saved = (json.loads(tf.io.gfile.GFile(manifest).read())
-             if tf.io.gfile.exists(manifest) else [])
+    saved = (json.loads(files.path(manifest).read_text())
+             if files.path(manifest).exists() else [])
     for name, host_state in host_states.items():
       if name not in saved:
         raise UserError(f'{prefix}: checkpoint {step} was saved without {name} state; the run '

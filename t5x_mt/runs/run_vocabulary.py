@@ -10,8 +10,7 @@ import logging
 import pathlib
 
 import sentencepiece as spm
-import tensorflow as tf
-
+from t5x_mt.core import files
 from t5x_mt.core import validation
 from t5x_mt.data import mixtures
 from t5x_mt.data import vocab
@@ -59,14 +58,14 @@ def num_pieces(model: bytes) -> int:
 
 
 def run_vocabulary(path: str, mixture: mixtures.MixtureView, config: VocabularyConfig,
-                   local_copy: pathlib.Path) -> bytes:
+                   local_copy: pathlib.Path | None) -> bytes:
   """The SentencePiece model at `path` (VOCABULARY_PATH), built from the mixture if it does
-  not exist yet, checked against the run's `local_copy` from an earlier start."""
-  if not tf.io.gfile.exists(path):
+  not exist yet, checked against the run's `local_copy` from an earlier start (if any)."""
+  if not files.path(path).exists():
     logging.info('Vocabulary %s not found: building it from %s', path, mixture.name)
     build_vocabulary(config, mixture, path)
-  configured = tf.io.gfile.GFile(path, 'rb').read()
-  if local_copy.exists() and local_copy.read_bytes() != configured:
+  configured = files.path(path).read_bytes()
+  if local_copy is not None and local_copy.exists() and local_copy.read_bytes() != configured:
     if not vocab_merge.extends(local_copy.read_bytes(), configured):
       raise UserError(f'VOCABULARY_PATH: {path} differs from the vocabulary this run was '
                       f'trained with ({local_copy}) and does not extend it (launch/'

@@ -15,13 +15,13 @@ import math
 import signal
 import sys
 import time
+import typing
 from typing import Any
 
 import jax
 from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import tensorboardX
-import tensorflow as tf
 import tqdm
 
 from t5x_mt.training import baselines
@@ -35,7 +35,6 @@ from t5x_mt.runs import run_layout
 from t5x_mt.training.run import Run
 from t5x_mt.training import trainer
 from t5x_mt.core.errors import RunFailure
-from t5x_mt.data import group_sampler
 
 Metrics = dict[str, jax.Array]
 
@@ -51,19 +50,19 @@ class Action:
     return False
 
 
-class _GfileEventFiles:
-  """tensorboardX's event files under a gs:// logdir, written through TensorFlow's gfile
-  (as the run's other files are) instead of tensorboardX's google-cloud-storage client,
-  which t5x_mt does not install."""
+class _ObjectStoreEventFiles:
+  """tensorboardX's event files under a gs:// logdir, written through etils.epath (as the
+  run's other files are) instead of tensorboardX's google-cloud-storage client, which
+  t5x_mt does not install."""
 
   def open(self, path: str):
-    return tf.io.gfile.GFile(path, 'wb')
+    return files.path(path).open('wb')
 
   def directory_check(self, path: str) -> None:
-    tf.io.gfile.makedirs(path)
+    files.path(path).mkdir(parents=True, exist_ok=True)
 
 
-tensorboardX.record_writer.register_writer_factory('gs', _GfileEventFiles())
+tensorboardX.record_writer.register_writer_factory('gs', _ObjectStoreEventFiles())
 
 
 class MetricsLog:
@@ -171,12 +170,19 @@ def _progress_line(record: dict[str, Any], train_steps: int, seconds_per_step: f
           f"{record['tokens_per_second']:,.0f} tokens/s, {left} left")
 
 
+@typing.runtime_checkable
+class WeightedSampler(typing.Protocol):
+  """An input stream that draws each row from a group by weight (DRO's sampling mode)."""
+
+  def set_weights(self, weights) -> None: ...
+
+
 class UpdateDro(Action):
   """DRO: folds each step's per-direction losses into the group averages; at an
   interval's end, new weights go to the group sampler (the reweighting variant reads
   them through `direction_scales` at the next step). Saved with each checkpoint."""
 
-  def __init__(self, robust: dro.DroTraining, samplers: Sequence[group_sampler.GroupSampler]):
+  def __init__(self, robust: dro.DroTraining, samplers: Sequence['WeightedSampler']):
     self.robust = robust
     self._samplers = list(samplers)
     self._send_weights()

@@ -14,7 +14,6 @@ import numpy as np
 
 from t5x_mt.decoding import inference
 from t5x_mt.training import trainer
-from t5x_mt.data import input_pipeline
 from t5x_mt.data import mixtures
 from t5x_mt.core.directions import Direction
 
@@ -26,6 +25,9 @@ def group_losses(translator: inference.Translator, mixture: mixtures.MixtureView
                  loss_chunk_length: int = 0, split: str = 'train') -> dict[str, Any]:
   """{'losses': {group: per-token loss}, 'tokens': {group: tokens}} of the run's model
   on `split` (the training data for DRO; another split measures held-out loss)."""
+  # pylint: disable=g-import-not-at-top  (seqio's datasets: a process with TensorFlow)
+  from t5x_mt.data import input_pipeline
+  # pylint: enable=g-import-not-at-top
   mixtures.check_vocabulary(mixture.name, translator.vocabulary_file)
   ids = [direction.id for direction in mixture.directions()]
   eval_step = trainer.make_eval_step(translator.model, direction_ids=ids,

@@ -25,11 +25,11 @@ from jax.experimental import topologies
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 import numpy as np
-import tensorflow as tf
 
 from t5x_mt.model import lora
 from t5x_mt.model import models
 from t5x_mt.model import network
+from t5x_mt.core import files
 from t5x_mt.core import partitioning
 from t5x_mt.training import memory_plan
 from t5x_mt.training import run_config
@@ -125,9 +125,9 @@ def run_model_config(spec: run_config.RunSpec,
   """The run's model, its vocabulary of `vocab_size` pieces if given, else of the run's
   vocabulary file if it exists, else of the size it would be built with."""
   if vocab_size is None:
-    if tf.io.gfile.exists(spec.data.vocabulary_path):
+    if files.path(spec.data.vocabulary_path).exists():
       vocab_size = run_vocabulary.num_pieces(
-          tf.io.gfile.GFile(spec.data.vocabulary_path, 'rb').read())
+          files.path(spec.data.vocabulary_path).read_bytes())
     else:
       vocab_size = (spec.vocabulary or run_vocabulary.VocabularyConfig()).vocab_size
   return dataclasses.replace(spec.model,

@@ -3,7 +3,8 @@ rows come from, and the batches do not depend on how many processes read them.
 
 A global batch of B rows is read as INPUT_SHARDS streams of B / INPUT_SHARDS rows each:
 shard s gives rows [s * B / INPUT_SHARDS, (s + 1) * B / INPUT_SHARDS) and reads its own
-seqio shard of every task. A process reads every shard that overlaps the rows its
+shard of every task (seqio's, or every INPUT_SHARDS-th example of a cached task from the
+s-th). A process reads every shard that overlaps the rows its
 devices hold, so processes holding the same rows (replicas along 'model') read the same
 shards and feed identical rows. The default count is one shard per group of processes
 holding distinct rows, which gives each such process exactly one stream.
@@ -13,25 +14,27 @@ the mesh; each shard's position is saved with a checkpoint by the first process 
 it, and a run resumes exactly on any number of processes that reads the same shards.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 import json
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import jax
 import numpy as np
-import seqio
-import tensorflow as tf
 
 from t5x_mt.core import files
 from t5x_mt.core import partitioning
 from t5x_mt.core import processes
-from t5x_mt.data import streamed
-from t5x_mt.data import streamed_pipeline
 from t5x_mt.core.errors import UserError
 
 Batch = dict[str, np.ndarray]
 # Beside the shards' states: how many shards the position was saved for.
 SHARD_COUNT_SUFFIX = '.shards.json'
+
+
+class InputShard(NamedTuple):
+  """Input shard `index` of `num_shards` (the fields of seqio's ShardInfo)."""
+  index: int
+  num_shards: int
 
 
 class ShardStream(Protocol):
@@ -42,26 +45,6 @@ class ShardStream(Protocol):
   def write_state(self, prefix: str) -> None: ...
 
   def read_state(self, prefix: str) -> None: ...
-
-
-class DatasetStream:
-  """A tf.data dataset's batches as NumPy, its position a tf.train.Checkpoint and the
-  positions of the streamed corpora it reads (`streamed_pipeline.write_states`)."""
-
-  def __init__(self, dataset: tf.data.Dataset, streams: Sequence[streamed.PairStream] = ()):
-    self._iterator = iter(dataset)
-    self._streams = list(streams)
-
-  def __next__(self) -> Batch:
-    return {name: value.numpy() for name, value in next(self._iterator).items()}
-
-  def write_state(self, prefix: str) -> None:
-    streamed_pipeline.write_states(self._streams, prefix)
-    tf.train.Checkpoint(iterator=self._iterator).write(prefix)
-
-  def read_state(self, prefix: str) -> None:
-    streamed_pipeline.read_states(self._streams, prefix)
-    tf.train.Checkpoint(iterator=self._iterator).read(prefix).assert_consumed()
 
 
 def _process_rows(mesh: jax.sharding.Mesh, batch_size: int) -> dict[int, list[tuple[int, int]]]:
@@ -81,18 +64,17 @@ def default_shard_count(mesh: jax.sharding.Mesh, batch_size: int) -> int:
 
 def saved_shard_count(prefix: str) -> int | None:
   """The INPUT_SHARDS an input position at `prefix` was saved for, None if none was."""
-  path = prefix + SHARD_COUNT_SUFFIX
-  if not tf.io.gfile.exists(path):
+  path = files.path(prefix + SHARD_COUNT_SUFFIX)
+  if not path.exists():
     return None
-  with tf.io.gfile.GFile(path) as f:
-    return json.load(f)['input_shards']
+  return json.loads(path.read_text())['input_shards']
 
 
 class ShardedBatches:
   """An endless iterator of global batches (dicts of arrays sharded like the mesh's
   batches), read from the input shards this process needs; a HostState."""
 
-  def __init__(self, open_shard: Callable[[seqio.ShardInfo, int], ShardStream],
+  def __init__(self, open_shard: Callable[[InputShard, int], ShardStream],
                mesh: jax.sharding.Mesh, batch_size: int, num_shards: int):
     if num_shards < 1 or batch_size % num_shards:
       raise UserError(f'INPUT_SHARDS: BATCH_SIZE {batch_size} does not split into '
@@ -107,7 +89,7 @@ class ShardedBatches:
     for process in sorted(process_rows):
       for shard in self._shards_of(process_rows[process]):
         readers.setdefault(shard, process)
-    self.streams = {shard: open_shard(seqio.ShardInfo(shard, num_shards), self._rows_per_shard)
+    self.streams = {shard: open_shard(InputShard(shard, num_shards), self._rows_per_shard)
                     for shard in self._shards_of(self._rows)}
     # Each shard's position is saved once, by the first process reading it.
     self._saved_here = [shard for shard in self.streams

@@ -5,7 +5,7 @@ same command resumes from the latest checkpoint in MODEL_DIR (parameters, optimi
 input position and DRO's state) and continues the same loss curve.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import contextlib
 import dataclasses
 import json
@@ -14,8 +14,6 @@ import os
 from typing import Any
 
 import jax
-import seqio
-import tensorflow as tf
 
 from t5x_mt.training import actions
 from t5x_mt.model import adapters
@@ -36,11 +34,10 @@ from t5x_mt.runs import run_vocabulary
 from t5x_mt.training import sharded_input
 from t5x_mt.training import trainer
 from t5x_mt.core import directions
-from t5x_mt.data import group_sampler
-from t5x_mt.data import input_pipeline
+from t5x_mt.data import grain_pipeline
 from t5x_mt.data import mixtures
-from t5x_mt.data import streamed_pipeline
 from t5x_mt.data import tags
+from t5x_mt.data import task_cache
 from t5x_mt.core.errors import UserError
 from t5x_mt.evaluation import per_direction
 
@@ -67,16 +64,25 @@ def _write_run_files(layout: run_layout.RunLayout, spec: run_config.RunSpec,
 
 
 def _shared_vocabulary(spec: run_config.RunSpec, mixture: mixtures.MixtureView,
-                       layout: run_layout.RunLayout) -> bytes:
+                       layout: run_layout.RunLayout, cache: task_cache.TaskCache | None
+                       ) -> bytes:
   """The run's SentencePiece model: process 0 reads (or builds) it and sends it to the
   others, which keep a copy at VOCABULARY_PATH where their input pipelines read it (hosts
-  of a pod need not share a disk)."""
+  of a pod need not share a disk). A run that trains from cached tasks and finds no
+  VOCABULARY_PATH takes the cache's: its examples were made with it."""
   path = spec.data.vocabulary_path
-  vocabulary = processes.from_primary(lambda: run_vocabulary.run_vocabulary(
-      path, mixture, spec.vocabulary or run_vocabulary.VocabularyConfig(), layout.vocabulary))
+
+  def read_or_build() -> bytes:
+    if cache and not files.path(path).exists():
+      files.path(os.path.dirname(path)).mkdir(parents=True, exist_ok=True)
+      files.write_bytes_atomically(path, cache.vocabulary())
+    return run_vocabulary.run_vocabulary(
+        path, mixture, spec.vocabulary or run_vocabulary.VocabularyConfig(), layout.vocabulary)
+
+  vocabulary = processes.from_primary(read_or_build)
   if not processes.is_primary() and not (
-      tf.io.gfile.exists(path) and tf.io.gfile.GFile(path, 'rb').read() == vocabulary):
-    tf.io.gfile.makedirs(os.path.dirname(path))
+      files.path(path).exists() and files.path(path).read_bytes() == vocabulary):
+    files.path(os.path.dirname(path)).mkdir(parents=True, exist_ok=True)
     files.write_bytes_atomically(path, vocabulary)
   return vocabulary
 
@@ -107,24 +113,54 @@ def _robust_training(config: dro.DroConfig, mixture: mixtures.MixtureView,
   """DRO's host-side state for the run's groups; p_g and sampling shares from the data."""
   return dro.DroTraining(
       config, direction_names,
-      proportions=group_sampler.group_shares(mixture, config.grouping, config.proportions),
-      sampling_shares=group_sampler.group_shares(mixture, config.grouping, 'rates'))
+      proportions=mixture.group_shares(config.grouping, config.proportions),
+      sampling_shares=mixture.group_shares(config.grouping, 'rates'))
 
 
-def training_batches(config: run_config.TrainConfig, mixture: mixtures.MixtureView,
-                     robust: dro.DroTraining | None, mesh: jax.sharding.Mesh,
-                     num_shards: int) -> sharded_input.ShardedBatches:
-  """The run's global batches: the mixture at its fixed rates, or DRO's group sampler,
-  read in `num_shards` input shards."""
-  def open_shard(shard: seqio.ShardInfo, rows: int) -> sharded_input.ShardStream:
+def _seqio_shard_opener(config: run_config.TrainConfig, mixture: mixtures.MixtureView,
+                        robust: dro.DroTraining | None
+                        ) -> Callable[[sharded_input.InputShard, int], sharded_input.ShardStream]:
+  """How an input shard is read from seqio's registered tasks: the mixture at its fixed
+  rates, or DRO's group sampler."""
+  # pylint: disable=g-import-not-at-top  (TensorFlow: only a run that reads seqio imports it)
+  import seqio
+  from t5x_mt.data import group_sampler
+  from t5x_mt.data import input_pipeline
+  from t5x_mt.data import streamed_pipeline
+  # pylint: enable=g-import-not-at-top
+
+  def open_shard(shard: sharded_input.InputShard, rows: int) -> sharded_input.ShardStream:
     settings = dict(batch_size=rows, inputs_length=config.inputs_length,
                     targets_length=config.targets_length, seed=config.seed, pack=config.pack,
-                    shard=shard)
+                    shard=seqio.ShardInfo(*shard))
     if robust and robust.config.mode == 'sampling':
       return group_sampler.GroupSampler(mixture, grouping=robust.config.grouping, **settings)
     with streamed_pipeline.opened_streams() as streams:
       dataset = input_pipeline.train_dataset(config.mixture_or_task_name, **settings)
-    return sharded_input.DatasetStream(dataset, streams)
+    return input_pipeline.DatasetStream(dataset, streams)
+  return open_shard
+
+
+def _cache_shard_opener(config: run_config.TrainConfig, mixture: mixtures.MixtureView,
+                        cache: task_cache.TaskCache
+                        ) -> Callable[[sharded_input.InputShard, int], sharded_input.ShardStream]:
+  """How an input shard is read from cached tasks, through Grain."""
+  def open_shard(shard: sharded_input.InputShard, rows: int) -> sharded_input.ShardStream:
+    return grain_pipeline.CachedTrainStream(
+        cache, mixture, shard_index=shard.index, num_shards=shard.num_shards, rows=rows,
+        inputs_length=config.inputs_length, targets_length=config.targets_length,
+        seed=config.seed, pack=config.pack)
+  return open_shard
+
+
+def training_batches(config: run_config.TrainConfig, mixture: mixtures.MixtureView,
+                     robust: dro.DroTraining | None, mesh: jax.sharding.Mesh,
+                     num_shards: int, cache: task_cache.TaskCache | None = None
+                     ) -> sharded_input.ShardedBatches:
+  """The run's global batches, read in `num_shards` input shards: from the cached tasks
+  where the run has them (CACHED_TASKS_DIR), else from seqio."""
+  open_shard = (_cache_shard_opener(config, mixture, cache) if cache
+                else _seqio_shard_opener(config, mixture, robust))
   return sharded_input.ShardedBatches(open_shard, mesh, config.batch_size, num_shards)
 
 
@@ -166,6 +202,22 @@ def _check_lengths_fit_positions(config: run_config.TrainConfig,
                       f'{model.max_length}')
 
 
+def _task_cache(spec: run_config.RunSpec) -> task_cache.TaskCache | None:
+  """The run's task cache (CACHED_TASKS_DIR), checked against what it cannot feed."""
+  if not spec.data.cached_tasks_dir:
+    return None
+  dro_config = spec.train.dro
+  if dro_config and dro_config.mode == 'sampling':
+    raise UserError("CACHED_TASKS_DIR: DRO's sampling mode (dro.DroConfig.mode) draws "
+                    "from seqio's tasks; train it with CACHED_TASKS_DIR empty, or use "
+                    "mode = 'reweighting'")
+  if spec.model.decoder_only:
+    raise UserError('CACHED_TASKS_DIR: a language model (network.TransformerConfig.'
+                    "decoder_only) is evaluated on seqio's tasks; train it with "
+                    'CACHED_TASKS_DIR empty')
+  return task_cache.TaskCache(spec.data.cached_tasks_dir)
+
+
 def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro | None]:
   """The run of `spec`, resumed from MODEL_DIR's latest checkpoint if there is one, and
   DRO's action when the run is robust (its state is one of the run's host states).
@@ -184,10 +236,13 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
   trainer.check_microbatches(config.batch_size, config.num_microbatches,
                              partitioning.batch_shards(mesh))
   optimizer = config.make_optimizer(spec.model)
-  mixture = mixtures.mixture_view(config.mixture_or_task_name)
+  cache = _task_cache(spec)
+  mixture = (cache.mixture_view(config.mixture_or_task_name) if cache
+             else mixtures.mixture_view(config.mixture_or_task_name))
   mixtures.check_train_examples(mixture)
-  mixtures.check_vocabulary(config.mixture_or_task_name, spec.data.vocabulary_path,
-                            spec.data.source_vocabulary_path)
+  if not cache:
+    mixtures.check_vocabulary(config.mixture_or_task_name, spec.data.vocabulary_path,
+                              spec.data.source_vocabulary_path)
   per_direction.check_evaluable(mixture, spec.evaluation,
                                 [spec.evaluation.split] + ['test'] * config.evaluate_test_split)
   if spec.model.decoder_only and config.early_stopping_patience:
@@ -196,7 +251,10 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
                     'decoder_only) has none of')
   direction_ids, direction_names = _run_directions(mixture, spec.model)
   _check_targets_are_tagged(spec.data.tag_strategy, direction_names)
-  vocabulary = _shared_vocabulary(spec, mixture, layout)
+  vocabulary = _shared_vocabulary(spec, mixture, layout, cache)
+  if cache:
+    cache.check_made_for(spec.data, vocabulary, spec.data.source_vocabulary_path and
+                         files.path(spec.data.source_vocabulary_path).read_bytes())
   model = models.TranslationModel(dataclasses.replace(spec.model, vocab_size=(
       run_vocabulary.padded_vocab_size(run_vocabulary.num_pieces(vocabulary)))))
   state, state_shardings = partitioning.shard_init(
@@ -209,10 +267,10 @@ def build_run(spec: run_config.RunSpec) -> tuple[run_lib.Run, actions.UpdateDro 
                                                  asynchronous=config.async_checkpointing)
     start_step, state = _restore_latest_readable(run_checkpoints, state)
     batches = training_batches(config, mixture, robust, mesh, _input_shard_count(
-        config, run_checkpoints, start_step, mesh))
+        config, run_checkpoints, start_step, mesh), cache)
     update_dro = robust and actions.UpdateDro(
         robust, [stream for stream in batches.streams.values()
-                 if isinstance(stream, group_sampler.GroupSampler)])
+                 if isinstance(stream, actions.WeightedSampler)])
     host_states = {'input': batches, **({'dro': update_dro} if robust else {})}
     if start_step:
       logging.info('Resuming from checkpoint at step %d', start_step)

@@ -20,7 +20,7 @@ from t5x_mt.data import streamed
 from t5x_mt.data import streamed_pipeline
 from t5x_mt.data.streaming import StreamingShuffle
 from t5x_mt.core.errors import UserError
-from t5x_mt.training.sharded_input import DatasetStream
+from t5x_mt.data.input_pipeline import DatasetStream
 
 SMALL = streamed.StreamSettings(buffer_size=50, num_pointers=4, chunk_bytes=600)
 
