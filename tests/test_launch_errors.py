@@ -165,6 +165,7 @@ OUTPUTS = {
                         '--output_dir'),
     'import_checkpoint.py': (['--format=huggingface', '--path=in'], '--output_dir'),
     'build_vocab.py': (['--gin_file=gin/runs/demo.gin'], '--output'),
+    'cache_tasks.py': (['--gin_file=gin/runs/demo.gin'], '--output_dir'),
     'clean.py': (['--src_file=in.txt', '--tgt_file=in.txt', '--src_lang=eng_Latn',
                   '--tgt_lang=hau_Latn', '--preset=default'], '--output_dir'),
     'compute_baselines.py': (['--checkpoint_dir=run', '--mixture=cldr_demo'], '--output'),

@@ -55,8 +55,14 @@ class _ObjectStoreEventFiles:
   run's other files are) instead of tensorboardX's google-cloud-storage client, which
   t5x_mt does not install."""
 
+  def __init__(self):
+    # epath's TensorFlow backend opens a GFile as a context manager (kept here, or its
+    # generator would close the file when collected), its others a file object, itself
+    # one: entered, either is the file, which tensorboardX closes.
+    self._opened = contextlib.ExitStack()
+
   def open(self, path: str):
-    return files.path(path).open('wb')
+    return self._opened.enter_context(files.path(path).open('wb'))
 
   def directory_check(self, path: str) -> None:
     files.path(path).mkdir(parents=True, exist_ok=True)
