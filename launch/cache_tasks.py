@@ -53,6 +53,7 @@ def main(argv: list[str]) -> int:
   gin_files, all_bindings = args.gin_file, args.gin_bindings + bindings
   gin_utils.check_recipe(gin_files, all_bindings)
   cli.start_tensorflow()
+  cli.import_beam()
   # pylint: disable=g-import-not-at-top  (gin needs the configurables)
   import functools
   import data_tasks

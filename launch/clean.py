@@ -137,6 +137,7 @@ def main(argv: list[str]) -> int:
   options = dict(write_dropped=args.dropped, overwrite=args.overwrite,
                  chunk_lines=args.chunk_lines)
   if args.runner == 'beam':
+    cli.import_beam()
     from t5x_mt.data.cleaning import beam  # pylint: disable=g-import-not-at-top  (heavy)
     report = beam.clean_with_beam(sources, specs, args.output_dir,
                                            beam_args=beam_args, shard_dir=args.shard_dir,

@@ -189,6 +189,24 @@ def start_tensorflow() -> None:
     tf.config.set_visible_devices([], 'GPU')
 
 
+class _NoBigQueryNotice(logging.Filter):
+  """Drops the warning Apache Beam logs on import where BigQuery's clients are missing:
+  no command reads BigQuery."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return 'bigquery client libraries are not available' not in record.getMessage()
+
+
+def import_beam() -> None:
+  """Imports Apache Beam without its start-up warning, before a command's Beam modules."""
+  quiet = _NoBigQueryNotice()
+  logging.getLogger().addFilter(quiet)
+  try:
+    import apache_beam  # pylint: disable=g-import-not-at-top,unused-import
+  finally:
+    logging.getLogger().removeFilter(quiet)
+
+
 @contextlib.contextmanager
 def _start_up_noise_dropped() -> Iterator[None]:
   """Holds back what is written to file descriptor 2 (native code's stderr) meanwhile,
