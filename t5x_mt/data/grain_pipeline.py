@@ -62,9 +62,10 @@ class CachedTrainStream:
     self._chunks = (mixed.batch(size, batch_fn=rows_of) if size > 1
                     else mixed.map(lambda example: rows_of([example])))
     self._rows = rows
-    self._settings = {'tasks': [[m.task, m.rate, m.pairs] for m in mixture.members],
-                      'shard': [shard_index, num_shards], 'seed': seed,
-                      'lengths': lengths, 'pack': pack}
+    # As a saved position holds them (JSON), so that the two compare as they are.
+    self._settings = json.loads(json.dumps({
+        'tasks': [[m.task, m.rate, m.pairs] for m in mixture.members],
+        'shard': [shard_index, num_shards], 'seed': seed, 'lengths': lengths, 'pack': pack}))
     self._seek(0, 0)
 
   def _seek(self, chunk: int, row: int) -> None:
@@ -97,7 +98,7 @@ class CachedTrainStream:
       raise UserError(f'{path}: no Grain input position beside the checkpoint (was it '
                       'trained from seqio? resume it with CACHED_TASKS_DIR empty)')
     saved = json.loads(path.read_text())
-    if saved['settings'] != json.loads(json.dumps(self._settings)):
+    if saved['settings'] != self._settings:
       raise UserError(f'{path}: the input position was saved for other tasks, rates, '
                       f'lengths or seed ({_difference(saved["settings"], self._settings)}); '
                       'resume with the cache and settings the run was trained with')
@@ -107,6 +108,6 @@ class CachedTrainStream:
 def _difference(saved: Mapping, current: Mapping) -> str:
   """The first setting that differs, saved against current."""
   for key in sorted(set(saved) | set(current)):
-    if saved.get(key) != json.loads(json.dumps(current.get(key))):
+    if saved.get(key) != current.get(key):
       return f'{key}: saved {saved.get(key)}, now {current.get(key)}'
   return 'none'
