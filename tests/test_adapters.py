@@ -1,4 +1,5 @@
-"""Language-specific adapters: identity at start, per-token routing, frozen-base training."""
+"""Language-specific adapters: identity at start, per-token routing, each row of a decoded
+batch through its own direction's, frozen-base training."""
 
 import shutil
 
@@ -12,8 +13,12 @@ from conftest import configure_tiny_run, train_configured
 from conftest import saved_params
 from test_launch_translate_evaluate import error_lines
 from test_launch_translate_evaluate import run_in_process
+from test_network import PAIRS, padded_batch, random_params
 
+from t5x_mt.decoding import prediction
+from t5x_mt.decoding import search
 from t5x_mt.model import adapters
+from t5x_mt.model import models
 from t5x_mt.runs import checkpoints
 from t5x_mt.model import network
 from t5x_mt.model import parameter_layout
@@ -95,6 +100,35 @@ def test_each_token_goes_through_its_own_directions_adapter():
   after = model.apply({'params': changed}, **batch)
   np.testing.assert_array_equal(after[0, :3], before[0, :3])
   assert np.abs(after[0, 3:7] - before[0, 3:7]).min() > 0
+
+
+def test_rows_of_two_directions_decode_in_one_batch_as_in_their_own():
+  """predict_batch reads each row's direction and forced tag: a batch mixing eng->hau and
+  eng->fra rows gives each row what a batch of its own direction gives it, and the
+  random adapters make the two directions' outputs differ."""
+  config = network.TransformerConfig(**{**TINY, 'vocab_size': 20}, max_length=16,
+                                     adapter_by='target', adapter_keys=('hau_Latn', 'fra_Latn'),
+                                     adapter_bottlenecks=(4, 8))
+  model = models.TranslationModel(config)
+  params = random_params(config, seed=2)
+  tokens = np.asarray(padded_batch(PAIRS, encoder_length=8)[0])
+  options = dict(input_length=8, max_decode_length=6, alpha=1.0, num_pieces=20, nbest=2,
+                 search_settings=search.BeamSettings(beam_size=2))
+  row_directions, row_tags = [ENG_HAU, ENG_FRA, ENG_HAU], [10, 11, 10]
+  mixed = prediction.predict_batch(model, params, tokens, direction=row_directions,
+                                   prefix_id=row_tags, **options)
+  for direction, tag in ((ENG_HAU, 10), (ENG_FRA, 11)):
+    own = prediction.predict_batch(model, params, tokens, direction=direction, prefix_id=tag,
+                                   **options)
+    rows = [row for row, row_direction in enumerate(row_directions) if row_direction == direction]
+    np.testing.assert_array_equal(np.asarray(mixed.sequences)[rows],
+                                  np.asarray(own.sequences)[rows])
+    np.testing.assert_allclose(np.asarray(mixed.log_probs)[rows],
+                               np.asarray(own.log_probs)[rows], rtol=1e-6)
+  assert (np.asarray(mixed.sequences)[:, :, 0] == np.asarray(row_tags)[:, None]).all()
+  through_fra = prediction.predict_batch(model, params, tokens, direction=ENG_FRA,
+                                         prefix_id=10, **options)
+  assert not np.allclose(np.asarray(through_fra.log_probs)[0], np.asarray(mixed.log_probs)[0])
 
 
 def test_bad_adapter_settings_are_named():

@@ -150,13 +150,14 @@ def test_translation_tags_the_encoder_and_forces_the_decoder_tag(trained_run, st
   seen = []
   run_batch = translator._run_batch  # pylint: disable=protected-access
 
-  def recording_run_batch(encoder_ids, prefix_id, direction):
-    generated = run_batch(encoder_ids, prefix_id, direction)
-    seen.append((encoder_ids, prefix_id, generated))
+  def recording_run_batch(encoder_ids, prefix_ids, directions):
+    generated = run_batch(encoder_ids, prefix_ids, directions)
+    seen.append((encoder_ids, prefix_ids, generated))
     return generated
   translator._run_batch = recording_run_batch  # pylint: disable=protected-access
   translator.translate(['the cat sleeps', 'two dogs'], 'eng_Latn', 'hau_Latn')
-  (encoder_ids, prefix_id, generated), = seen
+  (encoder_ids, prefix_ids, generated), = seen
+  prefix_id, = set(prefix_ids)
   tag_id = translator._tag_id  # pylint: disable=protected-access
   assert all(ids[0] == tag_id(encoder_tag) and ids[-1] == 1 for ids in encoder_ids)
   if decoder_tag is None:
@@ -205,7 +206,7 @@ def test_padded_embedding_rows_are_never_generated(trained_run):
       translator.tag_strategy, 'eng_Latn', 'hau_Latn'))]
   prefix = translator._tag_id('<2hau_Latn>')  # pylint: disable=protected-access
   generated = translator._run_batch(  # pylint: disable=protected-access
-      encoder_ids, prefix, Direction('eng_Latn', 'hau_Latn').id)
+      encoder_ids, [prefix], [Direction('eng_Latn', 'hau_Latn').id])
   assert generated.max() < pieces
   assert isinstance(translator.translate(['Monday'], 'eng_Latn', 'hau_Latn')[0], str)
 

@@ -128,16 +128,29 @@ def test_a_line_longer_than_the_model_s_input_is_split_into_sentences(exported, 
 
 def test_a_run_folder_is_served_as_translate_py_translates_it(exported, tmp_path,
                                                               monkeypatch, capsys):
+  """The JAX model takes each row's direction: concurrent requests of three directions
+  share its batches, and each gets translate.py's translation of its line."""
   run = exported.parent / 'run'
   translator = run_loading.load_model(str(run), None, None, {})
+  batch_directions = []
+  run_batch = translator._run_batch  # pylint: disable=protected-access
+
+  def recording_run_batch(encoder_ids, prefix_ids, directions):
+    batch_directions.append(set(directions))
+    return run_batch(encoder_ids, prefix_ids, directions)
+  translator._run_batch = recording_run_batch  # pylint: disable=protected-access
+  work = [(direction, s) for direction in DIRECTIONS for s in SENTENCES]
   settings = app.ServerSettings(batch_wait_ms=200)
   with testclient.TestClient(app.translator_app(translator, str(run), settings)) as client:
-    with concurrent.futures.ThreadPoolExecutor(len(SENTENCES)) as pool:
-      together = list(pool.map(lambda s: client.post('/translate', json={
-          'q': s, 'source': 'en', 'target': 'ha'}).json()['translatedText'], SENTENCES))
-    assert metric(client, 'translate_batch_sentences_count') < len(SENTENCES)
-  assert together == translate_py(run, SENTENCES, tmp_path, monkeypatch, capsys,
-                                  '--checkpoint_dir')
+    with concurrent.futures.ThreadPoolExecutor(len(work)) as pool:
+      together = list(pool.map(lambda item: client.post('/translate', json={
+          'q': item[1], 'source': item[0].split('-')[0],
+          'target': item[0].split('-')[1]}).json()['translatedText'], work))
+  assert len(batch_directions) < len(work) and max(map(len, batch_directions)) > 1
+  expected = {direction: translate_py(run, SENTENCES, tmp_path, monkeypatch, capsys,
+                                      '--checkpoint_dir', direction)
+              for direction in DIRECTIONS}
+  assert together == [expected[d][SENTENCES.index(s)] for d, s in work]
 
 
 def test_libretranslate_api(exported):

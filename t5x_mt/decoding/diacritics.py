@@ -224,8 +224,8 @@ def _constrained_greedy(model: models.TranslationModel, params: Any, encoder_tok
   """The marking each decoder step chooses [B, steps]: step t outputs the best of its
   `candidates[:, t]` [B, markings] that are `allowed`, by the model's logit plus `prior`
   (a log-prior, 0 for none), which is the decoder's next input."""
-  direction = jnp.int32(direction)
   batch, steps = candidates.shape[:2]
+  direction = jnp.full((batch,), direction, jnp.int32)
   encoded = model.encode(params, encoder_tokens, direction,
                          padded_length=encoder_tokens.shape[1])
   step, cache = model.start_decoding(params, encoded, encoder_tokens, direction, steps)

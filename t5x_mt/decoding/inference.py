@@ -236,34 +236,38 @@ class Translator:
     length = bucket_length(max(len(ids) for ids in encoder_ids), self.max_input_length)
     return length, min(2 * length + 16, self.max_decode_length)
 
-  def _run_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
-                 direction: int) -> np.ndarray:
-    """The batch's best output ids per sentence; rows past the sentences are padding."""
-    return self._search_batch(encoder_ids, prefix_id, direction, 0)
+  def _run_batch(self, encoder_ids: list[list[int]], prefix_ids: list[int | None],
+                 directions: list[int]) -> np.ndarray:
+    """The batch's best output ids per sentence, each after its own forced tag (if any)
+    in its own direction (an id); rows past the sentences are padding."""
+    return self._search_batch(encoder_ids, prefix_ids, directions, 0)
 
-  def _run_nbest_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
-                       direction: int, nbest: int) -> common.NBest:
+  def _run_nbest_batch(self, encoder_ids: list[list[int]], prefix_ids: list[int | None],
+                       directions: list[int], nbest: int) -> common.NBest:
     """The batch's `nbest` best outputs per sentence and their scores."""
-    return self._search_batch(encoder_ids, prefix_id, direction, nbest)
+    return self._search_batch(encoder_ids, prefix_ids, directions, nbest)
 
-  def _search_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
-                    direction: int, nbest: int) -> np.ndarray | common.NBest:
+  def _search_batch(self, encoder_ids: list[list[int]], prefix_ids: list[int | None],
+                    directions: list[int], nbest: int) -> np.ndarray | common.NBest:
     """`prediction.predict_batch` over the batch, gathered from every process."""
     length, decode_length = self.batch_lengths(encoder_ids)
     rows = self._batch_rows(len(encoder_ids))
+    # Rows beyond the real sentences repeat the last one, so they finish when it does
+    # instead of holding the batch's beam search to its length limit.
+    source_of_row = [min(row, len(encoder_ids) - 1) for row in range(rows)]
     tokens = np.zeros((rows, length), np.int32)
-    for row in range(rows):
-      # Rows beyond the real sentences repeat the last one, so they finish when it does
-      # instead of holding the batch's beam search to its length limit.
-      ids = encoder_ids[min(row, len(encoder_ids) - 1)]
-      tokens[row, :len(ids)] = ids
+    for row, source in enumerate(source_of_row):
+      tokens[row, :len(encoder_ids[source])] = encoder_ids[source]
+    prefixes = (None if prefix_ids[0] is None
+                else np.array([prefix_ids[source] for source in source_of_row], np.int32))
     with contextlib.ExitStack() as stack:
       if self.mesh is not None:
         stack.enter_context(partitioning.activation_sharding(self.mesh, self.rules))
       outputs = prediction.predict_batch(
           self.model, self.params, self._global_rows(tokens),
-          input_length=max(len(ids) for ids in encoder_ids), direction=direction,
-          prefix_id=prefix_id, max_decode_length=decode_length,
+          input_length=max(len(ids) for ids in encoder_ids),
+          direction=np.array([directions[source] for source in source_of_row], np.int32),
+          prefix_id=prefixes, max_decode_length=decode_length,
           search_settings=self.settings.search_settings, alpha=self.settings.alpha,
           num_pieces=self.tokenizer.get_piece_size(),
           limits=self.settings.output_limits(), banned_pieces=self._reserved_pieces,
@@ -331,6 +335,38 @@ class Translator:
           if score > common.NEG_INF / 2]
     return outputs
 
+  def translate_mixed(self, sentences: Sequence[str], directions: Sequence[tuple[str, str]],
+                      spread_over: int | None = None) -> list[str]:
+    """Translations of `sentences`, each from and into its own (src_lang, tgt_lang), in
+    batches that mix directions: each row reads its own tags and direction (the search
+    forces each row's target tag on its own, and adapters follow each row's direction).
+    Batches are made as `translate` makes them (by length, their output limit), so that
+    a sentence gets the translation `translate` gives it among the sentences of its own
+    direction; fewer sentences than `spread_over` (default: parallel_batches) full
+    batches are spread over `spread_over` batches, so that each of that many threads
+    decodes some (1: one batch, for a caller that keeps the other threads busy itself).
+    No direction may pivot."""
+    for src_lang, tgt_lang in set(directions):
+      if self.pivots(src_lang, tgt_lang):
+        raise UserError(f'{src_lang}-{tgt_lang} pivots through '
+                        f'{self.settings.pivot_language}; translate it with `translate`')
+      self.check_direction(src_lang, tgt_lang)
+      self.model.check_direction(Direction(src_lang, tgt_lang), 'translate')
+    row_tags = [tags.tags_for(self.tag_strategy, *direction) for direction in directions]
+    encoded = [self.encode_source(sentence, row)
+               for sentence, row in zip(sentences, row_tags)]
+    prefix_ids = [None if row.decoder_tag is None else self._tag_id(row.decoder_tag)
+                  for row in row_tags]
+    direction_ids = [Direction(*direction).id for direction in directions]
+    outputs = [''] * len(sentences)
+    run = lambda rows: self._run_batch([encoded[i] for i in rows], [prefix_ids[i] for i in rows],
+                                       [direction_ids[i] for i in rows])
+    spread = -(-len(sentences) // (spread_over or self.parallel_batches))
+    for rows, generated in self._in_batches(encoded, run, min(spread, self.batch_size)):
+      for index, ids in zip(rows, generated):
+        outputs[index] = self.decode_target(ids)
+    return outputs
+
   def _decoded(self, sentences: Sequence[str], src_lang: str, tgt_lang: str, nbest: int,
                on_batch: Callable[[int], None] | None) -> Iterator[tuple[int, Any]]:
     """(index, the search's output for it) for every sentence, batch by batch: its ids,
@@ -343,10 +379,12 @@ class Translator:
                  if direction_tags.decoder_tag else None)
     encoded = [self.encode_source(s, direction_tags) for s in sentences]
     if nbest:
-      run = lambda rows: self._run_nbest_batch([encoded[i] for i in rows], prefix_id,
-                                               direction, nbest)
+      run = lambda rows: self._run_nbest_batch([encoded[i] for i in rows],
+                                               [prefix_id] * len(rows), [direction] * len(rows),
+                                               nbest)
     else:
-      run = lambda rows: self._run_batch([encoded[i] for i in rows], prefix_id, direction)
+      run = lambda rows: self._run_batch([encoded[i] for i in rows], [prefix_id] * len(rows),
+                                         [direction] * len(rows))
     for rows, generated in self._in_batches(encoded, run):
       for row, index in enumerate(rows):
         yield index, (generated[row] if not nbest

@@ -6,6 +6,7 @@ and combines their steps is another, and decodes through the same code, with the
 output limits, banned pieces and batching, as a single model does.
 """
 
+from collections.abc import Sequence
 import functools
 from typing import Any, Protocol
 
@@ -37,13 +38,14 @@ class StepwiseModel(Protocol):
   def encode(self, params: Any, encoder_tokens: Array, direction: Array, *,
              padded_length: int) -> Any:
     """The encoder's output (any pytree) for tokens cut to their longest row, padded to
-    `padded_length` positions, the search's bucket."""
+    `padded_length` positions, the search's bucket; `direction` [B] is each row's."""
 
   def start_decoding(self, params: Any, encoded: Any, encoder_tokens: Array,
                      direction: Array, cache_length: int
                      ) -> tuple[common.TokensToLogits, common.Cache]:
     """(the decoder's step over this batch, its first cache of `cache_length` steps);
-    traced inside the search."""
+    traced inside the search. `direction` [B] is each row's; the step's rows are each
+    row's hypotheses in turn (`expand_cache`)."""
 
   def expand_cache(self, cache: common.Cache, beam_size: int) -> common.Cache:
     """The first step's cache widened to `beam_size` hypotheses per example (a beam's,
@@ -54,7 +56,8 @@ class StepwiseModel(Protocol):
 
 
 def predict_batch(model: StepwiseModel, params: Any, encoder_tokens: np.ndarray, *,
-                  input_length: int, direction: int, prefix_id: int | None,
+                  input_length: int, direction: int | Sequence[int],
+                  prefix_id: int | Sequence[int] | None,
                   max_decode_length: int, search_settings: Any, alpha: float,
                   num_pieces: int, limits: common.OutputLimits = common.OutputLimits(),
                   banned_pieces: np.ndarray | None = None, nbest: int = 0
@@ -67,16 +70,16 @@ def predict_batch(model: StepwiseModel, params: Any, encoder_tokens: np.ndarray,
   length penalty `alpha`. `encoder_tokens` [B, bucket] is padded to the search's bucket
   length, and `input_length` is its longest row: the encoder runs at that length (its
   program has no loop, so a length of its own costs little to compile) and the search at
-  the bucket. `direction` (its id, traced, so directions share one compilation) chooses
-  the model's adapters, if it has any; `prefix_id` forces the first output token;
+  the bucket. `direction` (its id, traced, so directions share one compilation; or one
+  id per row, so that rows of several directions share the batch) chooses the model's
+  adapters, if it has any; `prefix_id` (or one per row) forces the first output token;
   only ids below `num_pieces` are generated, within `limits`, and none that
   `banned_pieces` (bool [num_pieces], EOS aside) marks after the prefix. A method that
   draws keys each row's draws by its tokens and direction (`common.source_ids`).
   """
   search.method_of(search_settings).check_outputs(search_settings, nbest)
-  direction = jnp.int32(direction)
-  prefix = None if prefix_id is None else jnp.full((encoder_tokens.shape[0],), prefix_id,
-                                                   jnp.int32)
+  direction = _per_row(direction, encoder_tokens.shape[0])
+  prefix = None if prefix_id is None else _per_row(prefix_id, encoder_tokens.shape[0])
   encoded = model.encode(params, encoder_tokens[:, :input_length], direction,
                          padded_length=encoder_tokens.shape[1])
   return _search(model, params, encoded, encoder_tokens, prefix, direction, banned_pieces,
@@ -84,12 +87,18 @@ def predict_batch(model: StepwiseModel, params: Any, encoder_tokens: np.ndarray,
                  alpha=alpha, num_pieces=num_pieces, limits=limits, nbest=nbest)
 
 
+def _per_row(value: int | Sequence[int], rows: int) -> Array:
+  """An id, or one per row, as one per row (int32 [rows])."""
+  return jnp.asarray(np.broadcast_to(np.asarray(value, np.int32), (rows,)))
+
+
 @functools.partial(jax.jit, static_argnames=('model', 'max_decode_length', 'search_settings',
                                              'alpha', 'num_pieces', 'limits', 'nbest'))
 def _search(model: StepwiseModel, params, encoded, encoder_tokens, prefix, direction,
             banned_pieces, *, max_decode_length: int, search_settings: Any, alpha: float,
             num_pieces: int, limits: common.OutputLimits, nbest: int):
-  """The search method of `search_settings` over one direction's encoded batch."""
+  """The search method of `search_settings` over an encoded batch, each row's direction
+  and forced prefix its own."""
   cache_lengths = decode_cache.stage_lengths(max_decode_length)
   step, cache = model.start_decoding(params, encoded, encoder_tokens, direction,
                                      cache_lengths[0])

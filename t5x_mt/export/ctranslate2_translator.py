@@ -127,29 +127,23 @@ class CTranslate2Translator(inference.Translator):
     reserved = np.flatnonzero(tags.reserved_pieces(self.tokenizer))
     self._not_text = [[self.tokenizer.id_to_piece(int(i))] for i in reserved]
 
-  def _run_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
-                 direction: int) -> list[list[int]]:
-    """Each sentence's best output ids, the forced tag first (if any)."""
-    del direction  # Chooses adapters, which no export has.
-    return self._run_rows(encoder_ids, [prefix_id] * len(encoder_ids))
-
-  def _run_rows(self, encoder_ids: list[list[int]], prefix_ids: list[int | None]
-                ) -> list[list[int]]:
+  def _run_batch(self, encoder_ids: list[list[int]], prefix_ids: list[int | None],
+                 directions: list[int]) -> list[list[int]]:
     """Each sentence's best output ids after its own forced tag (if any): CTranslate2's
     search within the batch's output limit, its finished hypotheses ranked by ours."""
+    del directions  # Choose adapters, which no export has.
     results, prefix_lengths = self._search(encoder_ids, prefix_ids)
     return [self._ids(best_hypothesis(result, self.settings.alpha, prefix_length))
             for result, prefix_length in zip(results, prefix_lengths)]
 
-  def _run_nbest_batch(self, encoder_ids: list[list[int]], prefix_id: int | None,
-                       direction: int, nbest: int) -> common.NBest:
+  def _run_nbest_batch(self, encoder_ids: list[list[int]], prefix_ids: list[int | None],
+                       directions: list[int], nbest: int) -> common.NBest:
     """Each sentence's `nbest` best finished hypotheses of CTranslate2's search, ranked
     and scored as ours are (`common.NBest`; a slot without a hypothesis scores NEG_INF)."""
-    del direction  # Chooses adapters, which no export has.
+    del directions  # Choose adapters, which no export has.
     settings = self.settings
     search.method_of(settings.search_settings).check_outputs(settings.search_settings, nbest)
-    results, prefix_lengths = self._search(encoder_ids, [prefix_id] * len(encoder_ids),
-                                           hypotheses=nbest)
+    results, prefix_lengths = self._search(encoder_ids, prefix_ids, hypotheses=nbest)
     longest = max(len(hypothesis) for result in results for hypothesis in result.hypotheses)
     sequences = np.zeros((len(results), nbest, longest), np.int32)
     scored = np.full((3, len(results), nbest), common.NEG_INF, np.float32)
@@ -185,35 +179,6 @@ class CTranslate2Translator(inference.Translator):
 
   def _ids(self, hypothesis: Sequence[str]) -> list[int]:
     return [self.tokenizer.piece_to_id(piece) for piece in hypothesis]
-
-  def translate_mixed(self, sentences: Sequence[str], directions: Sequence[tuple[str, str]],
-                      spread_over: int | None = None) -> list[str]:
-    """Translations of `sentences`, each from and into its own (src_lang, tgt_lang), in
-    batches that mix directions: CTranslate2 forces each row's target tag on its own, and
-    the tags the encoder reads are the row's. Batches are made as `translate` makes them
-    (by length, their output limit), so that a sentence gets the translation `translate`
-    gives it among the sentences of its own direction; fewer sentences than
-    `spread_over` (default: parallel_batches) full batches are spread over `spread_over`
-    batches, so that each of that many CTranslate2 threads decodes some (1: one batch,
-    for a caller that keeps the other threads busy itself). No direction may pivot."""
-    for src_lang, tgt_lang in set(directions):
-      if self.pivots(src_lang, tgt_lang):
-        raise UserError(f'{src_lang}-{tgt_lang} pivots through '
-                        f'{self.settings.pivot_language}; translate it with `translate`')
-      self.check_direction(src_lang, tgt_lang)
-    row_tags = [tags.tags_for(self.tag_strategy, *direction) for direction in directions]
-    encoded = [self.encode_source(sentence, row)
-               for sentence, row in zip(sentences, row_tags)]
-    prefix_ids = [None if row.decoder_tag is None else self._tag_id(row.decoder_tag)
-                  for row in row_tags]
-    outputs = [''] * len(sentences)
-    run = lambda rows: self._run_rows([encoded[i] for i in rows], [prefix_ids[i] for i in rows])
-    spread = -(-len(sentences) // (spread_over or self.parallel_batches))
-    for rows, generated in self._in_batches(encoded, run, min(spread, self.batch_size)):
-      for index, ids in zip(rows, generated):
-        outputs[index] = self.decode_target(ids)
-    return outputs
-
 
 class OurScore(NamedTuple):
   """A CTranslate2 hypothesis scored as ours is (`inference.Hypothesis`)."""

@@ -186,8 +186,7 @@ class TranslationModel:
       raise UserError('the run is a language model (network.TransformerConfig.decoder_only):'
                       ' it scores sentences and translates none')
     encoded = self.module.apply({'params': params}, encoder_tokens,
-                                encoder_direction_ids=jnp.full(
-                                    (encoder_tokens.shape[0], 1), direction, jnp.int32),
+                                encoder_direction_ids=direction[:, None],
                                 method=network.Transformer.encode)
     return jnp.pad(encoded, ((0, 0), (0, padded_length - encoder_tokens.shape[1]), (0, 0)))
 
@@ -205,10 +204,11 @@ class TranslationModel:
         module, params, encoded, encoder_tokens, cache_length))
 
     def step(tokens, model_cache):
+      hypotheses_direction = jnp.repeat(direction, tokens.shape[0] // direction.shape[0])
       logits, variables = module.apply(
           {'params': params, 'cache': decode_cache.merge(cross_attention, model_cache)},
           encoded, encoder_tokens, tokens, tokens, decode=True, mutable=['cache'],
-          decoder_direction_ids=jnp.full(tokens.shape, direction, jnp.int32),
+          decoder_direction_ids=hypotheses_direction[:, None],
           method=network.Transformer.decode)
       return logits[:, -1, :], decode_cache.split_fixed(variables['cache'])[1]
 

@@ -36,6 +36,7 @@ from t5x_mt.core import directions as directions_lib
 from t5x_mt.core import languages
 from t5x_mt.core.errors import UserError
 from t5x_mt.data.cleaning import langid
+from t5x_mt.decoding import inference
 from t5x_mt.decoding import line_streaming
 from t5x_mt.export import ctranslate2_translator
 from t5x_mt.runs import run_layout
@@ -362,12 +363,16 @@ def translator_app(translator: Any, model_dir: str, settings: ServerSettings
   """The application over a loaded translator (`ctranslate2_translator.load_model`), the
   languages it offers those of the directions `model_dir` (a run, or an export) trained.
   Sentences are translated as translate.py translates lines (`line_streaming`); those of
-  different directions share batches where the translator is a CTranslate2 export's
-  (Yoruba tone marks restored by a wrapper decode direction by direction)."""
+  different directions share batches, each row forced its own target tag (a translator
+  wrapped to restore Yoruba tone marks decodes direction by direction). A CTranslate2
+  export decodes a batch per CTranslate2 thread at once; a JAX model one batch at a time,
+  since each spreads its work over every core itself."""
   trained = run_layout.RunLayout(model_dir).trained_directions()
   translate = functools.partial(line_streaming.translate_lines, translator)
-  if isinstance(translator, ctranslate2_translator.CTranslate2Translator):
-    concurrent = settings.concurrent_batches or translator.parallel_batches
+  if isinstance(translator, inference.Translator):
+    concurrent = settings.concurrent_batches or (
+        translator.parallel_batches
+        if isinstance(translator, ctranslate2_translator.CTranslate2Translator) else 1)
     # The threads the concurrent batches leave idle share each batch.
     spread_over = max(1, translator.parallel_batches // concurrent)
     translate_rows = batching.mixing(

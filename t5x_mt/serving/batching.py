@@ -5,11 +5,11 @@ decoders is free, it takes the sentences pending, up to a budget of source piece
 `max_batches`-th of them, once the budget is full or the first of them has waited
 `max_wait_s` since it arrived (what queued while every decoder was busy leaves at once),
 and decodes them in a worker thread, so that the event loop goes on accepting and
-answering requests meanwhile. Where the model takes its direction per row
-(a CTranslate2 export forces each row's target tag), the sentences of every direction
-that does not pivot decode in the same batches (`mixing`); the others are decoded
-direction by direction, each through the translator as translate.py decodes a file
-(tags, pivots, Yoruba tone marks, output limits: `by_direction`). Either way a sentence
+answering requests meanwhile. Where the model takes its direction per row (both
+CTranslate2 and the JAX search force each row's own target tag), the sentences of every
+direction that does not pivot decode in the same batches (`mixing`); the others are
+decoded direction by direction, each through the translator as translate.py decodes a
+file (tags, pivots, Yoruba tone marks, output limits: `by_direction`). Either way a sentence
 gets the translation translate.py gives its line. A request whose client has gone
 cancels its futures, and the batcher drops what it has not yet taken.
 """
