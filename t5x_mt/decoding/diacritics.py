@@ -88,11 +88,10 @@ class Restorer:
                     unknown_words: str = 'bare') -> 'Restorer':
     """The restorer of a restoration run's translator, with the tags its lines start with."""
     direction_tags = tags.tags_for(translator.tag_strategy, *DIRECTION)
-    tag_id = lambda tag: tags.tag_piece_id(translator.tokenizer, tag,
-                                           translator.vocabulary_file)
-    return cls(translator, tag_id(direction_tags.encoder_tag),
-               tag_id(direction_tags.decoder_tag) if direction_tags.decoder_tag else None,
-               lexicon, lexicon_weight, unknown_words)
+    encoder_tag = tags.tag_piece_id(translator.tokenizer, direction_tags.encoder_tag,
+                                    translator.vocabulary_file)
+    return cls(translator, encoder_tag, translator.forced_tag_id(direction_tags), lexicon,
+               lexicon_weight, unknown_words)
 
 
 def restore_lines(restorer: Restorer, lines: Sequence[str]) -> list[str]:

@@ -186,6 +186,11 @@ class Translator:
   def _tag_id(self, tag: str) -> int:
     return tags.tag_piece_id(self.tokenizer, tag, self.vocabulary_file)
 
+  def forced_tag_id(self, direction_tags: tags.Tags) -> int | None:
+    """The piece id the search forces as a direction's first output: its decoder tag's,
+    None where the tag strategy puts none on the decoder."""
+    return None if direction_tags.decoder_tag is None else self._tag_id(direction_tags.decoder_tag)
+
   @property
   def max_source_pieces(self) -> int:
     """A sentence's pieces that fit the input beside the encoder tag and EOS."""
@@ -355,8 +360,7 @@ class Translator:
     row_tags = [tags.tags_for(self.tag_strategy, *direction) for direction in directions]
     encoded = [self.encode_source(sentence, row)
                for sentence, row in zip(sentences, row_tags)]
-    prefix_ids = [None if row.decoder_tag is None else self._tag_id(row.decoder_tag)
-                  for row in row_tags]
+    prefix_ids = [self.forced_tag_id(row) for row in row_tags]
     direction_ids = [Direction(*direction).id for direction in directions]
     outputs = [''] * len(sentences)
     run = lambda rows: self._run_batch([encoded[i] for i in rows], [prefix_ids[i] for i in rows],
@@ -375,8 +379,7 @@ class Translator:
     self.model.check_direction(Direction(src_lang, tgt_lang), 'translate')
     direction = Direction(src_lang, tgt_lang).id
     direction_tags = tags.tags_for(self.tag_strategy, src_lang, tgt_lang)
-    prefix_id = (self._tag_id(direction_tags.decoder_tag)
-                 if direction_tags.decoder_tag else None)
+    prefix_id = self.forced_tag_id(direction_tags)
     encoded = [self.encode_source(s, direction_tags) for s in sentences]
     if nbest:
       run = lambda rows: self._run_nbest_batch([encoded[i] for i in rows],
