@@ -22,6 +22,7 @@ from t5x_mt.evaluation import scoring
 from t5x_mt.config import gin_utils
 from t5x_mt.core.errors import UserError
 from conftest import TINY_RUN_STEPS as TRAIN_STEPS
+from conftest import xla_flags
 
 LAUNCH = gin_utils.REPO_ROOT / 'launch'
 DECODING_FLAGS = ['--beam_size=2', '--batch_size=4']
@@ -31,7 +32,7 @@ def command_environment() -> dict[str, str]:
   """A user's environment: one CPU device (the run trained on eight: loading reshards) and
   TensorFlow's logging at its default, not the level this test session sets."""
   env = {name: value for name, value in os.environ.items() if name != 'TF_CPP_MIN_LOG_LEVEL'}
-  env['XLA_FLAGS'] = ''
+  env['XLA_FLAGS'] = xla_flags(1)
   return env
 
 

@@ -38,6 +38,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_run_flags
+from conftest import xla_flags
 import run_commands as run_commands_script
 from t5x_mt.decoding import back_translation
 from t5x_mt.model import parameter_layout
@@ -81,8 +82,7 @@ def run_processes(num_processes: int, flags: list[str], program: str = 'launch/t
                   ) -> list[subprocess.CompletedProcess]:
   """`program` (a launch command by default) in `num_processes` processes sharing DEVICES
   devices evenly."""
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count='
-             f'{DEVICES // num_processes}')
+  env = dict(os.environ, XLA_FLAGS=xla_flags(DEVICES // num_processes))
   distributed = []
   if num_processes > 1:
     distributed = [f'--coordinator_address=127.0.0.1:{free_port()}',
@@ -402,7 +402,7 @@ def test_sigterm_to_one_process_saves_the_same_step_on_both_and_both_exit_0(work
   """A preemption notice reaches one worker: JAX's notifier tells the others, and every
   process saves the step its sync point names and exits 0."""
   model_dir = workspace / 'preempted'
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  env = dict(os.environ, XLA_FLAGS=xla_flags(2))
   port = free_port()
   started = [subprocess.Popen(
       [sys.executable, 'launch/train.py',

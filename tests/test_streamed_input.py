@@ -11,6 +11,7 @@ import pytest
 
 from t5x_mt.data import mixtures
 from t5x_mt.runs import run_vocabulary
+from conftest import xla_flags
 from test_multiprocess import REPO
 from test_multiprocess import free_port
 import read_streamed_batches
@@ -27,7 +28,7 @@ def read_in_two_processes(tmp_path, files, vocabulary, *flags):
       [sys.executable, 'tests/read_streamed_batches.py', f'--coordinator_address={address}',
        '--num_processes=2', f'--process_id={index}', f'--vocabulary={vocabulary}',
        '--files', *files, f'--state={tmp_path / "input"}', *flags],
-      cwd=REPO, env=dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=1'),
+      cwd=REPO, env=dict(os.environ, XLA_FLAGS=xla_flags(1)),
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for index in range(2)]
   for index, process in enumerate(started):
     _, stderr = process.communicate(timeout=600)

@@ -23,6 +23,7 @@ import tqdm
 from conftest import TINY_RUN_STEPS
 from conftest import configure_tiny_run
 from conftest import train_configured
+from conftest import xla_flags
 from data_tasks import from_gin
 from t5x_mt.training import actions
 from t5x_mt.core import charts
@@ -177,7 +178,7 @@ def test_two_processes_print_no_gloo_chatter_and_every_line_names_its_process():
   started = [subprocess.Popen([sys.executable, '-c', JOIN_TWO_PROCESSES, address, str(index)],
                               cwd=gin_utils.REPO_ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, XLA_FLAGS=''))
+                              env=dict(os.environ, XLA_FLAGS=xla_flags(1)))
              for index in range(2)]
   (out_0, err_0), (out_1, err_1) = [process.communicate(timeout=120) for process in started]
   assert [process.returncode for process in started] == [0, 0], err_0 + err_1
